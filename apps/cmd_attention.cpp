@@ -1,0 +1,93 @@
+// `nsa attention`: NSA forward (and backward) on tensors from a safetensors file – the interop
+// contract of docs/interop.md – and `--write-example` to produce a valid random input file.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "config_flags.h"
+#include "io/attention_file.h"
+#include "nsa/attention.h"
+#include "nsa/presets.h"
+
+namespace nsa::app {
+namespace {
+
+struct AttentionArgs {
+  std::string in, out, example;
+  std::string device = "cpu";
+  std::string preset = "tiny";
+  int64_t batch = 1;
+  int64_t seq_len = 300;
+  uint64_t seed = 0;
+  ConfigFlags flags;
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void write_example(const AttentionArgs& a) {
+  const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
+  io::make_example_problem(cfg, a.batch, a.seq_len, a.seed).write(a.example);
+  std::printf("wrote %s: B=%lld S=%lld %s (inputs, gates and do)\n", a.example.c_str(),
+              static_cast<long long>(a.batch), static_cast<long long>(a.seq_len),
+              cfg.summary().c_str());
+}
+
+void run_attention(const AttentionArgs& a) {
+  NSA_CHECK(!a.in.empty() && !a.out.empty(),
+            "nsa attention needs --in FILE and --out FILE (or --write-example FILE)");
+  for (const char* f : {"heads", "groups", "dk", "dv", "phi_hidden", "gate"}) {
+    NSA_CHECK(!a.flags.values.count(f), "--", f, " is read from the tensor shapes of --in; drop it");
+  }
+  NSA_CHECK(a.device == "cpu",
+            "--device cuda: the CUDA NSA kernels are not part of this build yet; use --device cpu");
+  const io::AttentionProblem p =
+      io::load_attention_problem(io::SafetensorsFile::read(a.in), a.flags.values);
+  auto t0 = std::chrono::steady_clock::now();
+  const NsaForward<float> fwd = nsa_forward_cpu(p.cfg, p.layout, p.in);
+  const double fwd_ms = ms_since(t0);
+  std::unique_ptr<NsaTensors<float>> grads;
+  double bwd_ms = 0;
+  if (p.has_do) {
+    t0 = std::chrono::steady_clock::now();
+    grads = std::make_unique<NsaTensors<float>>(nsa_backward_cpu(p.cfg, p.layout, p.in, fwd, p.d_o));
+    bwd_ms = ms_since(t0);
+  }
+  io::save_attention_result(a.out, p, fwd, grads.get());
+  std::printf("nsa attention (cpu): %lld sequence(s), %lld tokens, %s\n",
+              static_cast<long long>(p.layout.num_seqs()),
+              static_cast<long long>(p.layout.total_tokens()), p.cfg.summary().c_str());
+  std::printf("  forward %.2f ms%s -> %s\n", fwd_ms,
+              p.has_do ? str(", backward ", bwd_ms, " ms").c_str() : " (no 'do': no backward)",
+              a.out.c_str());
+}
+
+}  // namespace
+
+void register_attention_command(CLI::App& app) {
+  auto args = std::make_shared<AttentionArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "attention", "NSA attention on tensors from a safetensors file (see docs/interop.md)");
+  cmd->add_option("--in", args->in, "input safetensors file (q, k_*/v_*, g_*, optional do)");
+  cmd->add_option("--out", args->out, "output safetensors file (o, o_*, lse_*, sel_idx, d*)");
+  cmd->add_option("--device", args->device, "where to run")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--write-example", args->example,
+                  "write a random valid input file of the --config shape to FILE and exit");
+  cmd->add_option("--config", args->preset, "attention shape for --write-example")
+      ->check(CLI::IsMember(attention_preset_names()));
+  cmd->add_option("--batch", args->batch, "batch size B for --write-example");
+  cmd->add_option("--seq-len", args->seq_len, "sequence length S for --write-example");
+  cmd->add_option("--seed", args->seed, "random seed for --write-example");
+  add_config_flags(cmd, args->flags, config_field_names());
+  cmd->callback([args] {
+    if (!args->example.empty()) {
+      write_example(*args);
+    } else {
+      run_attention(*args);
+    }
+  });
+}
+
+}  // namespace nsa::app

@@ -1,0 +1,12 @@
+// The subcommands of the one `nsa` binary; each apps/cmd_*.cpp registers one.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace nsa::app {
+
+void register_attention_command(CLI::App& app);
+void register_inspect_command(CLI::App& app);
+void register_bench_command(CLI::App& app);
+
+}  // namespace nsa::app

@@ -1,0 +1,25 @@
+// `nsa`: the one command-line program. Subcommands live in apps/cmd_*.cpp.
+//
+// Every failure the user can cause (bad flag, bad file, bad config) ends here as one line on
+// stderr naming the problem, and a non-zero exit code.
+#include <cstdio>
+
+#include "commands.h"
+#include "nsa/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"nsa: Native Sparse Attention – kernels, model, training and tools"};
+  app.require_subcommand(1);
+  nsa::app::register_attention_command(app);
+  nsa::app::register_inspect_command(app);
+  nsa::app::register_bench_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nsa: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

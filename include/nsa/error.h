@@ -1,0 +1,42 @@
+// Errors for bad input and broken invariants.
+//
+// Every user-facing failure (a config field out of range, a tensor with the wrong shape, a corrupt
+// file) is an nsa::Error whose message names the field, tensor or file and what is allowed. The
+// CLI prints the message on one line and exits non-zero; tests match on it.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace nsa {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+namespace detail {
+inline void append(std::ostringstream&) {}
+template <typename First, typename... Rest>
+void append(std::ostringstream& os, const First& first, const Rest&... rest) {
+  os << first;
+  append(os, rest...);
+}
+}  // namespace detail
+
+// Builds a message from any streamable pieces: nsa::str("l = ", l, " is not a multiple of d").
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  detail::append(os, args...);
+  return os.str();
+}
+
+}  // namespace nsa
+
+// Throws nsa::Error with the streamed message when `cond` is false.
+#define NSA_CHECK(cond, ...)                                      \
+  do {                                                            \
+    if (!(cond)) throw ::nsa::Error(::nsa::str(__VA_ARGS__));     \
+  } while (0)

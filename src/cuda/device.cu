@@ -1,0 +1,39 @@
+// Device discovery and the CUDA error helpers (see device.h, common/cuda_check.h).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/cuda_check.h"
+#include "device.h"
+
+namespace nsa::cuda {
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw Error(str("CUDA error '", cudaGetErrorString(err), "' in ", call, " at ", file, ":", line));
+}
+
+bool sync_after_launch() {
+  static const bool sync = [] {
+    const char* v = std::getenv("NSA_CUDA_SYNC");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return sync;
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::string device_description(int device) {
+  cudaDeviceProp prop{};
+  NSA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return str(prop.name, " (sm_", prop.major, prop.minor, ", ",
+             static_cast<double>(prop.totalGlobalMem) / (1 << 30), " GiB)");
+}
+
+}  // namespace nsa::cuda

@@ -1,0 +1,79 @@
+// Shared helpers for the tests: config construction and tolerance checks that print headroom.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "nsa/attention.h"
+
+namespace nsa::test {
+
+struct Shape5 {
+  int64_t H, G, dk, dv;
+};
+struct Hyper {
+  int64_t l, d, l_sel, n_sel, w;
+};
+
+inline NsaConfig make_config(Shape5 s, Hyper p, Phi phi = Phi::kAvg,
+                             KvMode kv = KvMode::kSeparate) {
+  NsaConfig cfg;
+  cfg.heads = s.H, cfg.groups = s.G, cfg.dk = s.dk, cfg.dv = s.dv;
+  cfg.l = p.l, cfg.d = p.d, cfg.l_sel = p.l_sel, cfg.n_sel = p.n_sel, cfg.w = p.w;
+  cfg.phi = phi, cfg.kv = kv;
+  cfg.validate();
+  return cfg;
+}
+
+// |a - b| <= atol + rtol·|b| elementwise; reports the worst element and the headroom
+// (tolerance / worst error) so a passing test shows how close it came.
+template <typename A, typename B>
+void expect_close(const Tensor<A>& a, const Tensor<B>& b, double atol, double rtol,
+                  const std::string& what) {
+  ASSERT_EQ(a.shape, b.shape) << what;
+  double worst_ratio = 0, worst_err = 0;
+  int64_t worst_i = -1;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+    ASSERT_TRUE(std::isfinite(x)) << what << "[" << i << "] is not finite";
+    const double err = std::fabs(x - y), tol = atol + rtol * std::fabs(y);
+    if (err / tol > worst_ratio) worst_ratio = err / tol, worst_err = err, worst_i = i;
+  }
+  EXPECT_LE(worst_ratio, 1.0) << what << ": worst element " << worst_i << " differs by "
+                              << worst_err << " (" << worst_ratio << "x the tolerance)";
+  std::printf("  %-28s max err %.3e, headroom %.1fx\n", what.c_str(), worst_err,
+              worst_ratio > 0 ? 1.0 / worst_ratio : INFINITY);
+}
+
+// The same inputs in another precision (absent tensors stay absent).
+template <typename To, typename From>
+NsaTensors<To> cast_tensors(const NsaTensors<From>& in) {
+  NsaTensors<To> out;
+  out.q = in.q.template cast<To>();
+  for (int b = 0; b < kNumBranches; ++b) {
+    out.k[b] = in.k[b].template cast<To>();
+    out.v[b] = in.v[b].template cast<To>();
+    out.gate[b] = in.gate[b].template cast<To>();
+  }
+  for (auto [dst, src] : {std::pair{&out.phi_k, &in.phi_k}, std::pair{&out.phi_v, &in.phi_v}}) {
+    dst->pos = src->pos.template cast<To>();
+    dst->w1 = src->w1.template cast<To>();
+    dst->b1 = src->b1.template cast<To>();
+    dst->w2 = src->w2.template cast<To>();
+    dst->b2 = src->b2.template cast<To>();
+  }
+  return out;
+}
+
+template <typename T>
+void expect_equal(const Tensor<T>& a, const Tensor<T>& b, const std::string& what) {
+  ASSERT_EQ(a.shape, b.shape) << what;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    ASSERT_EQ(a[i], b[i]) << what << " differs at element " << i;
+  }
+}
+
+}  // namespace nsa::test
