@@ -59,9 +59,9 @@ void run_attention(const AttentionArgs& a) {
   std::printf("nsa attention (cpu): %lld sequence(s), %lld tokens, %s\n",
               static_cast<long long>(p.layout.num_seqs()),
               static_cast<long long>(p.layout.total_tokens()), p.cfg.summary().c_str());
-  std::printf("  forward %.2f ms%s -> %s\n", fwd_ms,
-              p.has_do ? str(", backward ", bwd_ms, " ms").c_str() : " (no 'do': no backward)",
-              a.out.c_str());
+  char backward[64] = " (no 'do' tensor: no backward)";
+  if (p.has_do) std::snprintf(backward, sizeof backward, ", backward %.2f ms", bwd_ms);
+  std::printf("  forward %.2f ms%s -> %s\n", fwd_ms, backward, a.out.c_str());
 }
 
 }  // namespace

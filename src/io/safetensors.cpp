@@ -242,4 +242,11 @@ void SafetensorsFile::put(const std::string& name, const Tensor<int32_t>& t) {
   tensors_[name] = std::move(s);
 }
 
+void SafetensorsFile::put(const std::string& name, StoredTensor t) {
+  NSA_CHECK(static_cast<int64_t>(t.bytes.size()) == shape_numel(t.shape) * dtype_size(t.dtype),
+            "tensor '", name, "': ", t.bytes.size(), " bytes do not match shape ",
+            shape_str(t.shape), " of ", dtype_name(t.dtype));
+  tensors_[name] = std::move(t);
+}
+
 }  // namespace nsa::io

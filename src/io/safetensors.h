@@ -43,6 +43,7 @@ class SafetensorsFile {
 
   void put(const std::string& name, const Tensor<float>& t);
   void put(const std::string& name, const Tensor<int32_t>& t);
+  void put(const std::string& name, StoredTensor t);  // any dtype, bytes as stored
 
   std::map<std::string, std::string> metadata;
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# End-to-end test of `nsa attention` and `nsa inspect`: a generated example runs on the CPU and
+# writes the contracted outputs; each kind of bad input exits non-zero with one line naming it.
+# Usage: cli_attention_test.sh NSA_BINARY WORK_DIR
+set -u
+nsa=$1
+dir=$2
+rm -rf "$dir" && mkdir -p "$dir"
+failures=0
+
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+
+# expect_ok NAME CMD...: exit 0.
+expect_ok() {
+  local name=$1; shift
+  if "$@" >"$dir/out.txt" 2>&1; then pass "$name"; else fail "$name"; cat "$dir/out.txt"; fi
+}
+# expect_error NAME PATTERN CMD...: non-zero exit, and stderr matches PATTERN on one line.
+expect_error() {
+  local name=$1 pattern=$2; shift 2
+  if "$@" >"$dir/out.txt" 2>"$dir/err.txt"; then
+    fail "$name (exit 0)"
+  elif ! grep -q -- "$pattern" "$dir/err.txt"; then
+    fail "$name (message: $(cat "$dir/err.txt"))"
+  else
+    pass "$name"
+  fi
+}
+
+expect_ok "write example" "$nsa" attention --write-example "$dir/in.safetensors" --seq-len 200 --batch 2
+expect_ok "run attention" "$nsa" attention --in "$dir/in.safetensors" --out "$dir/out.safetensors"
+expect_ok "inspect output" "$nsa" inspect "$dir/out.safetensors"
+for name in o o_cmp o_sel o_win sel_idx lse_cmp dq dk_cmp dv_cmp dk_sel dv_sel dk_win dv_win dg_cmp dg_sel dg_win; do
+  if grep -q "^  $name " "$dir/out.txt"; then pass "output has $name"; else fail "output has $name"; fi
+done
+grep -q "sel_idx *I32 *\[2,200,2,4\]" "$dir/out.txt" && pass "sel_idx shape" || fail "sel_idx shape"
+expect_ok "mlp + shared example" "$nsa" attention --write-example "$dir/mlp.safetensors" --phi mlp --kv shared --seq-len 70
+expect_ok "mlp + shared run" "$nsa" attention --in "$dir/mlp.safetensors" --out "$dir/mlp_out.safetensors" --n-sel 5
+expect_ok "inspect mlp output" "$nsa" inspect "$dir/mlp_out.safetensors"
+grep -q "dphi_k_w1" "$dir/out.txt" && pass "mlp output has dphi_k_w1" || fail "mlp output has dphi_k_w1"
+
+expect_error "missing input file" "cannot open safetensors file '$dir/nope.safetensors'" \
+  "$nsa" attention --in "$dir/nope.safetensors" --out "$dir/x.safetensors"
+head -c 100 "$dir/in.safetensors" >"$dir/truncated.safetensors"
+expect_error "truncated file" "truncated" \
+  "$nsa" attention --in "$dir/truncated.safetensors" --out "$dir/x.safetensors"
+printf 'garbage that is not a safetensors file' >"$dir/garbage.safetensors"
+expect_error "corrupt header" "garbage.safetensors" \
+  "$nsa" attention --in "$dir/garbage.safetensors" --out "$dir/x.safetensors"
+expect_error "bad override" "l = 10 must be a multiple of d = 8" \
+  "$nsa" attention --in "$dir/in.safetensors" --out "$dir/x.safetensors" --l 10
+expect_error "shared kv on separate file" "has no tensor 'k'" \
+  "$nsa" attention --in "$dir/in.safetensors" --out "$dir/x.safetensors" --kv shared
+expect_error "shape flag with --in" "is read from the tensor shapes" \
+  "$nsa" attention --in "$dir/in.safetensors" --out "$dir/x.safetensors" --heads 8
+expect_error "bad example config" "heads = 6 must be a multiple of groups = 4" \
+  "$nsa" attention --write-example "$dir/bad.safetensors" --heads 6 --groups 4
+[ ! -e "$dir/x.safetensors" ] && pass "no output written on error" || fail "no output written on error"
+
+if [ "$failures" -ne 0 ]; then echo "$failures CLI check(s) failed"; exit 1; fi
+echo "all CLI checks passed"
