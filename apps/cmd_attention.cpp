@@ -39,7 +39,8 @@ void run_attention(const AttentionArgs& a) {
   NSA_CHECK(!a.in.empty() && !a.out.empty(),
             "nsa attention needs --in FILE and --out FILE (or --write-example FILE)");
   for (const char* f : {"heads", "groups", "dk", "dv", "phi_hidden", "gate"}) {
-    NSA_CHECK(!a.flags.values.count(f), "--", f, " is read from the tensor shapes of --in; drop it");
+    NSA_CHECK(!a.flags.values.count(f), "--", f,
+              " is read from the tensor shapes of --in; drop it");
   }
   NSA_CHECK(a.device == "cpu",
             "--device cuda: the CUDA NSA kernels are not part of this build yet; use --device cpu");
@@ -52,7 +53,8 @@ void run_attention(const AttentionArgs& a) {
   double bwd_ms = 0;
   if (p.has_do) {
     t0 = std::chrono::steady_clock::now();
-    grads = std::make_unique<NsaTensors<float>>(nsa_backward_cpu(p.cfg, p.layout, p.in, fwd, p.d_o));
+    grads =
+        std::make_unique<NsaTensors<float>>(nsa_backward_cpu(p.cfg, p.layout, p.in, fwd, p.d_o));
     bwd_ms = ms_since(t0);
   }
   io::save_attention_result(a.out, p, fwd, grads.get());

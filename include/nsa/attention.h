@@ -30,22 +30,22 @@ struct PhiMlpParams {
 // The inputs of one NSA attention call, and (same shapes) their gradients.
 template <typename Real>
 struct NsaTensors {
-  Tensor<Real> q;                  // [T, H, dk]
-  Tensor<Real> k[kNumBranches];    // [T, G, dk]; kv = shared: only k[0] is used
-  Tensor<Real> v[kNumBranches];    // [T, G, dv]; kv = shared: only v[0] is used
+  Tensor<Real> q;                   // [T, H, dk]
+  Tensor<Real> k[kNumBranches];     // [T, G, dk]; kv = shared: only k[0] is used
+  Tensor<Real> v[kNumBranches];     // [T, G, dv]; kv = shared: only v[0] is used
   Tensor<Real> gate[kNumBranches];  // [T, H], gate values (after sigmoid/softmax)
-  PhiMlpParams<Real> phi_k;        // φ = mlp only, D = dk
-  PhiMlpParams<Real> phi_v;        // φ = mlp only, D = dv
+  PhiMlpParams<Real> phi_k;         // φ = mlp only, D = dk
+  PhiMlpParams<Real> phi_v;         // φ = mlp only, D = dv
 };
 
 template <typename Real>
 struct NsaForward {
-  Tensor<Real> o;                         // [T, H, dv] = Σ_c gate_c · o_c
-  Tensor<Real> o_branch[kNumBranches];    // [T, H, dv]
-  Tensor<Real> lse[kNumBranches];         // [T, H]; cmp is -inf where nothing is visible
-  Tensor<Real> k_cmp;                     // [C, G, dk] compressed keys (C over all sequences)
-  Tensor<Real> v_cmp;                     // [C, G, dv] compressed values
-  Tensor<int32_t> sel_idx;                // [T, G, n_sel], ascending, −1 padded
+  Tensor<Real> o;                       // [T, H, dv] = Σ_c gate_c · o_c
+  Tensor<Real> o_branch[kNumBranches];  // [T, H, dv]
+  Tensor<Real> lse[kNumBranches];       // [T, H]; cmp is -inf where nothing is visible
+  Tensor<Real> k_cmp;                   // [C, G, dk] compressed keys (C over all sequences)
+  Tensor<Real> v_cmp;                   // [C, G, dv] compressed values
+  Tensor<int32_t> sel_idx;              // [T, G, n_sel], ascending, −1 padded
 };
 
 // Checks every tensor's presence and shape against the config and layout; throws nsa::Error

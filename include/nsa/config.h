@@ -17,12 +17,12 @@ enum Branch : int { kCmp = 0, kSel = 1, kWin = 2 };
 constexpr int kNumBranches = 3;
 constexpr const char* kBranchNames[kNumBranches] = {"cmp", "sel", "win"};
 
-enum class Phi { kAvg, kMlp };                  // compression function φ
-enum class KvMode { kSeparate, kShared };       // K/V per branch, or one K/V for all three
+enum class Phi { kAvg, kMlp };                     // compression function φ
+enum class KvMode { kSeparate, kShared };          // K/V per branch, or one K/V for all three
 enum class GateActivation { kSigmoid, kSoftmax };  // how gate logits become gate values
 
-Phi parse_phi(const std::string& s);                        // "avg" | "mlp"
-KvMode parse_kv_mode(const std::string& s);                 // "separate" | "shared"
+Phi parse_phi(const std::string& s);                         // "avg" | "mlp"
+KvMode parse_kv_mode(const std::string& s);                  // "separate" | "shared"
 GateActivation parse_gate_activation(const std::string& s);  // "sigmoid" | "softmax"
 const char* to_string(Phi phi);
 const char* to_string(KvMode kv);
@@ -35,11 +35,11 @@ struct NsaConfig {
   int64_t dk = 0;      // query/key head dim
   int64_t dv = 0;      // value head dim
   // Hyper-parameters (SPEC §2).
-  int64_t l = 0;      // compression block length
-  int64_t d = 0;      // compression stride, divides l and l_sel
-  int64_t l_sel = 0;  // selection block length
-  int64_t n_sel = 0;  // selected blocks per query, forced ones included (>= 3)
-  int64_t w = 0;      // sliding window
+  int64_t l = 0;       // compression block length
+  int64_t d = 0;       // compression stride, divides l and l_sel
+  int64_t l_sel = 0;   // selection block length
+  int64_t n_sel = 0;   // selected blocks per query, forced ones included (>= 3)
+  int64_t w = 0;       // sliding window
   double scale = 0.0;  // softmax scale; 0 means 1/sqrt(dk)
   Phi phi = Phi::kAvg;
   KvMode kv = KvMode::kSeparate;

@@ -36,7 +36,7 @@ std::string str(const Args&... args) {
 }  // namespace nsa
 
 // Throws nsa::Error with the streamed message when `cond` is false.
-#define NSA_CHECK(cond, ...)                                      \
-  do {                                                            \
-    if (!(cond)) throw ::nsa::Error(::nsa::str(__VA_ARGS__));     \
+#define NSA_CHECK(cond, ...)                                  \
+  do {                                                        \
+    if (!(cond)) throw ::nsa::Error(::nsa::str(__VA_ARGS__)); \
   } while (0)

@@ -37,9 +37,13 @@ struct TrackedAllocator {
     ::operator delete(p);
   }
   template <typename U>
-  bool operator==(const TrackedAllocator<U>&) const { return true; }
+  bool operator==(const TrackedAllocator<U>&) const {
+    return true;
+  }
   template <typename U>
-  bool operator!=(const TrackedAllocator<U>&) const { return false; }
+  bool operator!=(const TrackedAllocator<U>&) const {
+    return false;
+  }
 };
 
 }  // namespace nsa

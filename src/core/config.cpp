@@ -25,8 +25,12 @@ GateActivation parse_gate_activation(const std::string& s) {
   throw Error(str("gate = '", s, "' is not a gate activation; allowed: sigmoid, softmax"));
 }
 
-const char* to_string(Phi phi) { return phi == Phi::kAvg ? "avg" : "mlp"; }
-const char* to_string(KvMode kv) { return kv == KvMode::kSeparate ? "separate" : "shared"; }
+const char* to_string(Phi phi) {
+  return phi == Phi::kAvg ? "avg" : "mlp";
+}
+const char* to_string(KvMode kv) {
+  return kv == KvMode::kSeparate ? "separate" : "shared";
+}
 const char* to_string(GateActivation g) {
   return g == GateActivation::kSigmoid ? "sigmoid" : "softmax";
 }
@@ -35,7 +39,7 @@ void NsaConfig::validate() const {
   const struct {
     const char* name;
     int64_t value;
-  } positive[] = {{"heads", heads}, {"groups", groups}, {"dk", dk}, {"dv", dv},  {"l", l},
+  } positive[] = {{"heads", heads}, {"groups", groups}, {"dk", dk},       {"dv", dv}, {"l", l},
                   {"d", d},         {"l_sel", l_sel},   {"n_sel", n_sel}, {"w", w}};
   for (const auto& f : positive) {
     NSA_CHECK(f.value > 0, f.name, " = ", f.value, " must be a positive integer");
@@ -92,14 +96,14 @@ double parse_double(const std::string& field, const std::string& value) {
 }  // namespace
 
 const std::vector<std::string>& config_field_names() {
-  static const std::vector<std::string> names = {"heads", "groups", "dk",    "dv",  "l",
-                                                 "d",     "l_sel",  "n_sel", "w",   "scale",
+  static const std::vector<std::string> names = {"heads", "groups", "dk",    "dv",        "l",
+                                                 "d",     "l_sel",  "n_sel", "w",         "scale",
                                                  "phi",   "kv",     "gate",  "phi_hidden"};
   return names;
 }
 
 void set_config_field(NsaConfig& cfg, const std::string& field, const std::string& value) {
-  int64_t* ints[] = {&cfg.heads, &cfg.groups, &cfg.dk, &cfg.dv,    &cfg.l,
+  int64_t* ints[] = {&cfg.heads, &cfg.groups, &cfg.dk,    &cfg.dv, &cfg.l,
                      &cfg.d,     &cfg.l_sel,  &cfg.n_sel, &cfg.w};
   const auto& names = config_field_names();
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); ++i) {
@@ -137,8 +141,8 @@ SeqLayout SeqLayout::packed(const std::vector<int64_t>& cu, int64_t total_tokens
             cu.size());
   NSA_CHECK(cu.front() == 0, "cu_seqlens[0] = ", cu.front(), " must be 0");
   for (size_t i = 1; i < cu.size(); ++i) {
-    NSA_CHECK(cu[i] >= cu[i - 1], "cu_seqlens must be non-decreasing: cu_seqlens[", i, "] = ", cu[i],
-              " < cu_seqlens[", i - 1, "] = ", cu[i - 1]);
+    NSA_CHECK(cu[i] >= cu[i - 1], "cu_seqlens must be non-decreasing: cu_seqlens[", i,
+              "] = ", cu[i], " < cu_seqlens[", i - 1, "] = ", cu[i - 1]);
   }
   NSA_CHECK(cu.back() == total_tokens, "cu_seqlens[last] = ", cu.back(),
             " must equal the number of tokens ", total_tokens);

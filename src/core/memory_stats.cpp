@@ -16,10 +16,16 @@ void note_host_alloc(int64_t bytes) {
   }
 }
 
-void note_host_free(int64_t bytes) { g_current.fetch_sub(bytes); }
+void note_host_free(int64_t bytes) {
+  g_current.fetch_sub(bytes);
+}
 
-HostMemoryStats host_memory_stats() { return {g_current.load(), g_peak.load()}; }
+HostMemoryStats host_memory_stats() {
+  return {g_current.load(), g_peak.load()};
+}
 
-void reset_host_peak() { g_peak.store(g_current.load()); }
+void reset_host_peak() {
+  g_peak.store(g_current.load());
+}
 
 }  // namespace nsa

@@ -72,7 +72,7 @@ void attend_row_backward(const Real* q, const RowKv<Real>& kv, const KeyRange* r
 
 #define NSA_INSTANTIATE(Real)                                                                     \
   template Real attend_row_forward<Real>(const Real*, const RowKv<Real>&, const KeyRange*, int,   \
-                                         int64_t, int64_t, Real, Real*, Real*);                  \
+                                         int64_t, int64_t, Real, Real*, Real*);                   \
   template void attend_row_backward<Real>(const Real*, const RowKv<Real>&, const KeyRange*, int,  \
                                           int64_t, int64_t, Real, Real, const Real*, const Real*, \
                                           Real*, Real*, Real*);

@@ -45,8 +45,8 @@ int64_t select_blocks(const Real* scores, int64_t t, int64_t l_sel, int64_t n_se
   return n;
 }
 
-#define NSA_INSTANTIATE(Real)                                                                    \
-  template void accumulate_block_scores<Real>(const NsaConfig&, const Real*, int64_t, Real*);    \
+#define NSA_INSTANTIATE(Real)                                                                 \
+  template void accumulate_block_scores<Real>(const NsaConfig&, const Real*, int64_t, Real*); \
   template int64_t select_blocks<Real>(const Real*, int64_t, int64_t, int64_t, int32_t*);
 NSA_INSTANTIATE(float)
 NSA_INSTANTIATE(double)

@@ -24,8 +24,8 @@ Real sigmoid(Real u) {
 
 // z = concat_r(raw[start + r, g] + pos[r]) for one block.
 template <typename Real>
-void gather_block(const Tensor<Real>& raw, const PhiMlpParams<Real>& mlp, int64_t start,
-                  int64_t g, int64_t l, int64_t G, int64_t D, Real* z) {
+void gather_block(const Tensor<Real>& raw, const PhiMlpParams<Real>& mlp, int64_t start, int64_t g,
+                  int64_t l, int64_t G, int64_t D, Real* z) {
   for (int64_t r = 0; r < l; ++r) {
     const Real* x = raw.ptr() + ((start + r) * G + g) * D;
     for (int64_t c = 0; c < D; ++c) z[r * D + c] = x[c] + mlp.pos[r * D + c];
@@ -145,12 +145,12 @@ void compress_backward(const NsaConfig& cfg, const SeqLayout& layout, const Tens
   }
 }
 
-#define NSA_INSTANTIATE(Real)                                                                 \
-  template void compress_forward<Real>(const NsaConfig&, const SeqLayout&, const Tensor<Real>&, \
-                                       const PhiMlpParams<Real>*, Tensor<Real>&);             \
-  template void compress_backward<Real>(const NsaConfig&, const SeqLayout&,                   \
-                                        const Tensor<Real>&, const PhiMlpParams<Real>*,       \
-                                        const Tensor<Real>&, Tensor<Real>&, PhiMlpParams<Real>*);
+#define NSA_INSTANTIATE(Real)                                                                    \
+  template void compress_forward<Real>(const NsaConfig&, const SeqLayout&, const Tensor<Real>&,  \
+                                       const PhiMlpParams<Real>*, Tensor<Real>&);                \
+  template void compress_backward<Real>(const NsaConfig&, const SeqLayout&, const Tensor<Real>&, \
+                                        const PhiMlpParams<Real>*, const Tensor<Real>&,          \
+                                        Tensor<Real>&, PhiMlpParams<Real>*);
 NSA_INSTANTIATE(float)
 NSA_INSTANTIATE(double)
 #undef NSA_INSTANTIATE

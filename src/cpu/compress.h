@@ -3,7 +3,8 @@
 // Compressed token i of a sequence summarises raw positions [i·d, i·d + l), per K/V group.
 //   avg: y = (1/l) Σ_r x_r.
 //   mlp: z = concat_r(x_r + pos_r) ∈ R^{l·D}, y = W2ᵀ silu(W1ᵀ z + b1) + b2. One MLP per tensor
-//        kind (keys, values) shared by all groups. silu(u) = u·σ(u), silu'(u) = σ(u)(1 + u(1 − σ(u))).
+//        kind (keys, values) shared by all groups. silu(u) = u·σ(u), silu'(u) = σ(u)(1 + u(1 −
+//        σ(u))).
 // Backward: avg spreads dy/l to each raw row of the block; mlp is the chain rule through the two
 // layers, accumulating parameter gradients over every (sequence, block, group).
 #pragma once

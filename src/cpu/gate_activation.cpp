@@ -47,9 +47,9 @@ void gate_activation_backward(GateActivation act, const Tensor<Real> (&values)[k
   }
 }
 
-#define NSA_INSTANTIATE(Real)                                                           \
-  template void gate_activation_forward<Real>(GateActivation, const Tensor<Real>(&)[3], \
-                                              Tensor<Real>(&)[3]);                      \
+#define NSA_INSTANTIATE(Real)                                                            \
+  template void gate_activation_forward<Real>(GateActivation, const Tensor<Real>(&)[3],  \
+                                              Tensor<Real>(&)[3]);                       \
   template void gate_activation_backward<Real>(GateActivation, const Tensor<Real>(&)[3], \
                                                const Tensor<Real>(&)[3], Tensor<Real>(&)[3]);
 NSA_INSTANTIATE(float)

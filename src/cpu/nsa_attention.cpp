@@ -118,8 +118,7 @@ NsaForward<Real> nsa_forward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
   cpu::compress_forward(cfg, layout, in.v[cfg.kv_index(kCmp)], mlp ? &in.phi_v : nullptr, f.v_cmp);
   const std::vector<int64_t> cmp_offset = layout.compressed_offsets(cfg);
   const int64_t max_len = max_length(layout);
-  const int64_t scratch =
-      std::max({cfg.num_compressed(max_len), n_sel * l_sel, cfg.w, int64_t{1}});
+  const int64_t scratch = std::max({cfg.num_compressed(max_len), n_sel * l_sel, cfg.w, int64_t{1}});
 
 #pragma omp parallel
   {
@@ -158,12 +157,12 @@ NsaForward<Real> nsa_forward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
           for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
             const int64_t th = row * H + h;
             const Real* q = in.q.ptr() + th * dk;
-            f.lse[kSel][th] = cpu::attend_row_forward(q, sel_g, ranges.data(), n_ranges, dk, dv,
-                                                      scale, f.o_branch[kSel].ptr() + th * dv,
-                                                      probs.data());
-            f.lse[kWin][th] = cpu::attend_row_forward(q, win_g, &win_range, 1, dk, dv, scale,
-                                                      f.o_branch[kWin].ptr() + th * dv,
-                                                      probs.data());
+            f.lse[kSel][th] =
+                cpu::attend_row_forward(q, sel_g, ranges.data(), n_ranges, dk, dv, scale,
+                                        f.o_branch[kSel].ptr() + th * dv, probs.data());
+            f.lse[kWin][th] =
+                cpu::attend_row_forward(q, win_g, &win_range, 1, dk, dv, scale,
+                                        f.o_branch[kWin].ptr() + th * dv, probs.data());
             Real* o = f.o.ptr() + th * dv;
             for (int c = 0; c < kNumBranches; ++c) {
               const Real gc = in.gate[c][th];
@@ -241,8 +240,8 @@ NsaTensors<Real> nsa_backward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
               do_branch[e] = in.gate[c][th] * dout[e];
             }
             d.gate[c][th] = dgate;
-            cpu::attend_row_backward(in.q.ptr() + th * dk, kv[c], branch_ranges[c], n_ranges[c],
-                                     dk, dv, scale, f.lse[c][th], oc, do_branch.data(),
+            cpu::attend_row_backward(in.q.ptr() + th * dk, kv[c], branch_ranges[c], n_ranges[c], dk,
+                                     dv, scale, f.lse[c][th], oc, do_branch.data(),
                                      d.q.ptr() + th * dk, dk_rows[c], dv_rows[c]);
           }
         }
@@ -250,20 +249,20 @@ NsaTensors<Real> nsa_backward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
     }
   }
   const int cmp_kv = cfg.kv_index(kCmp);
-  cpu::compress_backward(cfg, layout, in.k[cmp_kv], mlp ? &in.phi_k : nullptr, dk_cmp,
-                         d.k[cmp_kv], mlp ? &d.phi_k : nullptr);
-  cpu::compress_backward(cfg, layout, in.v[cmp_kv], mlp ? &in.phi_v : nullptr, dv_cmp,
-                         d.v[cmp_kv], mlp ? &d.phi_v : nullptr);
+  cpu::compress_backward(cfg, layout, in.k[cmp_kv], mlp ? &in.phi_k : nullptr, dk_cmp, d.k[cmp_kv],
+                         mlp ? &d.phi_k : nullptr);
+  cpu::compress_backward(cfg, layout, in.v[cmp_kv], mlp ? &in.phi_v : nullptr, dv_cmp, d.v[cmp_kv],
+                         mlp ? &d.phi_v : nullptr);
   return d;
 }
 
-#define NSA_INSTANTIATE(Real)                                                                  \
+#define NSA_INSTANTIATE(Real)                                                                    \
   template void check_inputs<Real>(const NsaConfig&, const SeqLayout&, const NsaTensors<Real>&); \
-  template NsaTensors<Real> zeros_like_inputs<Real>(const NsaConfig&, const NsaTensors<Real>&); \
-  template NsaForward<Real> nsa_forward_cpu<Real>(const NsaConfig&, const SeqLayout&,          \
-                                                  const NsaTensors<Real>&);                    \
-  template NsaTensors<Real> nsa_backward_cpu<Real>(const NsaConfig&, const SeqLayout&,         \
-                                                   const NsaTensors<Real>&,                    \
+  template NsaTensors<Real> zeros_like_inputs<Real>(const NsaConfig&, const NsaTensors<Real>&);  \
+  template NsaForward<Real> nsa_forward_cpu<Real>(const NsaConfig&, const SeqLayout&,            \
+                                                  const NsaTensors<Real>&);                      \
+  template NsaTensors<Real> nsa_backward_cpu<Real>(const NsaConfig&, const SeqLayout&,           \
+                                                   const NsaTensors<Real>&,                      \
                                                    const NsaForward<Real>&, const Tensor<Real>&);
 NSA_INSTANTIATE(float)
 NSA_INSTANTIATE(double)

@@ -27,8 +27,8 @@ NsaTensors<Real> random_nsa_inputs(const NsaConfig& cfg, int64_t T, uint64_t see
   }
   if (cfg.phi == Phi::kMlp) {
     const int64_t hid = cfg.mlp_hidden();
-    for (auto [p, D] : {std::pair<PhiMlpParams<Real>*, int64_t>{&in.phi_k, cfg.dk},
-                        {&in.phi_v, cfg.dv}}) {
+    for (auto [p, D] :
+         {std::pair<PhiMlpParams<Real>*, int64_t>{&in.phi_k, cfg.dk}, {&in.phi_v, cfg.dv}}) {
       p->pos = randn({cfg.l, D}, 0.1);
       p->w1 = randn({cfg.l * D, hid}, 1.0 / std::sqrt(static_cast<double>(cfg.l * D)));
       p->b1 = randn({hid}, 0.1);

@@ -38,9 +38,12 @@ Tensor<float> read_tokens(const SafetensorsFile& f, const std::string& name, int
 
 // The hyper-parameters as __metadata__ strings (what load_attention_problem reads back).
 std::map<std::string, std::string> config_metadata(const NsaConfig& cfg) {
-  return {{"l", std::to_string(cfg.l)},         {"d", std::to_string(cfg.d)},
-          {"l_sel", std::to_string(cfg.l_sel)}, {"n_sel", std::to_string(cfg.n_sel)},
-          {"w", std::to_string(cfg.w)},         {"phi", to_string(cfg.phi)},
+  return {{"l", std::to_string(cfg.l)},
+          {"d", std::to_string(cfg.d)},
+          {"l_sel", std::to_string(cfg.l_sel)},
+          {"n_sel", std::to_string(cfg.n_sel)},
+          {"w", std::to_string(cfg.w)},
+          {"phi", to_string(cfg.phi)},
           {"kv", to_string(cfg.kv)}};
 }
 
@@ -108,8 +111,9 @@ AttentionProblem load_attention_problem(const SafetensorsFile& file,
   }
   if (cfg.phi == Phi::kMlp) {
     for (int i = 0; i < 5; ++i) {
-      for (auto [prefix, params] : {std::pair<const char*, PhiMlpParams<float>*>{"phi_k_", &p.in.phi_k},
-                                    {"phi_v_", &p.in.phi_v}}) {
+      for (auto [prefix, params] :
+           {std::pair<const char*, PhiMlpParams<float>*>{"phi_k_", &p.in.phi_k},
+            {"phi_v_", &p.in.phi_v}}) {
         const std::string name = std::string(prefix) + kPhiParts[i];
         NSA_CHECK(file.has(name), "phi = mlp needs tensor '", name, "' in '", file.path(), "'");
         *phi_part(*params, i) = file.get_float(name);

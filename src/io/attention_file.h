@@ -19,8 +19,8 @@ namespace nsa::io {
 struct AttentionProblem {
   NsaConfig cfg;
   SeqLayout layout;
-  int64_t batch = 0;    // B
-  int64_t seq_len = 0;  // S (per batch row; the packed total when cu_seqlens is given)
+  int64_t batch = 0;     // B
+  int64_t seq_len = 0;   // S (per batch row; the packed total when cu_seqlens is given)
   NsaTensors<float> in;  // tensors with the token dims flattened: [T, ...]
   bool has_do = false;
   Tensor<float> d_o;  // [T, H, dv] when has_do

@@ -45,8 +45,12 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
-const char* dtype_name(DType dtype) { return info(dtype).name; }
-int64_t dtype_size(DType dtype) { return info(dtype).size; }
+const char* dtype_name(DType dtype) {
+  return info(dtype).name;
+}
+int64_t dtype_size(DType dtype) {
+  return info(dtype).size;
+}
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
   std::ifstream file(path, std::ios::binary | std::ios::ate);
@@ -101,7 +105,8 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     for (const auto& d : kDTypes) {
       if (dtype == d.name) dt = &d;
     }
-    NSA_CHECK(dt, where, ": dtype '", dtype, "' is not supported (F32, F64, BF16, F16, I32, I64, U8)");
+    NSA_CHECK(dt, where, ": dtype '", dtype,
+              "' is not supported (F32, F64, BF16, F16, I32, I64, U8)");
     StoredTensor t;
     t.dtype = dt->dtype;
     NSA_CHECK(entry["shape"].is_array(), where, ": shape is not an array");
@@ -149,7 +154,8 @@ void SafetensorsFile::write(const std::string& path) const {
   int64_t offset = 0;
   for (const auto& [name, t] : tensors_) {
     const int64_t n = static_cast<int64_t>(t.bytes.size());
-    json[name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
+    json[name] = {
+        {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
   std::string header = json.dump();
@@ -192,7 +198,9 @@ Tensor<float> SafetensorsFile::get_float(const std::string& name) const {
   const uint8_t* p = t.bytes.data();
   for (int64_t i = 0; i < out.numel(); ++i) {
     switch (t.dtype) {
-      case DType::kF32: std::memcpy(&out[i], p + 4 * i, 4); break;
+      case DType::kF32:
+        std::memcpy(&out[i], p + 4 * i, 4);
+        break;
       case DType::kF64: {
         double v;
         std::memcpy(&v, p + 8 * i, 8);
@@ -204,7 +212,9 @@ Tensor<float> SafetensorsFile::get_float(const std::string& name) const {
         std::memcpy(&out[i], &bits, 4);
         break;
       }
-      case DType::kF16: out[i] = half_to_float(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8))); break;
+      case DType::kF16:
+        out[i] = half_to_float(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
+        break;
       default:
         throw Error(str("tensor '", name, "' in '", path_, "' has dtype ", dtype_name(t.dtype),
                         "; expected a floating dtype (F32, BF16, F16, F64)"));

@@ -64,7 +64,8 @@ std::vector<double> compress_block(const NsaConfig& cfg, const std::vector<const
 
 }  // namespace
 
-OracleResult nsa_oracle(const NsaConfig& cfg, const SeqLayout& layout, const NsaTensors<double>& in) {
+OracleResult nsa_oracle(const NsaConfig& cfg, const SeqLayout& layout,
+                        const NsaTensors<double>& in) {
   const int64_t T = layout.total_tokens(), H = cfg.heads, G = cfg.groups, hpg = H / G;
   const int64_t dk = cfg.dk, dv = cfg.dv;
   const double scale = cfg.softmax_scale();
@@ -113,8 +114,8 @@ OracleResult nsa_oracle(const NsaConfig& cfg, const SeqLayout& layout, const Nsa
         for (int64_t i = 0; i < nc; ++i) cmask[i] = i * cfg.d + cfg.l <= t + 1;
         for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
           std::vector<double> p;
-          auto o = masked_attention(in.q.ptr() + (row * H + h) * dk, kcp, vcp, cmask, dk, dv,
-                                    scale, &p);
+          auto o =
+              masked_attention(in.q.ptr() + (row * H + h) * dk, kcp, vcp, cmask, dk, dv, scale, &p);
           std::copy(o.begin(), o.end(), r.o_branch[kCmp].ptr() + (row * H + h) * dv);
           for (int64_t i = 0; i < nc; ++i) {
             for (int64_t j = 0; j < nb; ++j) score[j] += p[i] * overlap[i][j] / cfg.l;

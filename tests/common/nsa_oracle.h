@@ -16,7 +16,8 @@ struct OracleResult {
   std::vector<std::vector<int32_t>> sel;  // [T * G], each an ascending set of blocks
 };
 
-OracleResult nsa_oracle(const NsaConfig& cfg, const SeqLayout& layout, const NsaTensors<double>& in);
+OracleResult nsa_oracle(const NsaConfig& cfg, const SeqLayout& layout,
+                        const NsaTensors<double>& in);
 
 // Plain causal softmax attention (GQA: head h reads group h / (H/G)) over each sequence.
 Tensor<double> causal_attention(const NsaConfig& cfg, const SeqLayout& layout,

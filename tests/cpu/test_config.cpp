@@ -17,10 +17,13 @@ void expect_rejected(NsaConfig cfg, const std::string& fragment) {
   }
 }
 
-NsaConfig good() { return make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64}); }
+NsaConfig good() {
+  return make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64});
+}
 
 TEST(Config, PresetsAreValid) {
-  for (const std::string& name : attention_preset_names()) EXPECT_NO_THROW(attention_preset(name).validate());
+  for (const std::string& name : attention_preset_names())
+    EXPECT_NO_THROW(attention_preset(name).validate());
   EXPECT_THROW(attention_preset("huge"), Error);
 }
 

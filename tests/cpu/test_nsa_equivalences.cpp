@@ -146,7 +146,8 @@ TEST(Equivalence, PackedDocumentsEqualSeparateRuns) {
 TEST(Selection, ForcedBlocksAlwaysPresentAndSetsWellFormed) {
   const NsaConfig cfg = make_config({6, 3, 8, 8}, {8, 4, 8, 5, 16});
   const int64_t S = 200;
-  const auto f = nsa_forward_cpu(cfg, SeqLayout::batch(2, S), random_nsa_inputs<float>(cfg, 2 * S, 41));
+  const auto f =
+      nsa_forward_cpu(cfg, SeqLayout::batch(2, S), random_nsa_inputs<float>(cfg, 2 * S, 41));
   for (int64_t row = 0; row < 2 * S; ++row) {
     const int64_t t = row % S, c = t / cfg.l_sel;
     const int64_t candidates = std::max<int64_t>(0, c - 2);

@@ -30,7 +30,8 @@ std::vector<std::tuple<std::string, Tensor<double>*, const Tensor<double>*>> ten
   out.emplace_back("q", &in.q, &grad.q);
   for (int c = 0; c < kNumBranches; ++c) {
     if (cfg.kv_index(c) == c) {
-      const std::string suffix = cfg.kv == KvMode::kShared ? "" : std::string("_") + kBranchNames[c];
+      const std::string suffix =
+          cfg.kv == KvMode::kShared ? "" : std::string("_") + kBranchNames[c];
       out.emplace_back("k" + suffix, &in.k[c], &grad.k[c]);
       out.emplace_back("v" + suffix, &in.v[c], &grad.v[c]);
     }
@@ -111,13 +112,17 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, GradientTest,
     ::testing::Values(
         // name, {H, G, dk, dv}, {l, d, l_sel, n_sel, w}, phi, kv, cu_seqlens
-        GradCase{"avg_gqa2_packed", {4, 2, 6, 5}, {4, 2, 8, 4, 6}, Phi::kAvg, KvMode::kSeparate,
+        GradCase{"avg_gqa2_packed",
+                 {4, 2, 6, 5},
+                 {4, 2, 8, 4, 6},
+                 Phi::kAvg,
+                 KvMode::kSeparate,
                  {0, 29, 31, 58}},
         GradCase{"mlp_gqa3", {3, 1, 4, 6}, {4, 2, 4, 4, 5}, Phi::kMlp, KvMode::kSeparate, {0, 37}},
-        GradCase{"mlp_shared", {2, 2, 4, 4}, {4, 4, 8, 3, 9}, Phi::kMlp, KvMode::kShared,
-                 {0, 19, 45}},
-        GradCase{"avg_shared_mha", {2, 2, 5, 3}, {2, 1, 2, 5, 4}, Phi::kAvg, KvMode::kShared,
-                 {0, 33}}),
+        GradCase{
+            "mlp_shared", {2, 2, 4, 4}, {4, 4, 8, 3, 9}, Phi::kMlp, KvMode::kShared, {0, 19, 45}},
+        GradCase{
+            "avg_shared_mha", {2, 2, 5, 3}, {2, 1, 2, 5, 4}, Phi::kAvg, KvMode::kShared, {0, 33}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Gate activation: d(Σ dg·g)/dz against finite differences, for sigmoid and softmax.

@@ -17,16 +17,16 @@ bool sync_after_launch();
 
 }  // namespace nsa::cuda
 
-#define NSA_CUDA_CHECK(call)                                                   \
-  do {                                                                         \
-    const cudaError_t nsa_err_ = (call);                                       \
-    if (nsa_err_ != cudaSuccess) {                                             \
-      ::nsa::cuda::throw_cuda_error(nsa_err_, #call, __FILE__, __LINE__);      \
-    }                                                                          \
+#define NSA_CUDA_CHECK(call)                                              \
+  do {                                                                    \
+    const cudaError_t nsa_err_ = (call);                                  \
+    if (nsa_err_ != cudaSuccess) {                                        \
+      ::nsa::cuda::throw_cuda_error(nsa_err_, #call, __FILE__, __LINE__); \
+    }                                                                     \
   } while (0)
 
-#define NSA_CUDA_LAUNCH_CHECK()                                                           \
-  do {                                                                                    \
-    NSA_CUDA_CHECK(cudaGetLastError());                                                   \
-    if (::nsa::cuda::sync_after_launch()) NSA_CUDA_CHECK(cudaDeviceSynchronize());        \
+#define NSA_CUDA_LAUNCH_CHECK()                                                    \
+  do {                                                                             \
+    NSA_CUDA_CHECK(cudaGetLastError());                                            \
+    if (::nsa::cuda::sync_after_launch()) NSA_CUDA_CHECK(cudaDeviceSynchronize()); \
   } while (0)
