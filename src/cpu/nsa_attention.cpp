@@ -122,7 +122,8 @@ NsaForward<Real> nsa_forward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
 
 #pragma omp parallel
   {
-    std::vector<Real> probs(scratch), block_scores(cfg.num_selection_blocks(max_len) + 1);
+    std::vector<Real> probs(scratch), group_probs(cfg.num_compressed(max_len) + 1);
+    std::vector<Real> block_scores(cfg.num_selection_blocks(max_len) + 1);
     std::vector<cpu::KeyRange> ranges(n_sel);
     for (int64_t n = 0; n < layout.num_seqs(); ++n) {
       const int64_t start = layout.start(n), len = layout.length(n);
@@ -138,15 +139,19 @@ NsaForward<Real> nsa_forward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
         const cpu::KeyRange cmp_range{0, cfg.num_visible_compressed(t)};
         const cpu::KeyRange win_range{std::max<int64_t>(0, t - cfg.w + 1), t + 1};
         for (int64_t g = 0; g < G; ++g) {
+          // Group probability of each visible compressed token (heads summed in ascending
+          // order), then mapped onto blocks: the fixed order every backend follows.
           std::fill(block_scores.begin(), block_scores.begin() + t / l_sel + 1, Real(0));
+          std::fill(group_probs.begin(), group_probs.begin() + cmp_range.end, Real(0));
           const cpu::RowKv<Real> cmp_g{cmp_kv.k + g * dk, cmp_kv.v + g * dv, G * dk, G * dv};
           for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
             const int64_t th = row * H + h;
             f.lse[kCmp][th] =
                 cpu::attend_row_forward(in.q.ptr() + th * dk, cmp_g, &cmp_range, 1, dk, dv, scale,
                                         f.o_branch[kCmp].ptr() + th * dv, probs.data());
-            cpu::accumulate_block_scores(cfg, probs.data(), cmp_range.end, block_scores.data());
+            for (int64_t i = 0; i < cmp_range.end; ++i) group_probs[i] += probs[i];
           }
+          cpu::accumulate_block_scores(cfg, group_probs.data(), cmp_range.end, block_scores.data());
           int32_t* sel = f.sel_idx.ptr() + (row * G + g) * n_sel;
           cpu::select_blocks(block_scores.data(), t, l_sel, n_sel, sel);
           const int n_ranges = fill_selected_ranges(sel, n_sel, l_sel, t, ranges.data());
