@@ -57,9 +57,13 @@ void check_inputs(const NsaConfig& cfg, const SeqLayout& layout, const NsaTensor
 template <typename Real>
 NsaTensors<Real> zeros_like_inputs(const NsaConfig& cfg, const NsaTensors<Real>& in);
 
+// `selection` (optional, [T, G, n_sel]) replaces the top-n choice with given sets – used to compare
+// another backend's outputs on the sets it chose. Each set must be ascending, −1 padded, within
+// 0..c and contain c (the current block); otherwise nsa::Error.
 template <typename Real>
 NsaForward<Real> nsa_forward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
-                                 const NsaTensors<Real>& in);
+                                 const NsaTensors<Real>& in,
+                                 const Tensor<int32_t>* selection = nullptr);
 
 // d_o [T, H, dv] → gradients of every used input. Uses the forward's saved selection.
 template <typename Real>

@@ -60,6 +60,27 @@ int fill_selected_ranges(const int32_t* sel, int64_t n_sel, int64_t l_sel, int64
   return n;
 }
 
+void check_selection(const NsaConfig& cfg, const SeqLayout& layout, const Tensor<int32_t>& sel) {
+  check_shape(sel, {layout.total_tokens(), cfg.groups, cfg.n_sel}, "selection");
+  for (int64_t n = 0; n < layout.num_seqs(); ++n) {
+    for (int64_t t = 0; t < layout.length(n); ++t) {
+      const int64_t c = t / cfg.l_sel;
+      for (int64_t g = 0; g < cfg.groups; ++g) {
+        const int32_t* s = sel.ptr() + ((layout.start(n) + t) * cfg.groups + g) * cfg.n_sel;
+        int64_t k = 0;
+        for (; k < cfg.n_sel && s[k] >= 0; ++k) {
+          NSA_CHECK(s[k] <= c && (k == 0 || s[k] > s[k - 1]), "selection of token ", t,
+                    " (sequence ", n, ", group ", g, ") is not ascending within blocks 0..", c);
+        }
+        NSA_CHECK(k > 0 && s[k - 1] == c, "selection of token ", t, " (sequence ", n, ", group ", g,
+                  ") lacks its current block ", c);
+        for (; k < cfg.n_sel; ++k)
+          NSA_CHECK(s[k] == -1, "selection of token ", t, " is not -1 padded");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 template <typename Real>
@@ -99,9 +120,10 @@ NsaTensors<Real> zeros_like_inputs(const NsaConfig& cfg, const NsaTensors<Real>&
 
 template <typename Real>
 NsaForward<Real> nsa_forward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
-                                 const NsaTensors<Real>& in) {
+                                 const NsaTensors<Real>& in, const Tensor<int32_t>* selection) {
   cfg.validate();
   check_inputs(cfg, layout, in);
+  if (selection) check_selection(cfg, layout, *selection);
   const int64_t T = layout.total_tokens(), H = cfg.heads, G = cfg.groups, hpg = H / G;
   const int64_t dk = cfg.dk, dv = cfg.dv, n_sel = cfg.n_sel, l_sel = cfg.l_sel;
   const Real scale = static_cast<Real>(cfg.softmax_scale());
@@ -153,7 +175,11 @@ NsaForward<Real> nsa_forward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
           }
           cpu::accumulate_block_scores(cfg, group_probs.data(), cmp_range.end, block_scores.data());
           int32_t* sel = f.sel_idx.ptr() + (row * G + g) * n_sel;
-          cpu::select_blocks(block_scores.data(), t, l_sel, n_sel, sel);
+          if (selection) {
+            std::copy_n(selection->ptr() + (row * G + g) * n_sel, n_sel, sel);
+          } else {
+            cpu::select_blocks(block_scores.data(), t, l_sel, n_sel, sel);
+          }
           const int n_ranges = fill_selected_ranges(sel, n_sel, l_sel, t, ranges.data());
           const cpu::RowKv<Real> sel_g{k_sel.ptr() + (start * G + g) * dk,
                                        v_sel.ptr() + (start * G + g) * dv, G * dk, G * dv};
@@ -264,8 +290,8 @@ NsaTensors<Real> nsa_backward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
 #define NSA_INSTANTIATE(Real)                                                                    \
   template void check_inputs<Real>(const NsaConfig&, const SeqLayout&, const NsaTensors<Real>&); \
   template NsaTensors<Real> zeros_like_inputs<Real>(const NsaConfig&, const NsaTensors<Real>&);  \
-  template NsaForward<Real> nsa_forward_cpu<Real>(const NsaConfig&, const SeqLayout&,            \
-                                                  const NsaTensors<Real>&);                      \
+  template NsaForward<Real> nsa_forward_cpu<Real>(                                               \
+      const NsaConfig&, const SeqLayout&, const NsaTensors<Real>&, const Tensor<int32_t>*);      \
   template NsaTensors<Real> nsa_backward_cpu<Real>(const NsaConfig&, const SeqLayout&,           \
                                                    const NsaTensors<Real>&,                      \
                                                    const NsaForward<Real>&, const Tensor<Real>&);

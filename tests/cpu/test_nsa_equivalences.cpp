@@ -239,3 +239,31 @@ TEST(Equivalence, BackwardIsDeterministic) {
 
 }  // namespace
 }  // namespace nsa::test
+
+namespace nsa::test {
+namespace {
+
+// A given selection replaces the top-n: feeding back the forward's own choice reproduces it
+// exactly, another valid choice changes o_sel, and malformed sets are refused.
+TEST(Selection, GivenSelectionOverridesTopN) {
+  const NsaConfig cfg = make_config({4, 2, 8, 8}, {8, 4, 8, 4, 12});
+  const int64_t S = 80;
+  const SeqLayout layout = SeqLayout::batch(1, S);
+  const NsaTensors<float> in = random_nsa_inputs<float>(cfg, S, 81);
+  const auto f = nsa_forward_cpu(cfg, layout, in);
+  const auto same = nsa_forward_cpu(cfg, layout, in, &f.sel_idx);
+  expect_equal(same.o, f.o, "o with its own selection");
+  Tensor<int32_t> other = f.sel_idx;
+  const int64_t row = S - 1, c = row / cfg.l_sel;  // 9: forced {0, 8, 9}, one free slot
+  int32_t* s = other.ptr() + row * cfg.groups * cfg.n_sel;
+  const int32_t free_block = s[1] == 1 ? 2 : 1;
+  s[0] = 0, s[1] = free_block, s[2] = static_cast<int32_t>(c - 1), s[3] = static_cast<int32_t>(c);
+  const auto changed = nsa_forward_cpu(cfg, layout, in, &other);
+  EXPECT_NE(changed.o_branch[kSel][row * cfg.heads * cfg.dv],
+            f.o_branch[kSel][row * cfg.heads * cfg.dv]);
+  s[3] = -1;  // drops the current block
+  EXPECT_THROW(nsa_forward_cpu(cfg, layout, in, &other), Error);
+}
+
+}  // namespace
+}  // namespace nsa::test
