@@ -9,6 +9,9 @@
 #include "io/attention_file.h"
 #include "nsa/attention.h"
 #include "nsa/presets.h"
+#ifdef NSA_HAVE_CUDA
+#include "nsa/nsa_cuda_layer.h"
+#endif
 
 namespace nsa::app {
 namespace {
@@ -42,23 +45,43 @@ void run_attention(const AttentionArgs& a) {
     NSA_CHECK(!a.flags.values.count(f), "--", f,
               " is read from the tensor shapes of --in; drop it");
   }
-  NSA_CHECK(a.device == "cpu",
-            "--device cuda: the CUDA NSA kernels are not part of this build yet; use --device cpu");
   const io::AttentionProblem p =
       io::load_attention_problem(io::SafetensorsFile::read(a.in), a.flags.values);
-  auto t0 = std::chrono::steady_clock::now();
-  const NsaForward<float> fwd = nsa_forward_cpu(p.cfg, p.layout, p.in);
-  const double fwd_ms = ms_since(t0);
+  NsaForward<float> fwd;
   std::unique_ptr<NsaTensors<float>> grads;
-  double bwd_ms = 0;
-  if (p.has_do) {
-    t0 = std::chrono::steady_clock::now();
-    grads =
-        std::make_unique<NsaTensors<float>>(nsa_backward_cpu(p.cfg, p.layout, p.in, fwd, p.d_o));
-    bwd_ms = ms_since(t0);
+  double fwd_ms = 0, bwd_ms = 0;
+  if (a.device == "cuda") {
+#ifdef NSA_HAVE_CUDA
+    // Inputs are converted to bf16 on the device; outputs come back as fp32.
+    cuda::NsaCudaLayer layer(p.cfg, p.layout);
+    layer.set_inputs(p.in);
+    auto t0 = std::chrono::steady_clock::now();
+    layer.forward();
+    fwd = layer.download_forward();
+    fwd_ms = ms_since(t0);
+    if (p.has_do) {
+      layer.set_output_grad(p.d_o);
+      t0 = std::chrono::steady_clock::now();
+      layer.backward();
+      grads = std::make_unique<NsaTensors<float>>(layer.download_grads());
+      bwd_ms = ms_since(t0);
+    }
+#else
+    throw Error("--device cuda: this nsa was built without CUDA (configure with the toolkit)");
+#endif
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    fwd = nsa_forward_cpu(p.cfg, p.layout, p.in);
+    fwd_ms = ms_since(t0);
+    if (p.has_do) {
+      t0 = std::chrono::steady_clock::now();
+      grads =
+          std::make_unique<NsaTensors<float>>(nsa_backward_cpu(p.cfg, p.layout, p.in, fwd, p.d_o));
+      bwd_ms = ms_since(t0);
+    }
   }
   io::save_attention_result(a.out, p, fwd, grads.get());
-  std::printf("nsa attention (cpu): %lld sequence(s), %lld tokens, %s\n",
+  std::printf("nsa attention (%s): %lld sequence(s), %lld tokens, %s\n", a.device.c_str(),
               static_cast<long long>(p.layout.num_seqs()),
               static_cast<long long>(p.layout.total_tokens()), p.cfg.summary().c_str());
   char backward[64] = " (no 'do' tensor: no backward)";

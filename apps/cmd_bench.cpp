@@ -2,6 +2,7 @@
 // sequence lengths, printed as a table and as JSON lines. On the CPU, "memory" is every byte the
 // reference held (inputs, outputs, saved state, scratch) as counted by TrackedAllocator; the ratio
 // column compares peak(S)/peak(S0) with S/S0 – linear memory means the two match.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +10,9 @@
 #include <sstream>
 
 #include "commands.h"
+#ifdef NSA_HAVE_CUDA
+#include "bench_attention_cuda.h"
+#endif
 #include "config_flags.h"
 #include "nsa/attention.h"
 #include "nsa/presets.h"
@@ -23,6 +27,8 @@ struct BenchArgs {
   int64_t batch = 1;
   bool backward = true;
   std::string json_path;
+  int reps = 3;
+  double max_seconds = 0;
   ConfigFlags flags;
 };
 
@@ -30,52 +36,96 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Useful FLOPs of one NSA forward: for every (query, head), 2·(dk + dv) per key it attends to in
+// each branch. The backward is counted as 2.5× the forward (recompute of scores plus four
+// products), the flash-attention convention.
+double nsa_forward_flops(const NsaConfig& cfg, int64_t batch, int64_t S) {
+  double keys = 0;
+  for (int64_t t = 0; t < S; ++t) {
+    const int64_t c = t / cfg.l_sel;
+    const int64_t blocks = std::min<int64_t>(cfg.n_sel, c + 1);
+    keys += static_cast<double>(cfg.num_visible_compressed(t)) +
+            static_cast<double>((blocks - 1) * cfg.l_sel + (t - c * cfg.l_sel + 1)) +
+            static_cast<double>(std::min(t + 1, cfg.w));
+  }
+  return 2.0 * static_cast<double>(cfg.dk + cfg.dv) * keys * static_cast<double>(cfg.heads * batch);
+}
+
+struct Timing {
+  double fwd_ms = 0, bwd_ms = 0;
+  double peak_bytes = 0;
+};
+
+Timing time_cpu(const NsaConfig& cfg, const BenchArgs& a, int64_t S) {
+  const SeqLayout layout = SeqLayout::batch(a.batch, S);
+  const int64_t base = host_memory_stats().current_bytes;
+  reset_host_peak();
+  Timing out;
+  {
+    const NsaTensors<float> in = random_nsa_inputs<float>(cfg, a.batch * S, 1234);
+    Tensor<float> d_o({a.batch * S, cfg.heads, cfg.dv}, 1.0f / static_cast<float>(S));
+    auto t0 = std::chrono::steady_clock::now();
+    const NsaForward<float> fwd = nsa_forward_cpu(cfg, layout, in);
+    out.fwd_ms = ms_since(t0);
+    if (a.backward) {
+      t0 = std::chrono::steady_clock::now();
+      const NsaTensors<float> grads = nsa_backward_cpu(cfg, layout, in, fwd, d_o);
+      out.bwd_ms = ms_since(t0);
+    }
+  }
+  out.peak_bytes = static_cast<double>(host_memory_stats().peak_bytes - base);
+  return out;
+}
+
 void bench_attention(const BenchArgs& a) {
-  NSA_CHECK(a.device == "cpu",
-            "--device cuda: the CUDA NSA kernels are not part of this build yet; use --device cpu");
+  const bool gpu = a.device == "cuda";
+#ifndef NSA_HAVE_CUDA
+  NSA_CHECK(!gpu, "--device cuda: this nsa was built without CUDA (configure with the toolkit)");
+#endif
   const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
   std::unique_ptr<std::ofstream> json_file;
   if (!a.json_path.empty()) {
     json_file = std::make_unique<std::ofstream>(a.json_path);
     NSA_CHECK(*json_file, "cannot write --json file '", a.json_path, "'");
   }
-  std::printf("nsa bench attention --device cpu --config %s: B=%lld %s\n", a.preset.c_str(),
-              static_cast<long long>(a.batch), cfg.summary().c_str());
-  std::printf("%8s %12s %12s %12s %14s %12s %10s\n", "S", "fwd ms", "bwd ms", "total ms",
-              "peak MiB", "bytes/token", "mem ratio");
+  std::printf("nsa bench attention --device %s --config %s: B=%lld %s\n", a.device.c_str(),
+              a.preset.c_str(), static_cast<long long>(a.batch), cfg.summary().c_str());
+  std::printf("%8s %10s %10s %10s %9s %12s %11s %10s\n", "S", "fwd ms", "bwd ms", "total ms",
+              "TFLOP/s", "peak MiB", "bytes/token", "mem ratio");
   double first_peak = 0;
   int64_t first_s = 0;
   for (int64_t S : a.seq_lens) {
-    const SeqLayout layout = SeqLayout::batch(a.batch, S);
-    const int64_t base = host_memory_stats().current_bytes;
-    reset_host_peak();
-    double fwd_ms = 0, bwd_ms = 0;
-    {
-      const NsaTensors<float> in = random_nsa_inputs<float>(cfg, a.batch * S, 1234);
-      Tensor<float> d_o({a.batch * S, cfg.heads, cfg.dv}, 1.0f / static_cast<float>(S));
-      auto t0 = std::chrono::steady_clock::now();
-      const NsaForward<float> fwd = nsa_forward_cpu(cfg, layout, in);
-      fwd_ms = ms_since(t0);
-      if (a.backward) {
-        t0 = std::chrono::steady_clock::now();
-        const NsaTensors<float> grads = nsa_backward_cpu(cfg, layout, in, fwd, d_o);
-        bwd_ms = ms_since(t0);
-      }
+    Timing tm;
+    if (gpu) {
+#ifdef NSA_HAVE_CUDA
+      const CudaAttentionTiming c = time_attention_cuda(cfg, a.batch, S, a.reps);
+      tm.fwd_ms = c.fwd_ms, tm.bwd_ms = c.bwd_ms,
+      tm.peak_bytes = static_cast<double>(c.device_bytes);
+#endif
+    } else {
+      tm = time_cpu(cfg, a, S);
     }
-    const double peak = static_cast<double>(host_memory_stats().peak_bytes - base);
-    if (first_s == 0) first_peak = peak, first_s = S;
-    const double ratio = peak / first_peak;
-    std::printf("%8lld %12.1f %12.1f %12.1f %14.2f %12.0f %5.2f (S %.0fx)\n",
-                static_cast<long long>(S), fwd_ms, bwd_ms, fwd_ms + bwd_ms, peak / (1 << 20),
-                peak / static_cast<double>(a.batch * S), ratio,
+    if (first_s == 0) first_peak = tm.peak_bytes, first_s = S;
+    const double ratio = tm.peak_bytes / first_peak;
+    const double flops = nsa_forward_flops(cfg, a.batch, S) * (a.backward ? 3.5 : 1.0);
+    const double tflops = flops / ((tm.fwd_ms + tm.bwd_ms) * 1e-3) / 1e12;
+    std::printf("%8lld %10.2f %10.2f %10.2f %9.2f %12.2f %11.0f %5.2f (S %.0fx)\n",
+                static_cast<long long>(S), tm.fwd_ms, tm.bwd_ms, tm.fwd_ms + tm.bwd_ms, tflops,
+                tm.peak_bytes / (1 << 20), tm.peak_bytes / static_cast<double>(a.batch * S), ratio,
                 static_cast<double>(S) / static_cast<double>(first_s));
     std::ostringstream line;
-    line << "{\"bench\":\"attention\",\"device\":\"cpu\",\"config\":\"" << a.preset
-         << "\",\"B\":" << a.batch << ",\"S\":" << S << ",\"fwd_ms\":" << fwd_ms
-         << ",\"bwd_ms\":" << bwd_ms << ",\"peak_bytes\":" << static_cast<int64_t>(peak)
+    line << "{\"bench\":\"attention\",\"device\":\"" << a.device << "\",\"config\":\"" << a.preset
+         << "\",\"B\":" << a.batch << ",\"S\":" << S << ",\"fwd_ms\":" << tm.fwd_ms
+         << ",\"bwd_ms\":" << tm.bwd_ms << ",\"tflops\":" << tflops
+         << ",\"peak_bytes\":" << static_cast<int64_t>(tm.peak_bytes)
          << ",\"peak_ratio_vs_first\":" << ratio << "}";
-    if (json_file) *json_file << line.str() << "\n";
+    if (json_file) *json_file << line.str() << "\n" << std::flush;
     std::fflush(stdout);
+    if (a.max_seconds > 0 && (tm.fwd_ms + tm.bwd_ms) * 1e-3 > a.max_seconds) {
+      std::printf("(stopping the sweep: one pass took longer than --max-seconds %.0f)\n",
+                  a.max_seconds);
+      break;
+    }
   }
 }
 
@@ -94,6 +144,9 @@ void register_bench_command(CLI::App& app) {
   attn->add_option("--batch", args->batch, "batch size B");
   attn->add_flag("!--no-backward", args->backward, "time the forward only");
   attn->add_option("--json", args->json_path, "also write JSON lines to this file");
+  attn->add_option("--reps", args->reps, "GPU: timed repetitions (median reported)");
+  attn->add_option("--max-seconds", args->max_seconds,
+                   "stop the sweep after a length whose forward + backward took longer");
   add_config_flags(attn, args->flags, config_field_names());
   attn->callback([args] { bench_attention(*args); });
 }

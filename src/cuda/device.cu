@@ -9,6 +9,7 @@
 namespace nsa::cuda {
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  cudaGetLastError();  // clear a non-sticky error so the next launch check does not see it again
   throw Error(str("CUDA error '", cudaGetErrorString(err), "' in ", call, " at ", file, ":", line));
 }
 

@@ -56,6 +56,12 @@ expect_error "shape flag with --in" "is read from the tensor shapes" \
   "$nsa" attention --in "$dir/in.safetensors" --out "$dir/x.safetensors" --heads 8
 expect_error "bad example config" "heads = 6 must be a multiple of groups = 4" \
   "$nsa" attention --write-example "$dir/bad.safetensors" --heads 6 --groups 4
+if nvidia-smi -L >/dev/null 2>&1; then
+  expect_ok "cuda run" "$nsa" attention --in "$dir/in.safetensors" --out "$dir/cuda_out.safetensors" --device cuda
+else
+  expect_error "cuda without a GPU" "CUDA" \
+    "$nsa" attention --in "$dir/in.safetensors" --out "$dir/x.safetensors" --device cuda
+fi
 [ ! -e "$dir/x.safetensors" ] && pass "no output written on error" || fail "no output written on error"
 
 if [ "$failures" -ne 0 ]; then echo "$failures CLI check(s) failed"; exit 1; fi

@@ -1,0 +1,222 @@
+// NsaCudaLayer: buffers, layout tables and the launch sequence (see nsa_cuda_layer.h).
+//
+// Backward order (one stream, so every accumulation happens in a fixed order): preprocess → dq →
+// selection index → dK/dV window (writes) → selected (writes, or adds when K/V are shared) →
+// compressed (into the compressed-key gradient) → φ backward into the raw cmp K/V gradient
+// (writes, or adds when shared).
+#include <algorithm>
+#include <cmath>
+
+#include "device.h"
+#include "nsa_cuda_layer.h"
+#include "nsa_kernels.h"
+
+namespace nsa::cuda {
+namespace {
+
+// Key rows per dK/dV unit for the window and compressed branches; chunks for long query lists.
+constexpr int64_t kUnitRows = 64;
+constexpr int64_t kChunks = 8;
+
+std::vector<bf16> to_bf16(const Tensor<float>& t) {
+  std::vector<bf16> out(t.data.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = __float2bfloat16(t.data[i]);
+  return out;
+}
+
+Tensor<float> from_bf16(const DeviceBuffer<bf16>& b, Shape shape) {
+  const std::vector<bf16> host = b.download();
+  Tensor<float> out(std::move(shape));
+  for (size_t i = 0; i < host.size(); ++i) out.data[i] = __bfloat162float(host[i]);
+  return out;
+}
+
+Tensor<float> from_f32(const DeviceBuffer<float>& b, Shape shape) {
+  const std::vector<float> host = b.download();
+  Tensor<float> out(std::move(shape));
+  std::copy(host.begin(), host.end(), out.data.begin());
+  return out;
+}
+
+template <typename T>
+void upload(DeviceBuffer<T>& dst, const std::vector<T>& src) {
+  dst.upload(src.data(), static_cast<int64_t>(src.size()));
+}
+
+}  // namespace
+
+NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
+    : cfg_(cfg), layout_(layout) {
+  NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
+  cfg.validate();
+  NSA_CHECK(cfg.phi == Phi::kAvg,
+            "phi = mlp is not implemented in the CUDA kernels yet; use --device cpu or phi = avg");
+  NSA_CHECK(cfg.l_sel <= 128, "l_sel = ", cfg.l_sel, " exceeds 128, the CUDA v1 limit");
+  const int64_t T = layout.total_tokens(), H = cfg.heads, G = cfg.groups;
+  const std::vector<int64_t> cmp_off = layout.compressed_offsets(cfg);
+  std::vector<int64_t> blk_off(layout.cu_seqlens.size(), 0), raw_start;
+  std::vector<int32_t> seq_of_row(static_cast<size_t>(T));
+  std::vector<DkdvUnit> units[3];
+  int64_t max_len = 0;
+  for (int64_t n = 0; n < layout.num_seqs(); ++n) {
+    const int64_t start = layout.start(n), len = layout.length(n);
+    max_len = std::max(max_len, len);
+    blk_off[n + 1] = blk_off[n] + cfg.num_selection_blocks(len);
+    for (int64_t t = 0; t < len; ++t) seq_of_row[start + t] = static_cast<int32_t>(n);
+    const int64_t nc = cfg.num_compressed(len);
+    for (int64_t i = 0; i < nc; ++i) raw_start.push_back(start + i * cfg.d);
+    for (int64_t r = 0; r < len; r += kUnitRows) {
+      units[kWin].push_back(
+          {static_cast<int32_t>(n), static_cast<int32_t>(std::min(kUnitRows, len - r)), r});
+    }
+    for (int64_t r = 0; r < len; r += cfg.l_sel) {
+      units[kSel].push_back(
+          {static_cast<int32_t>(n), static_cast<int32_t>(std::min(cfg.l_sel, len - r)), r});
+    }
+    for (int64_t i = 0; i < nc; i += kUnitRows) {
+      units[kCmp].push_back(
+          {static_cast<int32_t>(n), static_cast<int32_t>(std::min(kUnitRows, nc - i)), i});
+    }
+  }
+  upload(cu_seqlens_, layout.cu_seqlens);
+  upload(cmp_offsets_, cmp_off);
+  upload(blk_offsets_, blk_off);
+  upload(cmp_raw_start_, raw_start);
+  upload(seq_of_row_, seq_of_row);
+  for (int c = 0; c < kNumBranches; ++c) upload(units_[c], units[c]);
+  unit_rows_[kCmp] = kUnitRows, unit_rows_[kWin] = kUnitRows, unit_rows_[kSel] = cfg.l_sel;
+  chunks_[kCmp] = kChunks, chunks_[kSel] = kChunks, chunks_[kWin] = 1;
+
+  const int64_t C = cmp_off.back();
+  NsaParams& p = p_;
+  p.T = T, p.H = H, p.G = G, p.hpg = H / G, p.dk = cfg.dk, p.dv = cfg.dv;
+  p.l = cfg.l, p.d = cfg.d, p.l_sel = cfg.l_sel, p.n_sel = cfg.n_sel, p.w = cfg.w;
+  p.scale = static_cast<float>(cfg.softmax_scale());
+  p.num_seqs = layout.num_seqs(), p.C = C, p.TB = blk_off.back(), p.max_len = max_len;
+  p.cu_seqlens = cu_seqlens_.get(), p.cmp_offsets = cmp_offsets_.get();
+  p.blk_offsets = blk_offsets_.get(), p.seq_of_row = seq_of_row_.get();
+  p.cmp_raw_start = cmp_raw_start_.get();
+
+  q_.resize(T * H * cfg.dk);
+  o_.resize(T * H * cfg.dv);
+  d_o_.resize(T * H * cfg.dv);
+  d_q_.resize(T * H * cfg.dk);
+  k_cmp_.resize(C * G * cfg.dk);
+  v_cmp_.resize(C * G * cfg.dv);
+  d_k_cmp_.resize(C * G * cfg.dk);
+  d_v_cmp_.resize(C * G * cfg.dv);
+  sel_idx_.resize(T * G * cfg.n_sel);
+  partial_.resize(kChunks * std::max(T, C) * G * (cfg.dk + cfg.dv));
+  p.q = q_.get(), p.o = o_.get(), p.d_o = d_o_.get(), p.d_q = d_q_.get();
+  p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get(), p.d_k_cmp = d_k_cmp_.get();
+  p.d_v_cmp = d_v_cmp_.get(), p.sel_idx = sel_idx_.get();
+  for (int c = 0; c < kNumBranches; ++c) {
+    const int kv = cfg.kv_index(c);
+    if (kv == c) {
+      k_[c].resize(T * G * cfg.dk);
+      v_[c].resize(T * G * cfg.dv);
+      d_k_[c].resize(T * G * cfg.dk);
+      d_v_[c].resize(T * G * cfg.dv);
+    }
+    gate_[c].resize(T * H);
+    o_branch_[c].resize(T * H * cfg.dv);
+    lse_[c].resize(T * H);
+    delta_[c].resize(T * H);
+    d_gate_[c].resize(T * H);
+    p.k[c] = k_[kv].get(), p.v[c] = v_[kv].get();
+    p.d_k[c] = d_k_[kv].get(), p.d_v[c] = d_v_[kv].get();
+    p.gate[c] = gate_[c].get(), p.o_branch[c] = o_branch_[c].get(), p.lse[c] = lse_[c].get();
+    p.delta[c] = delta_[c].get(), p.d_gate[c] = d_gate_[c].get();
+  }
+}
+
+void NsaCudaLayer::set_inputs(const NsaTensors<float>& in) {
+  check_inputs(cfg_, layout_, in);
+  upload(q_, to_bf16(in.q));
+  for (int c = 0; c < kNumBranches; ++c) {
+    if (cfg_.kv_index(c) == c) {
+      upload(k_[c], to_bf16(in.k[c]));
+      upload(v_[c], to_bf16(in.v[c]));
+    }
+    upload(gate_[c], to_bf16(in.gate[c]));
+  }
+}
+
+void NsaCudaLayer::set_output_grad(const Tensor<float>& d_o) {
+  check_shape(d_o, {layout_.total_tokens(), cfg_.heads, cfg_.dv}, "do");
+  upload(d_o_, to_bf16(d_o));
+}
+
+void NsaCudaLayer::forward(cudaStream_t stream) {
+  launch_compress_avg_forward(p_, stream);
+  launch_nsa_forward(p_, stream);
+}
+
+void NsaCudaLayer::backward(cudaStream_t stream) {
+  const bool shared = cfg_.kv == KvMode::kShared;
+  launch_nsa_backward_preprocess(p_, stream);
+  launch_nsa_backward_dq(p_, stream);
+  sel_index_.build(p_, stream);
+  sel_index_.attach(p_);
+  const DkdvBranch kinds[3] = {DkdvBranch::kCompressed, DkdvBranch::kSelected, DkdvBranch::kWindow};
+  for (int c : {kWin, kSel, kCmp}) {
+    const bool accumulate = shared && c == kSel;  // window wrote the shared buffer first
+    launch_nsa_backward_dkdv(p_, kinds[c], units_[c].get(), units_[c].size(), unit_rows_[c],
+                             chunks_[c], accumulate, partial_.get(), stream);
+  }
+  launch_compress_avg_backward(p_, shared, stream);
+}
+
+void NsaCudaLayer::poison_outputs() {
+  o_.poison(), k_cmp_.poison(), v_cmp_.poison(), d_q_.poison(), d_k_cmp_.poison();
+  d_v_cmp_.poison(), sel_idx_.poison(), partial_.poison();
+  for (int c = 0; c < kNumBranches; ++c) {
+    o_branch_[c].poison(), lse_[c].poison(), delta_[c].poison(), d_gate_[c].poison();
+    d_k_[c].poison(), d_v_[c].poison();
+  }
+}
+
+NsaForward<float> NsaCudaLayer::download_forward() const {
+  const int64_t T = layout_.total_tokens(), H = cfg_.heads, G = cfg_.groups;
+  NsaForward<float> f;
+  f.o = from_bf16(o_, {T, H, cfg_.dv});
+  for (int c = 0; c < kNumBranches; ++c) {
+    f.o_branch[c] = from_bf16(o_branch_[c], {T, H, cfg_.dv});
+    f.lse[c] = from_f32(lse_[c], {T, H});
+  }
+  f.k_cmp = from_f32(k_cmp_, {p_.C, G, cfg_.dk});
+  f.v_cmp = from_f32(v_cmp_, {p_.C, G, cfg_.dv});
+  f.sel_idx = Tensor<int32_t>({T, G, cfg_.n_sel});
+  const std::vector<int32_t> sel = sel_idx_.download();
+  std::copy(sel.begin(), sel.end(), f.sel_idx.data.begin());
+  return f;
+}
+
+NsaTensors<float> NsaCudaLayer::download_grads() const {
+  const int64_t T = layout_.total_tokens(), H = cfg_.heads, G = cfg_.groups;
+  NsaTensors<float> d;
+  d.q = from_f32(d_q_, {T, H, cfg_.dk});
+  for (int c = 0; c < kNumBranches; ++c) {
+    if (cfg_.kv_index(c) == c) {
+      d.k[c] = from_f32(d_k_[c], {T, G, cfg_.dk});
+      d.v[c] = from_f32(d_v_[c], {T, G, cfg_.dv});
+    }
+    d.gate[c] = from_f32(d_gate_[c], {T, H});
+  }
+  return d;
+}
+
+size_t NsaCudaLayer::device_bytes() const {
+  size_t total = cu_seqlens_.bytes() + cmp_offsets_.bytes() + blk_offsets_.bytes() +
+                 cmp_raw_start_.bytes() + seq_of_row_.bytes() + sel_idx_.bytes() + q_.bytes() +
+                 o_.bytes() + d_o_.bytes() + k_cmp_.bytes() + v_cmp_.bytes() + d_q_.bytes() +
+                 d_k_cmp_.bytes() + d_v_cmp_.bytes() + partial_.bytes() + sel_index_.device_bytes();
+  for (int c = 0; c < kNumBranches; ++c) {
+    total += k_[c].bytes() + v_[c].bytes() + gate_[c].bytes() + o_branch_[c].bytes() +
+             lse_[c].bytes() + delta_[c].bytes() + d_gate_[c].bytes() + d_k_[c].bytes() +
+             d_v_[c].bytes() + units_[c].bytes();
+  }
+  return total;
+}
+
+}  // namespace nsa::cuda

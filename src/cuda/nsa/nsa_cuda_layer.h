@@ -1,0 +1,51 @@
+// NSA attention on the GPU: the validated entry point over the kernels of this folder.
+//
+// NsaCudaLayer owns the device buffers of one (config, layout): inputs in bf16, compressed K/V,
+// outputs and saved state (o, per-branch outputs, log-sum-exps, sel_idx), and gradients in fp32.
+// set_inputs/set_output_grad upload (converting to bf16), forward/backward only launch work on
+// the stream (no host synchronisation inside), download_* copy results back for tests and tools.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/device_buffer.h"
+#include "nsa/attention.h"
+#include "nsa_backward_dkdv.h"
+#include "nsa_params.h"
+#include "sel_index.h"
+
+namespace nsa::cuda {
+
+class NsaCudaLayer {
+ public:
+  // Throws nsa::Error for configs the v1 kernels do not cover (φ = mlp, l_sel > 128).
+  NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout);
+
+  void set_inputs(const NsaTensors<float>& in);
+  void set_output_grad(const Tensor<float>& d_o);  // [T, H, dv]
+  void forward(cudaStream_t stream = nullptr);
+  void backward(cudaStream_t stream = nullptr);  // after forward and set_output_grad
+
+  // Fills every output, saved-state and gradient buffer with NaN (tests: all must be overwritten).
+  void poison_outputs();
+
+  NsaForward<float> download_forward() const;
+  NsaTensors<float> download_grads() const;
+  size_t device_bytes() const;
+
+ private:
+  NsaConfig cfg_;
+  SeqLayout layout_;
+  NsaParams p_{};
+  DeviceBuffer<int64_t> cu_seqlens_, cmp_offsets_, blk_offsets_, cmp_raw_start_;
+  DeviceBuffer<int32_t> seq_of_row_, sel_idx_;
+  DeviceBuffer<bf16> q_, k_[3], v_[3], gate_[3], o_, o_branch_[3], d_o_;
+  DeviceBuffer<float> k_cmp_, v_cmp_, lse_[3], delta_[3], d_q_, d_gate_[3];
+  DeviceBuffer<float> d_k_cmp_, d_v_cmp_, d_k_[3], d_v_[3], partial_;
+  DeviceBuffer<DkdvUnit> units_[3];  // per branch, indexed like kCmp / kSel / kWin
+  int64_t unit_rows_[3] = {0, 0, 0};
+  int64_t chunks_[3] = {1, 1, 1};
+  SelIndex sel_index_;
+};
+
+}  // namespace nsa::cuda

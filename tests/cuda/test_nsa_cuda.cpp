@@ -1,0 +1,243 @@
+// CUDA NSA attention against the CPU reference, on fresh random inputs over a sweep of shapes.
+//
+// Inputs are rounded to bf16 once and both backends read the same values. The CPU then runs on
+// the GPU's block choice, so outputs and gradients are compared on identical sets; the sets
+// themselves are compared separately: they must match except where the CPU's scores of the two
+// differing blocks are within rounding (1e-5 relative to the larger, in fp32), and such exceptions
+// are counted and printed.
+// Tolerances follow the "k× a low-precision reference" rule: the GPU keeps o and the per-branch
+// outputs in bf16 and its backward reads those bf16 outputs, so the low-precision reference is the
+// CPU's fp32 result with the same roundings applied (outputs rounded to bf16; the backward run on
+// bf16-rounded per-branch outputs). The GPU's max error against the fp32 reference must be at most
+// 2× the low-precision reference's, plus an fp32 accumulation floor of 1e-4·max|ref|; each check
+// prints its headroom.
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cmath>
+
+#include "../common/test_util.h"
+#include "cpu/attend_row.h"
+#include "cpu/block_select.h"
+#include "nsa/nsa_cuda_layer.h"
+
+namespace nsa::test {
+namespace {
+
+float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
+
+void round_all(Tensor<float>& t) {
+  for (float& x : t.data) x = round_bf16(x);
+}
+
+NsaTensors<float> bf16_inputs(const NsaConfig& cfg, int64_t T, uint64_t seed) {
+  NsaTensors<float> in = random_nsa_inputs<float>(cfg, T, seed);
+  round_all(in.q);
+  for (int c = 0; c < kNumBranches; ++c)
+    round_all(in.k[c]), round_all(in.v[c]), round_all(in.gate[c]);
+  return in;
+}
+
+// max|gpu − ref| <= 2·max|lowp − ref| + 1e-4·max|ref| + 1e-6. The second term is the fp32
+// floor: sums over up to ~10^4 terms (a block every query selects) in another order.
+void expect_within_lowp(const Tensor<float>& gpu, const Tensor<float>& ref,
+                        const Tensor<float>& lowp, const std::string& what) {
+  ASSERT_EQ(gpu.shape, ref.shape) << what;
+  double err = 0, lowp_err = 0, ref_max = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(gpu[i])) << what << "[" << i << "] = " << gpu[i];
+    err = std::max(err, std::fabs(static_cast<double>(gpu[i]) - ref[i]));
+    lowp_err = std::max(lowp_err, std::fabs(static_cast<double>(lowp[i]) - ref[i]));
+    ref_max = std::max(ref_max, std::fabs(static_cast<double>(ref[i])));
+  }
+  const double tol = 2 * lowp_err + 1e-4 * ref_max + 1e-6;
+  EXPECT_LE(err, tol) << what << ": max error " << err << ", low-precision reference " << lowp_err;
+  std::printf("  %-16s max err %.3e (bf16 reference %.3e), headroom %.1fx\n", what.c_str(), err,
+              lowp_err, err > 0 ? tol / err : INFINITY);
+}
+
+Tensor<float> rounded(Tensor<float> t) {
+  round_all(t);
+  return t;
+}
+
+// CPU group scores of every block for one query (row, group), as the reference computes them.
+std::vector<float> cpu_block_scores(const NsaConfig& cfg, const SeqLayout& layout,
+                                    const NsaTensors<float>& in, const NsaForward<float>& f,
+                                    int64_t n, int64_t t, int64_t g) {
+  const int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv, hpg = cfg.heads_per_group();
+  const int64_t nvis = cfg.num_visible_compressed(t), row = layout.start(n) + t;
+  const int64_t c0 = layout.compressed_offsets(cfg)[n];
+  std::vector<float> probs(nvis + 1), gprob(nvis + 1, 0.f), out(dv), scores(t / cfg.l_sel + 1, 0.f);
+  const cpu::RowKv<float> kv{f.k_cmp.ptr() + (c0 * G + g) * dk, f.v_cmp.ptr() + (c0 * G + g) * dv,
+                             G * dk, G * dv};
+  const cpu::KeyRange range{0, nvis};
+  for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+    cpu::attend_row_forward(in.q.ptr() + (row * cfg.heads + h) * dk, kv, &range, 1, dk, dv,
+                            static_cast<float>(cfg.softmax_scale()), out.data(), probs.data());
+    for (int64_t i = 0; i < nvis; ++i) gprob[i] += probs[i];
+  }
+  cpu::accumulate_block_scores(cfg, gprob.data(), nvis, scores.data());
+  return scores;
+}
+
+struct CudaCase {
+  const char* name;
+  Shape5 shape;
+  Hyper hyper;
+  KvMode kv;
+  std::vector<int64_t> cu_seqlens;
+};
+
+class CudaVsCpu : public ::testing::TestWithParam<CudaCase> {};
+
+TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
+  const CudaCase& c = GetParam();
+  const NsaConfig cfg = make_config(c.shape, c.hyper, Phi::kAvg, c.kv);
+  const SeqLayout layout = SeqLayout::packed(c.cu_seqlens, c.cu_seqlens.back());
+  const int64_t T = layout.total_tokens();
+  const NsaTensors<float> in = bf16_inputs(cfg, T, 1000 + T);
+  NsaConfig do_cfg = cfg;
+  do_cfg.dk = cfg.dv;
+  Tensor<float> d_o = random_nsa_inputs<float>(do_cfg, T, 77).q;
+  round_all(d_o);
+
+  cuda::NsaCudaLayer layer(cfg, layout);
+  layer.set_inputs(in);
+  layer.set_output_grad(d_o);
+  layer.poison_outputs();
+  layer.forward();
+  layer.backward();
+  const NsaForward<float> gf = layer.download_forward();
+  const NsaTensors<float> gg = layer.download_grads();
+
+  // Selection: GPU sets vs the CPU's own choice.
+  const NsaForward<float> own = nsa_forward_cpu(cfg, layout, in);
+  int64_t mismatches = 0;
+  for (int64_t n = 0; n < layout.num_seqs(); ++n) {
+    for (int64_t t = 0; t < layout.length(n); ++t) {
+      for (int64_t g = 0; g < cfg.groups; ++g) {
+        const int64_t base = ((layout.start(n) + t) * cfg.groups + g) * cfg.n_sel;
+        std::vector<int32_t> a(gf.sel_idx.ptr() + base, gf.sel_idx.ptr() + base + cfg.n_sel);
+        std::vector<int32_t> b(own.sel_idx.ptr() + base, own.sel_idx.ptr() + base + cfg.n_sel);
+        if (a == b) continue;
+        ++mismatches;
+        const std::vector<float> s = cpu_block_scores(cfg, layout, in, own, n, t, g);
+        for (size_t k = 0; k < a.size(); ++k) {
+          if (std::find(b.begin(), b.end(), a[k]) != b.end()) continue;
+          // a[k] chosen by the GPU only: some CPU-only block must score within rounding of it.
+          float closest = INFINITY;
+          for (int32_t x : b) {
+            if (x >= 0 && std::find(a.begin(), a.end(), x) == a.end()) {
+              closest = std::min(closest, std::fabs(s[x] - s[a[k]]));
+            }
+          }
+          EXPECT_LE(closest, 1e-5f * std::max(1.0f, s[a[k]]))
+              << "GPU chose block " << a[k] << " for t=" << t << " g=" << g
+              << " where the CPU's choice scores clearly higher";
+        }
+      }
+    }
+  }
+  std::printf(
+      "  selection: %lld of %lld (token, group) sets differ from the CPU's, all near-ties\n",
+      static_cast<long long>(mismatches), static_cast<long long>(T * cfg.groups));
+
+  // Outputs and gradients on the GPU's sets, against fp32 and the bf16-rounded reference.
+  const NsaForward<float> rf = nsa_forward_cpu(cfg, layout, in, &gf.sel_idx);
+  const NsaTensors<float> rg = nsa_backward_cpu(cfg, layout, in, rf, d_o);
+  NsaForward<float> rf_lowp = rf;
+  for (int b = 0; b < kNumBranches; ++b) round_all(rf_lowp.o_branch[b]);
+  const NsaTensors<float> rg_lowp = nsa_backward_cpu(cfg, layout, in, rf_lowp, d_o);
+  expect_within_lowp(gf.o, rf.o, rounded(rf.o), "o");
+  for (int b = 0; b < kNumBranches; ++b) {
+    const std::string name = kBranchNames[b];
+    expect_within_lowp(gf.o_branch[b], rf.o_branch[b], rf_lowp.o_branch[b], "o_" + name);
+    expect_close(gf.lse[b], rf.lse[b], 1e-4, 1e-5, "lse_" + name);
+  }
+  expect_close(gf.k_cmp, rf.k_cmp, 1e-6, 1e-5, "k_cmp");
+  expect_within_lowp(gg.q, rg.q, rg_lowp.q, "dq");
+  for (int b = 0; b < kNumBranches; ++b) {
+    const std::string name = kBranchNames[b];
+    if (cfg.kv_index(b) == b) {
+      expect_within_lowp(gg.k[b], rg.k[b], rg_lowp.k[b], "dk_" + name);
+      expect_within_lowp(gg.v[b], rg.v[b], rg_lowp.v[b], "dv_" + name);
+    }
+    expect_within_lowp(gg.gate[b], rg.gate[b], rg_lowp.gate[b], "dg_" + name);
+  }
+
+  // Deterministic backward: a second run gives bit-identical gradients.
+  layer.backward();
+  const NsaTensors<float> again = layer.download_grads();
+  expect_equal(again.q, gg.q, "dq run-to-run");
+  expect_equal(again.k[cfg.kv_index(kSel)], gg.k[cfg.kv_index(kSel)], "dk_sel run-to-run");
+  expect_equal(again.v[kCmp], gg.v[kCmp], "dv_cmp run-to-run");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaVsCpu,
+    ::testing::Values(
+        // name, {H, G, dk, dv}, {l, d, l_sel, n_sel, w}, kv, cu_seqlens
+        CudaCase{"h1", {2, 2, 32, 32}, {16, 8, 32, 4, 64}, KvMode::kSeparate, {0, 333}},
+        CudaCase{"h2_batch", {4, 2, 16, 16}, {16, 8, 32, 5, 40}, KvMode::kSeparate, {0, 257, 514}},
+        CudaCase{
+            "h6_m7c_like", {12, 2, 64, 64}, {32, 16, 64, 16, 512}, KvMode::kSeparate, {0, 1500}},
+        CudaCase{
+            "h16_paper_like", {16, 1, 192, 128}, {32, 16, 64, 6, 100}, KvMode::kSeparate, {0, 701}},
+        CudaCase{"h3_shared", {6, 2, 32, 16}, {8, 4, 16, 6, 33}, KvMode::kShared, {0, 421}},
+        CudaCase{"packed_docs",
+                 {4, 2, 32, 32},
+                 {16, 8, 32, 4, 50},
+                 KvMode::kSeparate,
+                 {0, 5, 200, 200, 331, 600}},
+        CudaCase{"short", {4, 1, 16, 16}, {32, 16, 64, 4, 64}, KvMode::kSeparate, {0, 20}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Every query attends to one hot block: all selections contain it, and the selected branch's
+// dK/dV accumulation over very long query lists (the inverted index's largest segment) is right.
+TEST(CudaHotBlock, ManyQueriesSelectTheSameBlock) {
+  const NsaConfig cfg = make_config({4, 1, 32, 32}, {16, 16, 16, 4, 16});
+  const int64_t S = 900;
+  const SeqLayout layout = SeqLayout::batch(1, S);
+  NsaTensors<float> in = bf16_inputs(cfg, S, 5);
+  for (int64_t t = 0; t < S; ++t) {
+    for (int64_t e = 0; e < cfg.dk; ++e) {
+      for (int64_t h = 0; h < cfg.heads; ++h)
+        in.q[(t * cfg.heads + h) * cfg.dk + e] = round_bf16(e % 2 ? 1.f : -1.f);
+    }
+  }
+  for (int64_t r = 3 * 16; r < 4 * 16; ++r) {  // block 3 keys align with every query
+    for (int64_t e = 0; e < cfg.dk; ++e)
+      in.k[kCmp][r * cfg.dk + e] = round_bf16(e % 2 ? 2.f : -2.f);
+  }
+  Tensor<float> d_o({S, cfg.heads, cfg.dv}, 0.25f);
+  cuda::NsaCudaLayer layer(cfg, layout);
+  layer.set_inputs(in);
+  layer.set_output_grad(d_o);
+  layer.forward();
+  layer.backward();
+  const auto gf = layer.download_forward();
+  const auto gg = layer.download_grads();
+  int64_t with_block3 = 0;
+  for (int64_t t = 5 * 16; t < S; ++t) {
+    for (int64_t k = 0; k < cfg.n_sel; ++k) with_block3 += gf.sel_idx[t * cfg.n_sel + k] == 3;
+  }
+  EXPECT_EQ(with_block3, S - 5 * 16) << "every query from block 5 on should select block 3";
+  const auto rf = nsa_forward_cpu(cfg, layout, in, &gf.sel_idx);
+  const auto rg = nsa_backward_cpu(cfg, layout, in, rf, d_o);
+  auto rf_lowp = rf;
+  for (int b = 0; b < kNumBranches; ++b) round_all(rf_lowp.o_branch[b]);
+  const auto rg_lowp = nsa_backward_cpu(cfg, layout, in, rf_lowp, d_o);
+  expect_within_lowp(gg.k[kSel], rg.k[kSel], rg_lowp.k[kSel], "dk_sel (hot block)");
+  expect_within_lowp(gg.v[kSel], rg.v[kSel], rg_lowp.v[kSel], "dv_sel (hot block)");
+}
+
+TEST(CudaLayer, RejectsWhatV1DoesNotCover) {
+  NsaConfig cfg = make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64}, Phi::kMlp);
+  EXPECT_THROW(cuda::NsaCudaLayer(cfg, SeqLayout::batch(1, 64)), Error);
+}
+
+}  // namespace
+}  // namespace nsa::test
