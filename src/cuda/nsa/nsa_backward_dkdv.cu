@@ -3,8 +3,9 @@
 // A CTA owns a unit of key rows of one group (64 raw rows for the window, 64 compressed tokens
 // for the compressed branch, one selection block for the selected branch) and walks the queries
 // that can see them in ascending order: a row range for window and compressed, the inverted
-// index entry list for the selected branch. Per (query, head) each key row computes p and ds in
-// one thread, then all threads add p·g·dO into dV and scale·ds·q into dK held in shared memory.
+// index entry list for the selected branch. Per query, one thread per (head, key row) computes p
+// and ds, then all threads add Σ_h p·g·dO_h into dV and Σ_h scale·ds·q_h into dK held in shared
+// memory. v1.1: all heads of the group share one barrier pair per query (v1: one pair per head).
 // No atomics anywhere. Long query lists are split into `chunks` CTAs that write partial sums;
 // a second kernel adds the partials in chunk order.
 #include "attend.cuh"
@@ -18,16 +19,19 @@ namespace {
 constexpr int kThreads = 128;
 
 struct DkdvSmem {
-  int64_t q, d_o, p, ds, dk, dv, total_floats;
+  int64_t q, d_o, stats, p, ds, dk, dv, total_floats;
 };
 
+// q and dO of all heads of the group for one query, (lse, delta, gate) per head, p and ds per
+// (head, row), and the unit's dK/dV accumulators.
 __host__ __device__ DkdvSmem dkdv_smem(const NsaParams& p, int64_t rows) {
   DkdvSmem s;
   s.q = 0;
-  s.d_o = s.q + p.dk;
-  s.p = s.d_o + p.dv;
-  s.ds = s.p + rows;
-  s.dk = s.ds + rows;
+  s.d_o = s.q + p.hpg * p.dk;
+  s.stats = s.d_o + p.hpg * p.dv;
+  s.p = s.stats + 3 * p.hpg;
+  s.ds = s.p + p.hpg * rows;
+  s.dk = s.ds + p.hpg * rows;
   s.dv = s.dk + rows * p.dk;
   s.total_floats = s.dv + rows * p.dv;
   return s;
@@ -76,71 +80,84 @@ __global__ void __launch_bounds__(kThreads)
   const DkdvSmem L = dkdv_smem(p, unit_rows);
   float* q = smem + L.q;
   float* d_o = smem + L.d_o;
+  float* stats = smem + L.stats;
   float* p_s = smem + L.p;
   float* ds_s = smem + L.ds;
   float* dk_acc = smem + L.dk;
   float* dv_acc = smem + L.dv;
 
-  const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G, dk = p.dk, dv = p.dv;
+  const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G, dk = p.dk, dv = p.dv, hpg = p.hpg;
   const DkdvUnit unit = units[blockIdx.x];
   const UnitQueries u = unit_queries<kBranch>(p, unit, g);
   const int c = kBranch == DkdvBranch::kCompressed ? 0 : (kBranch == DkdvBranch::kSelected ? 1 : 2);
-  // Keys of this unit.
   const bool compressed = kBranch == DkdvBranch::kCompressed;
   const int64_t key_base =
       compressed ? p.cmp_offsets[unit.seq] + u.first_row : u.seq_start + u.first_row;
-  for (int64_t i = threadIdx.x; i < u.n_rows * dk; i += blockDim.x) dk_acc[i] = 0.0f;
-  for (int64_t i = threadIdx.x; i < u.n_rows * dv; i += blockDim.x) dv_acc[i] = 0.0f;
+  const int64_t rows = u.n_rows;
+  for (int64_t i = threadIdx.x; i < rows * dk; i += blockDim.x) dk_acc[i] = 0.0f;
+  for (int64_t i = threadIdx.x; i < rows * dv; i += blockDim.x) dv_acc[i] = 0.0f;
 
   const int64_t total = u.q_end - u.q_begin;
   const int64_t qa = u.q_begin + total * z / chunks, qb = u.q_begin + total * (z + 1) / chunks;
   for (int64_t qi = qa; qi < qb; ++qi) {
     const int64_t row = u.list ? static_cast<int64_t>(u.list[qi] & 0xffffffffu) : u.seq_start + qi;
     const int64_t t = row - u.seq_start;
-    for (int64_t h = g * p.hpg; h < (g + 1) * p.hpg; ++h) {
-      const int64_t th = row * p.H + h;
-      __syncthreads();  // previous accumulation done with q/d_o/p_s/ds_s
-      for (int64_t e = threadIdx.x; e < dk; e += blockDim.x)
-        q[e] = __bfloat162float(p.q[th * dk + e]);
-      for (int64_t e = threadIdx.x; e < dv; e += blockDim.x)
-        d_o[e] = __bfloat162float(p.d_o[th * dv + e]);
-      __syncthreads();
-      const float lse = p.lse[c][th], delta = p.delta[c][th],
-                  gate = __bfloat162float(p.gate[c][th]);
-      for (int64_t j = threadIdx.x; j < u.n_rows; j += blockDim.x) {
-        const int64_t r = u.first_row + j;
-        bool visible;
-        if (kBranch == DkdvBranch::kWindow) {
-          visible = r <= t && r > t - p.w;
-        } else if (kBranch == DkdvBranch::kCompressed) {
-          visible = r * p.d + p.l <= t + 1;
+    const int64_t th0 = row * p.H + g * hpg;  // first head of the group
+    __syncthreads();  // the previous query's accumulation is done with q/d_o/p_s/ds_s
+    for (int64_t e = threadIdx.x; e < hpg * dk; e += blockDim.x) {
+      q[e] = __bfloat162float(p.q[th0 * dk + e]);
+    }
+    for (int64_t e = threadIdx.x; e < hpg * dv; e += blockDim.x) {
+      d_o[e] = __bfloat162float(p.d_o[th0 * dv + e]);
+    }
+    for (int64_t hh = threadIdx.x; hh < hpg; hh += blockDim.x) {
+      stats[3 * hh] = p.lse[c][th0 + hh];
+      stats[3 * hh + 1] = p.delta[c][th0 + hh];
+      stats[3 * hh + 2] = __bfloat162float(p.gate[c][th0 + hh]);
+    }
+    __syncthreads();
+    // One (head, key row) pair per thread: p·g and scale·ds.
+    for (int64_t item = threadIdx.x; item < hpg * rows; item += blockDim.x) {
+      const int64_t hh = item / rows, j = item % rows, r = u.first_row + j;
+      bool visible;
+      if (kBranch == DkdvBranch::kWindow) {
+        visible = r <= t && r > t - p.w;
+      } else if (kBranch == DkdvBranch::kCompressed) {
+        visible = r * p.d + p.l <= t + 1;
+      } else {
+        visible = r <= t;
+      }
+      float prob = 0.0f, ds = 0.0f;
+      const float gate = stats[3 * hh + 2];
+      if (visible) {
+        const int64_t key = (key_base + j) * G + g;
+        float s, dp;
+        if (compressed) {
+          s = p.scale * dot_row(q + hh * dk, p.k_cmp + key * dk, dk);
+          dp = gate * dot_row(d_o + hh * dv, p.v_cmp + key * dv, dv);
         } else {
-          visible = r <= t;
+          s = p.scale * dot_row(q + hh * dk, p.k[c] + key * dk, dk);
+          dp = gate * dot_row(d_o + hh * dv, p.v[c] + key * dv, dv);
         }
-        float prob = 0.0f, ds = 0.0f;
-        if (visible) {
-          const int64_t key = (key_base + j) * G + g;
-          float s, dp;
-          if (compressed) {
-            s = p.scale * dot_row(q, p.k_cmp + key * dk, dk);
-            dp = gate * dot_row(d_o, p.v_cmp + key * dv, dv);
-          } else {
-            s = p.scale * dot_row(q, p.k[c] + key * dk, dk);
-            dp = gate * dot_row(d_o, p.v[c] + key * dv, dv);
-          }
-          prob = expf(s - lse);
-          ds = prob * (dp - delta);
-        }
-        p_s[j] = prob * gate;
-        ds_s[j] = p.scale * ds;
+        prob = expf(s - stats[3 * hh]);
+        ds = prob * (dp - stats[3 * hh + 1]);
       }
-      __syncthreads();
-      for (int64_t i = threadIdx.x; i < u.n_rows * dv; i += blockDim.x) {
-        dv_acc[i] += p_s[i / dv] * d_o[i % dv];
-      }
-      for (int64_t i = threadIdx.x; i < u.n_rows * dk; i += blockDim.x) {
-        dk_acc[i] += ds_s[i / dk] * q[i % dk];
-      }
+      p_s[hh * rows + j] = prob * gate;
+      ds_s[hh * rows + j] = p.scale * ds;
+    }
+    __syncthreads();
+    // dV[j] += Σ_h p·g·dO_h,  dK[j] += Σ_h scale·ds·q_h (heads in ascending order).
+    for (int64_t i = threadIdx.x; i < rows * dv; i += blockDim.x) {
+      const int64_t j = i / dv, e = i % dv;
+      float acc = dv_acc[i];
+      for (int64_t hh = 0; hh < hpg; ++hh) acc += p_s[hh * rows + j] * d_o[hh * dv + e];
+      dv_acc[i] = acc;
+    }
+    for (int64_t i = threadIdx.x; i < rows * dk; i += blockDim.x) {
+      const int64_t j = i / dk, e = i % dk;
+      float acc = dk_acc[i];
+      for (int64_t hh = 0; hh < hpg; ++hh) acc += ds_s[hh * rows + j] * q[hh * dk + e];
+      dk_acc[i] = acc;
     }
   }
   __syncthreads();
@@ -148,11 +165,11 @@ __global__ void __launch_bounds__(kThreads)
   float* dst_k = out_k + z * out_rows * G * dk;
   float* dst_v = out_v + z * out_rows * G * dv;
   const bool acc = chunks == 1 && accumulate;
-  for (int64_t i = threadIdx.x; i < u.n_rows * dk; i += blockDim.x) {
+  for (int64_t i = threadIdx.x; i < rows * dk; i += blockDim.x) {
     float* d = dst_k + ((key_base + i / dk) * G + g) * dk + i % dk;
     *d = acc ? *d + dk_acc[i] : dk_acc[i];
   }
-  for (int64_t i = threadIdx.x; i < u.n_rows * dv; i += blockDim.x) {
+  for (int64_t i = threadIdx.x; i < rows * dv; i += blockDim.x) {
     float* d = dst_v + ((key_base + i / dv) * G + g) * dv + i % dv;
     *d = acc ? *d + dv_acc[i] : dv_acc[i];
   }

@@ -1,5 +1,6 @@
 // NsaCudaLayer: buffers, layout tables and the launch sequence (see nsa_cuda_layer.h).
 //
+// φ = avg runs the compress_avg kernels; φ = mlp the CompressMlp pair (cuBLAS).
 // Backward order (one stream, so every accumulation happens in a fixed order): preprocess → dq →
 // selection index → dK/dV window (writes) → selected (writes, or adds when K/V are shared) →
 // compressed (into the compressed-key gradient) → φ backward into the raw cmp K/V gradient
@@ -49,8 +50,6 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
     : cfg_(cfg), layout_(layout) {
   NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
   cfg.validate();
-  NSA_CHECK(cfg.phi == Phi::kAvg,
-            "phi = mlp is not implemented in the CUDA kernels yet; use --device cpu or phi = avg");
   NSA_CHECK(cfg.l_sel <= 128, "l_sel = ", cfg.l_sel, " exceeds 128, the CUDA v1 limit");
   const int64_t T = layout.total_tokens(), H = cfg.heads, G = cfg.groups;
   const std::vector<int64_t> cmp_off = layout.compressed_offsets(cfg);
@@ -128,6 +127,15 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
     p.gate[c] = gate_[c].get(), p.o_branch[c] = o_branch_[c].get(), p.lse[c] = lse_[c].get();
     p.delta[c] = delta_[c].get(), p.d_gate[c] = d_gate_[c].get();
   }
+  NSA_CHECK(cublasCreate(&blas_) == CUBLAS_STATUS_SUCCESS, "cannot create a cuBLAS handle");
+  if (cfg.phi == Phi::kMlp) {
+    mlp_k_ = std::make_unique<CompressMlp>(cfg.l, cfg.dk, cfg.mlp_hidden(), C * G);
+    mlp_v_ = std::make_unique<CompressMlp>(cfg.l, cfg.dv, cfg.mlp_hidden(), C * G);
+  }
+}
+
+NsaCudaLayer::~NsaCudaLayer() {
+  if (blas_) cublasDestroy(blas_);
 }
 
 void NsaCudaLayer::set_inputs(const NsaTensors<float>& in) {
@@ -140,6 +148,10 @@ void NsaCudaLayer::set_inputs(const NsaTensors<float>& in) {
     }
     upload(gate_[c], to_bf16(in.gate[c]));
   }
+  if (mlp_k_) {
+    mlp_k_->set_params(in.phi_k);
+    mlp_v_->set_params(in.phi_v);
+  }
 }
 
 void NsaCudaLayer::set_output_grad(const Tensor<float>& d_o) {
@@ -148,7 +160,12 @@ void NsaCudaLayer::set_output_grad(const Tensor<float>& d_o) {
 }
 
 void NsaCudaLayer::forward(cudaStream_t stream) {
-  launch_compress_avg_forward(p_, stream);
+  if (mlp_k_) {
+    mlp_k_->forward(blas_, p_, p_.k[0], p_.k_cmp, stream);
+    mlp_v_->forward(blas_, p_, p_.v[0], p_.v_cmp, stream);
+  } else {
+    launch_compress_avg_forward(p_, stream);
+  }
   launch_nsa_forward(p_, stream);
 }
 
@@ -164,7 +181,12 @@ void NsaCudaLayer::backward(cudaStream_t stream) {
     launch_nsa_backward_dkdv(p_, kinds[c], units_[c].get(), units_[c].size(), unit_rows_[c],
                              chunks_[c], accumulate, partial_.get(), stream);
   }
-  launch_compress_avg_backward(p_, shared, stream);
+  if (mlp_k_) {
+    mlp_k_->backward(blas_, p_, p_.d_k_cmp, p_.d_k[0], shared, stream);
+    mlp_v_->backward(blas_, p_, p_.d_v_cmp, p_.d_v[0], shared, stream);
+  } else {
+    launch_compress_avg_backward(p_, shared, stream);
+  }
 }
 
 void NsaCudaLayer::poison_outputs() {
@@ -174,6 +196,7 @@ void NsaCudaLayer::poison_outputs() {
     o_branch_[c].poison(), lse_[c].poison(), delta_[c].poison(), d_gate_[c].poison();
     d_k_[c].poison(), d_v_[c].poison();
   }
+  if (mlp_k_) mlp_k_->poison(), mlp_v_->poison();
 }
 
 NsaForward<float> NsaCudaLayer::download_forward() const {
@@ -203,6 +226,10 @@ NsaTensors<float> NsaCudaLayer::download_grads() const {
     }
     d.gate[c] = from_f32(d_gate_[c], {T, H});
   }
+  if (mlp_k_) {
+    d.phi_k = mlp_k_->download_grads();
+    d.phi_v = mlp_v_->download_grads();
+  }
   return d;
 }
 
@@ -216,6 +243,7 @@ size_t NsaCudaLayer::device_bytes() const {
              lse_[c].bytes() + delta_[c].bytes() + d_gate_[c].bytes() + d_k_[c].bytes() +
              d_v_[c].bytes() + units_[c].bytes();
   }
+  if (mlp_k_) total += mlp_k_->device_bytes() + mlp_v_->device_bytes();
   return total;
 }
 

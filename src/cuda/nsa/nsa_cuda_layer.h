@@ -6,9 +6,13 @@
 // the stream (no host synchronisation inside), download_* copy results back for tests and tools.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <memory>
+
 #include "common/device_buffer.h"
+#include "compress_mlp.h"
 #include "nsa/attention.h"
 #include "nsa_backward_dkdv.h"
 #include "nsa_params.h"
@@ -18,8 +22,11 @@ namespace nsa::cuda {
 
 class NsaCudaLayer {
  public:
-  // Throws nsa::Error for configs the v1 kernels do not cover (φ = mlp, l_sel > 128).
+  // Throws nsa::Error without a GPU, and for configs the v1 kernels do not cover (l_sel > 128).
   NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout);
+  ~NsaCudaLayer();
+  NsaCudaLayer(const NsaCudaLayer&) = delete;
+  NsaCudaLayer& operator=(const NsaCudaLayer&) = delete;
 
   void set_inputs(const NsaTensors<float>& in);
   void set_output_grad(const Tensor<float>& d_o);  // [T, H, dv]
@@ -46,6 +53,8 @@ class NsaCudaLayer {
   int64_t unit_rows_[3] = {0, 0, 0};
   int64_t chunks_[3] = {1, 1, 1};
   SelIndex sel_index_;
+  cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<CompressMlp> mlp_k_, mlp_v_;  // φ = mlp only
 };
 
 }  // namespace nsa::cuda
