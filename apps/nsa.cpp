@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   nsa::app::register_attention_command(app);
   nsa::app::register_inspect_command(app);
   nsa::app::register_bench_command(app);
+  nsa::app::register_prepare_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

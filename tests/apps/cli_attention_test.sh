@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end test of `nsa attention` and `nsa inspect`: a generated example runs on the CPU and
-# writes the contracted outputs; each kind of bad input exits non-zero with one line naming it.
+# End-to-end test of `nsa attention`, `nsa inspect` and `nsa prepare`: a generated example runs
+# and writes the contracted outputs; each kind of bad input exits non-zero with one line naming it.
 # Usage: cli_attention_test.sh NSA_BINARY WORK_DIR
 set -u
 nsa=$1
@@ -63,6 +63,15 @@ else
     "$nsa" attention --in "$dir/in.safetensors" --out "$dir/x.safetensors" --device cuda
 fi
 [ ! -e "$dir/x.safetensors" ] && pass "no output written on error" || fail "no output written on error"
+
+# nsa prepare on a small file (real text when ../shared/data is beside the checkout).
+alice="$(dirname "$0")/../../../shared/data/gutenberg/carroll-alice.txt"
+[ -f "$alice" ] || { printf 'Some text.\nMore text.\n' >"$dir/small.txt"; alice="$dir/small.txt"; }
+expect_ok "prepare bytes" "$nsa" prepare --input "$alice" --out "$dir/prep" --tokenizer bytes
+[ -f "$dir/prep/train_000000.bin" ] && [ -f "$dir/prep/meta.json" ] && pass "prepare wrote shards" || fail "prepare wrote shards"
+expect_error "prepare missing input" "input '$dir/nope.txt' does not exist" \
+  "$nsa" prepare --input "$dir/nope.txt" --out "$dir/prep2"
+expect_error "prepare nothing" "nothing to prepare" "$nsa" prepare --out "$dir/prep3"
 
 if [ "$failures" -ne 0 ]; then echo "$failures CLI check(s) failed"; exit 1; fi
 echo "all CLI checks passed"

@@ -1,0 +1,112 @@
+// The `nsa prepare` pipeline (see prepare.h).
+#include "prepare.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "corpus_fetch.h"
+#include "io/token_shard.h"
+#include "nsa/error.h"
+#include "text_corpus.h"
+#include "tokenizer.h"
+
+namespace nsa::data {
+namespace fs = std::filesystem;
+namespace {
+
+std::vector<std::string> write_shards(const std::vector<uint32_t>& tokens, int64_t shard_tokens,
+                                      const fs::path& dir, const std::string& split) {
+  std::vector<std::string> paths;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  for (int64_t start = 0, k = 0; start < n || k == 0; start += shard_tokens, ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "%s_%06lld.bin", split.c_str(), static_cast<long long>(k));
+    const int64_t end = std::min(n, start + shard_tokens);
+    const std::vector<uint32_t> part(tokens.begin() + start, tokens.begin() + end);
+    paths.push_back((dir / name).string());
+    io::write_token_shard(paths.back(), part);
+    if (end >= n) break;
+  }
+  return paths;
+}
+
+}  // namespace
+
+PrepareResult prepare_corpus(const PrepareOptions& o) {
+  NSA_CHECK(o.val_fraction >= 0.0 && o.val_fraction <= 0.5, "--val-fraction ", o.val_fraction,
+            " must be within [0, 0.5]");
+  NSA_CHECK(o.shard_tokens > 0, "--shard-tokens must be positive");
+  NSA_CHECK(o.tokenizer == "bytes" || o.tokenizer == "sentencepiece", "--tokenizer '", o.tokenizer,
+            "' is not one of: bytes, sentencepiece");
+  std::vector<std::string> inputs = o.inputs;
+  if (o.fetch) {
+    for (const std::string& dir : fetch_default_corpus(o.cache_dir)) inputs.push_back(dir);
+  }
+  NSA_CHECK(!inputs.empty(),
+            "nothing to prepare: pass --input PATH (files, directories, .jsonl) and/or --fetch");
+  const std::vector<Document> docs = load_documents(inputs);
+  NSA_CHECK(!docs.empty(), "the inputs hold no documents");
+  fs::create_directories(o.out_dir);
+
+  std::unique_ptr<Tokenizer> tok;
+  if (o.tokenizer == "bytes") {
+    tok = make_byte_tokenizer();
+  } else if (!o.sp_model.empty()) {
+    tok = load_sentencepiece(o.sp_model);
+  } else {
+    tok =
+        train_sentencepiece(docs, o.vocab_size, (fs::path(o.out_dir) / "tokenizer.model").string());
+  }
+
+  std::vector<std::vector<uint32_t>> encoded(docs.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < static_cast<int64_t>(docs.size()); ++i) {
+    encoded[i] = tok->encode(docs[i].text);
+  }
+  std::vector<uint32_t> train, val;
+  PrepareResult r;
+  for (const auto& ids : encoded) {
+    if (ids.empty()) continue;
+    ++r.documents;
+    const auto n = static_cast<int64_t>(ids.size());
+    const auto n_val = static_cast<int64_t>(std::ceil(o.val_fraction * static_cast<double>(n)));
+    train.insert(train.end(), ids.begin(), ids.end() - n_val);
+    train.push_back(tok->eot());
+    if (n_val > 0) {
+      val.insert(val.end(), ids.end() - n_val, ids.end());
+      val.push_back(tok->eot());
+    }
+  }
+  r.train_tokens = static_cast<int64_t>(train.size());
+  r.val_tokens = static_cast<int64_t>(val.size());
+  r.tokenizer = tok->name();
+  r.vocab_size = tok->vocab_size();
+  r.eot = tok->eot();
+  r.train_shards = write_shards(train, o.shard_tokens, o.out_dir, "train");
+  r.val_shards = write_shards(val, o.shard_tokens, o.out_dir, "val");
+
+  nlohmann::json meta = {{"tokenizer", r.tokenizer},
+                         {"vocab_size", r.vocab_size},
+                         {"eot", r.eot},
+                         {"documents", r.documents},
+                         {"train_tokens", r.train_tokens},
+                         {"val_tokens", r.val_tokens},
+                         {"val_fraction", o.val_fraction},
+                         {"train_shards", r.train_shards},
+                         {"val_shards", r.val_shards},
+                         {"inputs", inputs}};
+  if (r.tokenizer == "sentencepiece") {
+    meta["tokenizer_model"] =
+        o.sp_model.empty() ? (fs::path(o.out_dir) / "tokenizer.model").string() : o.sp_model;
+  }
+  const fs::path meta_path = fs::path(o.out_dir) / "meta.json";
+  std::ofstream(meta_path.string() + ".tmp") << meta.dump(2) << "\n";
+  fs::rename(meta_path.string() + ".tmp", meta_path);
+  return r;
+}
+
+}  // namespace nsa::data
