@@ -24,8 +24,9 @@ TokenShardInfo read_token_shard_info(const std::string& path) {
   const TokenShardInfo info{header[1], header[2]};
   const int64_t expected = kShardHeaderBytes + info.num_tokens * (info.version == 1 ? 2 : 4);
   const auto actual = static_cast<int64_t>(std::filesystem::file_size(path));
-  NSA_CHECK(actual == expected, "token shard '", path, "' is ", actual, " bytes but its header promises ",
-            info.num_tokens, " tokens (", expected, " bytes): the file is ",
+  NSA_CHECK(actual == expected, "token shard '", path, "' is ", actual,
+            " bytes but its header promises ", info.num_tokens, " tokens (", expected,
+            " bytes): the file is ",
             actual < expected ? "truncated" : "longer than its header says", "; re-create it");
   return info;
 }
@@ -70,7 +71,8 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
     f.flush();
     NSA_CHECK(f, "writing '", tmp, "' failed (disk full?)");
   }
-  NSA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "'");
+  NSA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path,
+            "'");
 }
 
 }  // namespace nsa::io
