@@ -44,9 +44,19 @@ std::string sample_text() {
     std::ifstream f(p, std::ios::binary);
     if (f) return data::normalize_text(std::string(std::istreambuf_iterator<char>(f), {}));
   }
+  // Pseudo-words from a fixed generator: varied enough to train a 1000-piece vocabulary.
+  const char* syllables[] = {"ka", "lo",  "ri",  "ten", "sha", "mu",  "ver", "do", "qui", "an",
+                             "el", "por", "sti", "ne",  "ba",  "gru", "fa",  "ol", "zen", "wi"};
+  uint64_t state = 12345;
   std::string s;
-  for (int i = 0; i < 400; ++i)
-    s += "The quick brown fox jumps over the lazy dog " + std::to_string(i) + ".\n";
+  for (int line = 0; line < 3000; ++line) {
+    for (int word = 0; word < 9; ++word) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const int n = 1 + static_cast<int>((state >> 60) % 3);
+      for (int k = 0; k < n; ++k) s += syllables[(state >> (8 * k + 16)) % 20];
+      s += word == 8 ? ".\n" : " ";
+    }
+  }
   return s;
 }
 
