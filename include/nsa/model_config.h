@@ -1,0 +1,38 @@
+// The model configuration: a Llama-style decoder whose attention is NSA (SPEC §4).
+//
+// Configs are YAML files in configs/ (flat `key: value`); every field can be overridden from the
+// command line with the same names. set_model_field is the one parser behind both, so errors are
+// the same everywhere and name the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nsa/config.h"
+
+namespace nsa {
+
+struct ModelConfig {
+  int64_t vocab_size = 0;
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t seq_len = 0;
+  NsaConfig attn;              // heads, groups, dk, dv, l, d, l_sel, n_sel, w, phi, kv, gate
+  std::string mlp = "swiglu";  // swiglu | silu (the prototype's, hidden 4·dim)
+  int64_t mlp_hidden = 0;  // 0: swiglu → 8/3·dim rounded up to a multiple of 64; silu → 4·dim
+  bool tie_embeddings = true;  // LM head shares the token embedding
+  double rope_base = 10000.0;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+  uint64_t seed = 1337;
+
+  void validate() const;  // throws nsa::Error naming the field
+  int64_t ffn_hidden() const;
+};
+
+// Sets one field by name from text; attention fields (heads, l, n_sel, ...) are accepted too.
+void set_model_field(ModelConfig& cfg, const std::string& field, const std::string& value);
+// Reads a YAML config; unknown keys are errors naming the key and the file.
+ModelConfig load_model_config(const std::string& path);
+
+}  // namespace nsa

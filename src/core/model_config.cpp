@@ -1,0 +1,109 @@
+// Model configuration: fields, validation, YAML (see include/nsa/model_config.h).
+#include "nsa/model_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include "nsa/error.h"
+
+namespace nsa {
+namespace {
+
+int64_t to_int(const std::string& field, const std::string& v) {
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  NSA_CHECK(!v.empty() && used == v.size(), field, " = '", v, "' is not an integer");
+  return x;
+}
+
+double to_double(const std::string& field, const std::string& v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  NSA_CHECK(!v.empty() && used == v.size(), field, " = '", v, "' is not a number");
+  return x;
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  NSA_CHECK(vocab_size > 0, "vocab_size = ", vocab_size, " must be positive");
+  NSA_CHECK(dim > 0, "dim = ", dim, " must be positive");
+  NSA_CHECK(n_layers > 0, "n_layers = ", n_layers, " must be positive");
+  NSA_CHECK(seq_len > 0, "seq_len = ", seq_len, " must be positive");
+  NSA_CHECK(mlp == "swiglu" || mlp == "silu", "mlp = '", mlp, "' is not one of: swiglu, silu");
+  NSA_CHECK(mlp_hidden >= 0, "mlp_hidden = ", mlp_hidden, " must be >= 0 (0 = default)");
+  NSA_CHECK(rope_base > 0, "rope_base = ", rope_base, " must be positive");
+  NSA_CHECK(norm_eps > 0, "norm_eps = ", norm_eps, " must be positive");
+  NSA_CHECK(init_std > 0, "init_std = ", init_std, " must be positive");
+  attn.validate();
+  NSA_CHECK(attn.dk % 2 == 0, "dk = ", attn.dk, " must be even (RoPE rotates pairs)");
+}
+
+int64_t ModelConfig::ffn_hidden() const {
+  if (mlp_hidden > 0) return mlp_hidden;
+  if (mlp == "silu") return 4 * dim;
+  const int64_t h = (8 * dim + 2) / 3;
+  return (h + 63) / 64 * 64;
+}
+
+void set_model_field(ModelConfig& cfg, const std::string& field, const std::string& value) {
+  if (field == "vocab_size") {
+    cfg.vocab_size = to_int(field, value);
+  } else if (field == "dim") {
+    cfg.dim = to_int(field, value);
+  } else if (field == "n_layers") {
+    cfg.n_layers = to_int(field, value);
+  } else if (field == "seq_len") {
+    cfg.seq_len = to_int(field, value);
+  } else if (field == "mlp") {
+    cfg.mlp = value;
+  } else if (field == "mlp_hidden") {
+    cfg.mlp_hidden = to_int(field, value);
+  } else if (field == "tie_embeddings") {
+    NSA_CHECK(value == "true" || value == "false", "tie_embeddings = '", value,
+              "' must be true or false");
+    cfg.tie_embeddings = value == "true";
+  } else if (field == "rope_base") {
+    cfg.rope_base = to_double(field, value);
+  } else if (field == "norm_eps") {
+    cfg.norm_eps = to_double(field, value);
+  } else if (field == "init_std") {
+    cfg.init_std = to_double(field, value);
+  } else if (field == "seed") {
+    cfg.seed = static_cast<uint64_t>(to_int(field, value));
+  } else {
+    set_config_field(cfg.attn, field, value);  // throws, naming the field, if unknown there too
+  }
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const std::exception& e) {
+    throw Error(str("cannot read config '", path, "': ", e.what()));
+  }
+  NSA_CHECK(root.IsMap(), "config '", path, "' must be a map of `field: value` lines");
+  ModelConfig cfg;
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    NSA_CHECK(kv.second.IsScalar(), "config '", path, "': field '", key, "' must be a scalar");
+    try {
+      set_model_field(cfg, key, kv.second.as<std::string>());
+    } catch (const Error& e) {
+      throw Error(str("config '", path, "': ", e.what()));
+    }
+  }
+  return cfg;
+}
+
+}  // namespace nsa

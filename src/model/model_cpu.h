@@ -1,0 +1,26 @@
+// The NSA language model on the CPU: loss, and gradients of every parameter (SPEC §4).
+//
+// embedding → n_layers × [RMSNorm → Q, K/V per branch (RoPE on Q and every K, before
+// compression), gates = sigmoid|softmax(h·Wgᵀ + bg) → NSA attention → Wo → residual; RMSNorm →
+// SwiGLU or SiLU MLP → residual] → RMSNorm → LM head → mean cross-entropy.
+// This is the reference the CUDA model will be judged against; it keeps every activation of the
+// forward for the backward (no recomputation) and is O(S) in memory like the attention.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "model_params.h"
+
+namespace nsa {
+
+// tokens, targets [T] laid out by `layout` (positions restart in each sequence). Returns the mean
+// loss; when grads != nullptr, adds every parameter's gradient into it.
+template <typename Real>
+double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& params,
+                      const SeqLayout& layout, const std::vector<int32_t>& tokens,
+                      const std::vector<int32_t>& targets,
+                      std::type_identity_t<ModelParams<Real>>* grads);
+
+}  // namespace nsa

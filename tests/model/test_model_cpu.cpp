@@ -1,0 +1,141 @@
+// The CPU language model: configs load and validate; every parameter's gradient matches finite
+// differences in double (two variants covering SwiGLU/SiLU, separate/shared K/V, φ avg/mlp,
+// sigmoid/softmax gates, tied/untied head, packed documents); the initial loss is ln(vocab).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "model/model_cpu.h"
+#include "nsa/error.h"
+
+namespace nsa::test {
+namespace {
+
+ModelConfig tiny_variant(bool second) {
+  ModelConfig c;
+  for (auto [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"vocab_size", "13"},
+                                                        {"dim", "12"},
+                                                        {"n_layers", "2"},
+                                                        {"seq_len", "32"},
+                                                        {"heads", second ? "3" : "4"},
+                                                        {"groups", second ? "1" : "2"},
+                                                        {"dk", "4"},
+                                                        {"dv", second ? "6" : "4"},
+                                                        {"l", "4"},
+                                                        {"d", "2"},
+                                                        {"l_sel", "4"},
+                                                        {"n_sel", "3"},
+                                                        {"w", "5"},
+                                                        {"init_std", "0.3"}}) {
+    set_model_field(c, k, v);
+  }
+  if (second) {
+    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{{"mlp", "silu"},
+                                                                        {"kv", "shared"},
+                                                                        {"phi", "mlp"},
+                                                                        {"gate", "softmax"},
+                                                                        {"tie_embeddings", "false"},
+                                                                        {"mlp_hidden", "10"}}) {
+      set_model_field(c, k, v);
+    }
+  }
+  c.validate();
+  return c;
+}
+
+TEST(ModelConfig, ShippedConfigsLoadAndValidate) {
+  for (const char* name : {"tiny", "small", "m7c_125m", "paper_attn"}) {
+    const std::string path = std::string(NSA_SOURCE_DIR) + "/configs/" + name + ".yaml";
+    const ModelConfig c = load_model_config(path);
+    EXPECT_NO_THROW(c.validate()) << name;
+  }
+  const ModelConfig m = load_model_config(std::string(NSA_SOURCE_DIR) + "/configs/m7c_125m.yaml");
+  EXPECT_EQ(m.dim, 768);
+  EXPECT_EQ(m.attn.heads, 12);
+  EXPECT_EQ(m.attn.n_sel, 16);
+}
+
+TEST(ModelConfig, ErrorsNameTheFieldAndFile) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string bad = (dir / "nsa_bad.yaml").string();
+  std::ofstream(bad) << "dim: 64\nwindow: 3\n";
+  try {
+    load_model_config(bad);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nsa_bad.yaml"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'window'"), std::string::npos) << e.what();
+  }
+  ModelConfig c = tiny_variant(false);
+  EXPECT_THROW(set_model_field(c, "dim", "big"), Error);
+  set_model_field(c, "mlp", "gelu");
+  EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(load_model_config((dir / "nsa_missing.yaml").string()), Error);
+}
+
+class ModelGradient : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ModelGradient, MatchesFiniteDifferences) {
+  const ModelConfig cfg = tiny_variant(GetParam());
+  ModelParams<double> params = init_model_params<double>(cfg);
+  const SeqLayout layout = SeqLayout::packed({0, 11, 30}, 30);
+  std::mt19937 rng(3);
+  std::vector<int32_t> tokens(30), targets(30);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+  for (auto& t : targets) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+  ModelParams<double> grads = zeros_like(cfg, params);
+  model_loss_cpu(cfg, params, layout, tokens, targets, &grads);
+  auto named = params.named(cfg);
+  auto gnamed = grads.named(cfg);
+  const double h = 1e-6;
+  int checked = 0;
+  for (size_t p = 0; p < named.size(); ++p) {
+    Tensor<double>& x = *named[p].second;
+    double worst = 0;
+    for (int s = 0; s < 6; ++s) {
+      const int64_t i = static_cast<int64_t>(rng() % x.numel());
+      const double saved = x[i];
+      x[i] = saved + h;
+      const double lp = model_loss_cpu<double>(cfg, params, layout, tokens, targets, nullptr);
+      x[i] = saved - h;
+      const double lm = model_loss_cpu<double>(cfg, params, layout, tokens, targets, nullptr);
+      x[i] = saved;
+      const double fd = (lp - lm) / (2 * h), an = (*gnamed[p].second)[i];
+      const double ratio = std::fabs(fd - an) / (1e-8 + 1e-5 * std::fabs(fd));
+      worst = std::max(worst, ratio);
+      EXPECT_LE(ratio, 1.0) << named[p].first << "[" << i << "]: fd " << fd << " vs " << an;
+      ++checked;
+    }
+    std::printf("  %-36s headroom %.1fx\n", named[p].first.c_str(),
+                worst > 0 ? 1 / worst : INFINITY);
+  }
+  EXPECT_GT(checked, 100);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient, ::testing::Values(false, true));
+
+TEST(Model, InitialLossIsLogVocabAndBadTokensAreRefused) {
+  ModelConfig cfg = tiny_variant(false);
+  set_model_field(cfg, "init_std", "0.02");
+  set_model_field(cfg, "vocab_size", "256");
+  const ModelParams<float> params = init_model_params<float>(cfg);
+  std::vector<int32_t> tokens(64), targets(64);
+  for (int i = 0; i < 64; ++i) tokens[i] = (i * 37) % 256, targets[i] = (i * 11 + 5) % 256;
+  const double loss =
+      model_loss_cpu(cfg, params, SeqLayout::batch(2, 32), tokens, targets, nullptr);
+  EXPECT_NEAR(loss, std::log(256.0), 0.05);
+  tokens[40] = 256;
+  try {
+    model_loss_cpu(cfg, params, SeqLayout::batch(2, 32), tokens, targets, nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 256 at position 40"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace nsa::test
