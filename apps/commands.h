@@ -9,5 +9,6 @@ void register_attention_command(CLI::App& app);
 void register_inspect_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
 void register_prepare_command(CLI::App& app);
+void register_train_command(CLI::App& app);
 
 }  // namespace nsa::app

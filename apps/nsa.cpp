@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   nsa::app::register_inspect_command(app);
   nsa::app::register_bench_command(app);
   nsa::app::register_prepare_command(app);
+  nsa::app::register_train_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "nsa/config.h"
@@ -34,5 +35,7 @@ struct ModelConfig {
 void set_model_field(ModelConfig& cfg, const std::string& field, const std::string& value);
 // Reads a YAML config; unknown keys are errors naming the key and the file.
 ModelConfig load_model_config(const std::string& path);
+// Every field as text, in the form set_model_field reads back (checkpoints store it).
+std::map<std::string, std::string> model_config_fields(const ModelConfig& cfg);
 
 }  // namespace nsa

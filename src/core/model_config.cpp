@@ -3,6 +3,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <iomanip>
+
 #include "nsa/error.h"
 
 namespace nsa {
@@ -83,6 +85,35 @@ void set_model_field(ModelConfig& cfg, const std::string& field, const std::stri
   } else {
     set_config_field(cfg.attn, field, value);  // throws, naming the field, if unknown there too
   }
+}
+
+std::map<std::string, std::string> model_config_fields(const ModelConfig& c) {
+  auto num = [](double x) { return str(std::setprecision(17), x); };
+  return {{"vocab_size", std::to_string(c.vocab_size)},
+          {"dim", std::to_string(c.dim)},
+          {"n_layers", std::to_string(c.n_layers)},
+          {"seq_len", std::to_string(c.seq_len)},
+          {"mlp", c.mlp},
+          {"mlp_hidden", std::to_string(c.mlp_hidden)},
+          {"tie_embeddings", c.tie_embeddings ? "true" : "false"},
+          {"rope_base", num(c.rope_base)},
+          {"norm_eps", num(c.norm_eps)},
+          {"init_std", num(c.init_std)},
+          {"seed", std::to_string(c.seed)},
+          {"heads", std::to_string(c.attn.heads)},
+          {"groups", std::to_string(c.attn.groups)},
+          {"dk", std::to_string(c.attn.dk)},
+          {"dv", std::to_string(c.attn.dv)},
+          {"l", std::to_string(c.attn.l)},
+          {"d", std::to_string(c.attn.d)},
+          {"l_sel", std::to_string(c.attn.l_sel)},
+          {"n_sel", std::to_string(c.attn.n_sel)},
+          {"w", std::to_string(c.attn.w)},
+          {"scale", num(c.attn.scale)},
+          {"phi", to_string(c.attn.phi)},
+          {"kv", to_string(c.attn.kv)},
+          {"gate", to_string(c.attn.gate)},
+          {"phi_hidden", std::to_string(c.attn.phi_hidden)}};
 }
 
 ModelConfig load_model_config(const std::string& path) {

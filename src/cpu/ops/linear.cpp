@@ -1,5 +1,6 @@
 // Linear layer on the CPU (see linear.h). Rows of x are independent in the forward and in dx;
-// dW rows (one per output feature) are independent in the backward: OpenMP over those.
+// dW rows (one per output feature) are independent in the backward: OpenMP over those. Every
+// element is summed in a fixed order (inputs ascending, or rows ascending for dW).
 #include "linear.h"
 
 namespace nsa::cpu {
@@ -9,15 +10,22 @@ void linear_forward(const Tensor<Real>& x, const Tensor<Real>& w,
                     const std::type_identity_t<Tensor<Real>>* b, Tensor<Real>& y) {
   const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
   check_shape(w, {out, in}, "linear weight");
+  // Wᵀ once, so each output row is a sum of scaled rows of Wᵀ: axpy loops the compiler
+  // vectorises, where a dot product (a strict-order reduction) would stay scalar.
+  Tensor<Real> wt({in, out});
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) wt[i * out + o] = w[o * in + i];
+  }
   y = Tensor<Real>({T, out});
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const Real* xr = x.ptr() + t * in;
-    for (int64_t o = 0; o < out; ++o) {
-      const Real* wr = w.ptr() + o * in;
-      Real acc = b ? (*b)[o] : Real(0);
-      for (int64_t i = 0; i < in; ++i) acc += xr[i] * wr[i];
-      y[t * out + o] = acc;
+    Real* yr = y.ptr() + t * out;
+    for (int64_t o = 0; o < out; ++o) yr[o] = b ? (*b)[o] : Real(0);
+    for (int64_t i = 0; i < in; ++i) {
+      const Real xi = xr[i];
+      const Real* wr = wt.ptr() + i * out;
+      for (int64_t o = 0; o < out; ++o) yr[o] += xi * wr[o];
     }
   }
 }

@@ -1,0 +1,46 @@
+// `nsa train`: train an NSA language model (CPU path; see src/train/trainer.h).
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "nsa/error.h"
+#include "train/trainer.h"
+
+namespace nsa::app {
+
+void register_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto sets = std::make_shared<std::vector<std::string>>();
+  CLI::App* cmd = app.add_subcommand("train", "Train an NSA language model");
+  cmd->add_option("--config", o->config, "model config (YAML)");
+  cmd->add_option("--set", *sets, "override a config field: --set n_sel=8 (repeatable)");
+  cmd->add_option("--data", o->data, "folder of train_*/val_*.bin shards, or 'synthetic'");
+  cmd->add_option("--out", o->out_dir, "run folder: metrics.jsonl, heartbeat, checkpoints");
+  cmd->add_option("--steps", o->steps, "optimizer steps");
+  cmd->add_option("--batch", o->batch, "sequences per micro-batch");
+  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence (default: the config's)");
+  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per step");
+  cmd->add_option("--lr", o->adam.lr, "peak learning rate");
+  cmd->add_option("--min-lr", o->adam.min_lr, "learning rate at the end of the cosine");
+  cmd->add_option("--warmup", o->adam.warmup, "warm-up steps");
+  cmd->add_option("--weight-decay", o->adam.weight_decay, "AdamW weight decay (matrices)");
+  cmd->add_option("--clip", o->adam.clip, "global gradient-norm clip (0: off)");
+  cmd->add_option("--val-every", o->val_every, "validation every N steps (0: off)");
+  cmd->add_option("--val-batches", o->val_batches, "batches per validation");
+  cmd->add_option("--ckpt-every", o->ckpt_every, "checkpoint every N steps (and at the end)");
+  cmd->add_option("--keep", o->keep, "checkpoints to keep");
+  cmd->add_flag("--resume", o->resume, "continue from the newest complete checkpoint in --out");
+  cmd->callback([o, sets] {
+    for (const std::string& s : *sets) {
+      const size_t eq = s.find('=');
+      NSA_CHECK(eq != std::string::npos && eq > 0, "--set '", s, "' must look like field=value");
+      o->overrides[s.substr(0, eq)] = s.substr(eq + 1);
+    }
+    const TrainResult r = train(*o);
+    std::printf("trained %lld steps: loss %.4f, val loss %.4f -> %s\n",
+                static_cast<long long>(r.steps_done), r.last_loss, r.last_val_loss,
+                o->out_dir.c_str());
+  });
+}
+
+}  // namespace nsa::app

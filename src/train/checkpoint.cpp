@@ -1,0 +1,105 @@
+// Atomic checkpoints and exact resume (see checkpoint.h).
+#include "checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "nsa/error.h"
+
+namespace nsa {
+namespace fs = std::filesystem;
+namespace {
+
+std::vector<fs::path> complete_checkpoints(const std::string& out_dir) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(out_dir)) return out;
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("ckpt_", 0) == 0 && name.find('.') == std::string::npos &&
+        fs::exists(e.path() / "COMPLETE")) {
+      out.push_back(e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void load_into(const io::SafetensorsFile& f, const std::string& name, Tensor<float>& dst) {
+  NSA_CHECK(f.has(name), "checkpoint file '", f.path(), "' has no tensor '", name, "'");
+  Tensor<float> t = f.get_float(name);
+  NSA_CHECK(t.shape == dst.shape, "checkpoint tensor '", name, "' in '", f.path(), "' has shape ",
+            shape_str(t.shape), ", the model expects ", shape_str(dst.shape));
+  dst = std::move(t);
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& out_dir, const TrainState& state,
+                            const NamedTensors& params, std::vector<Tensor<float>>& adam_m,
+                            std::vector<Tensor<float>>& adam_v, int keep) {
+  char name[32];
+  std::snprintf(name, sizeof name, "ckpt_%08lld", static_cast<long long>(state.step));
+  const fs::path final_dir = fs::path(out_dir) / name;
+  const fs::path tmp = fs::path(out_dir) / (std::string(name) + ".tmp");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  io::SafetensorsFile model, opt;
+  for (size_t i = 0; i < params.size(); ++i) {
+    model.put(params[i].first, *params[i].second);
+    opt.put("m." + params[i].first, adam_m[i]);
+    opt.put("v." + params[i].first, adam_v[i]);
+  }
+  model.metadata = {{"format", "pt"}};
+  model.write((tmp / "model.safetensors").string());
+  opt.write((tmp / "optimizer.safetensors").string());
+  const nlohmann::json j = {{"format", 1},
+                            {"step", state.step},
+                            {"train_position", state.train_position},
+                            {"model_config", state.model_config}};
+  std::ofstream(tmp / "state.json") << j.dump(2) << "\n";
+  std::ofstream(tmp / "COMPLETE") << "ok\n";
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  const auto all = complete_checkpoints(out_dir);
+  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < all.size(); ++i) {
+    fs::remove_all(all[i]);
+  }
+  return final_dir.string();
+}
+
+std::string latest_checkpoint(const std::string& out_dir) {
+  const auto all = complete_checkpoints(out_dir);
+  return all.empty() ? "" : all.back().string();
+}
+
+TrainState load_checkpoint(const std::string& dir, const NamedTensors& params,
+                           std::vector<Tensor<float>>& adam_m, std::vector<Tensor<float>>& adam_v) {
+  NSA_CHECK(fs::exists(fs::path(dir) / "COMPLETE"), "checkpoint '", dir,
+            "' is incomplete (no COMPLETE marker): it was interrupted while being written");
+  const auto model = io::SafetensorsFile::read((fs::path(dir) / "model.safetensors").string());
+  const auto opt = io::SafetensorsFile::read((fs::path(dir) / "optimizer.safetensors").string());
+  for (size_t i = 0; i < params.size(); ++i) {
+    load_into(model, params[i].first, *params[i].second);
+    load_into(opt, "m." + params[i].first, adam_m[i]);
+    load_into(opt, "v." + params[i].first, adam_v[i]);
+  }
+  std::ifstream f(fs::path(dir) / "state.json");
+  NSA_CHECK(f, "checkpoint '", dir, "' has no state.json");
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const std::exception& e) {
+    throw Error(str("checkpoint '", dir, "': state.json is not valid JSON (", e.what(), ")"));
+  }
+  TrainState s;
+  s.step = j.at("step").get<int64_t>();
+  s.train_position = j.at("train_position").get<int64_t>();
+  s.model_config = j.at("model_config").get<std::map<std::string, std::string>>();
+  return s;
+}
+
+}  // namespace nsa

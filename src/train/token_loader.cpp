@@ -1,0 +1,74 @@
+// Training / validation batches (see token_loader.h).
+#include "token_loader.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "io/token_shard.h"
+#include "nsa/error.h"
+
+namespace nsa {
+namespace fs = std::filesystem;
+
+TokenLoader::TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
+                         uint64_t seed)
+    : seed_(seed), vocab_(vocab_size) {
+  if (source == "synthetic") {
+    synthetic_ = true;
+    seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
+    return;
+  }
+  NSA_CHECK(fs::is_directory(source), "--data '", source,
+            "' is neither a folder of token shards nor 'synthetic' (make shards with nsa prepare)");
+  std::vector<fs::path> shards;
+  for (const auto& e : fs::directory_iterator(source)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(split + "_", 0) == 0 && e.path().extension() == ".bin")
+      shards.push_back(e.path());
+  }
+  std::sort(shards.begin(), shards.end());
+  NSA_CHECK(!shards.empty(), "--data '", source, "' has no ", split, "_*.bin shards");
+  for (const auto& s : shards) {
+    const std::vector<uint32_t> part = io::read_token_shard(s.string());
+    for (size_t i = 0; i < part.size(); ++i) {
+      NSA_CHECK(part[i] < static_cast<uint32_t>(vocab_), "token ", part[i], " at index ", i,
+                " of shard '", s.string(), "' is outside the model's vocabulary of ", vocab_,
+                " (vocab_size must cover the tokenizer's)");
+    }
+    tokens_.insert(tokens_.end(), part.begin(), part.end());
+  }
+}
+
+Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
+  const int64_t n = batch * seq_len;
+  Batch b;
+  b.inputs.resize(static_cast<size_t>(n));
+  b.targets.resize(static_cast<size_t>(n));
+  if (synthetic_) {
+    // splitmix64 of (seed, batch index, element): reproducible without stored state.
+    for (int64_t i = 0; i <= n; ++i) {
+      uint64_t z =
+          seed_ + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(position_) * (n + 1) + i + 1);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      const auto tok = static_cast<int32_t>(z % static_cast<uint64_t>(vocab_));
+      if (i < n) b.inputs[i] = tok;
+      if (i > 0) b.targets[i - 1] = tok;
+    }
+    ++position_;
+    return b;
+  }
+  const int64_t total = num_tokens();
+  NSA_CHECK(total > n, "the split has ", total, " tokens, fewer than one batch of ", n + 1,
+            " (lower --batch or seq_len)");
+  if (position_ + n + 1 > total) position_ = 0;  // wrap: next epoch
+  for (int64_t i = 0; i < n; ++i) {
+    b.inputs[i] = static_cast<int32_t>(tokens_[position_ + i]);
+    b.targets[i] = static_cast<int32_t>(tokens_[position_ + i + 1]);
+  }
+  position_ += n;
+  return b;
+}
+
+}  // namespace nsa

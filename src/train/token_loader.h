@@ -1,0 +1,40 @@
+// Batches of (input, target) tokens for training and validation.
+//
+// From shards (llm.c format, `train_*.bin` / `val_*.bin` in a folder): the split's shards are
+// read (validated) and concatenated; each batch is the next B·S + 1 contiguous tokens (inputs
+// [0, B·S), targets shifted by one), wrapping to the start at the end of the split. The position
+// is the whole state, so a checkpoint resumes the exact stream. Synthetic data ("synthetic"):
+// uniform random tokens from a counter-based generator of (seed, batch index) – nothing to store.
+// Every token is checked against the vocabulary when the split is opened.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nsa {
+
+struct Batch {
+  std::vector<int32_t> inputs, targets;  // [B·S]
+};
+
+class TokenLoader {
+ public:
+  // source: a folder of shards or "synthetic"; split: "train" or "val".
+  TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
+              uint64_t seed);
+  Batch next(int64_t batch, int64_t seq_len);
+  int64_t position() const { return position_; }
+  void set_position(int64_t p) { position_ = p; }
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  bool synthetic() const { return synthetic_; }
+
+ private:
+  bool synthetic_ = false;
+  uint64_t seed_ = 0;
+  int64_t vocab_ = 0;
+  std::vector<uint32_t> tokens_;
+  int64_t position_ = 0;  // next token (shards) or next batch index (synthetic)
+};
+
+}  // namespace nsa

@@ -1,0 +1,130 @@
+// The CPU training loop (see trainer.h).
+#include "trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint.h"
+#include "model/model_cpu.h"
+#include "nsa/error.h"
+#include "token_loader.h"
+
+namespace nsa {
+namespace fs = std::filesystem;
+
+namespace {
+
+double validation_loss(const ModelConfig& cfg, const ModelParams<float>& params,
+                       const TrainOptions& o, int64_t S) {
+  TokenLoader val(o.data, "val", cfg.vocab_size, cfg.seed);
+  double sum = 0;
+  for (int64_t i = 0; i < o.val_batches; ++i) {
+    const Batch b = val.next(o.batch, S);
+    sum += model_loss_cpu<float>(cfg, params, SeqLayout::batch(o.batch, S), b.inputs, b.targets,
+                                 nullptr);
+  }
+  return sum / static_cast<double>(o.val_batches);
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o) {
+  ModelConfig cfg = load_model_config(o.config);
+  for (const auto& [k, v] : o.overrides) set_model_field(cfg, k, v);
+  cfg.validate();
+  const int64_t S = o.seq_len > 0 ? o.seq_len : cfg.seq_len;
+  NSA_CHECK(o.steps > 0 && o.batch > 0 && o.grad_accum > 0,
+            "--steps, --batch and --grad-accum must be positive");
+  fs::create_directories(o.out_dir);
+
+  ModelParams<float> params = init_model_params<float>(cfg);
+  ModelParams<float> grads = zeros_like(cfg, params);
+  const auto named = params.named(cfg);
+  const auto gnamed = grads.named(cfg);
+  std::vector<Tensor<float>*> pptr, gptr;
+  std::vector<bool> decay;
+  for (size_t i = 0; i < named.size(); ++i) {
+    pptr.push_back(named[i].second);
+    gptr.push_back(gnamed[i].second);
+    decay.push_back(named[i].second->shape.size() == 2);  // matrices only
+  }
+  AdamWConfig ac = o.adam;
+  ac.total_steps = o.steps;
+  AdamW opt(ac, pptr, decay);
+  TokenLoader loader(o.data, "train", cfg.vocab_size, cfg.seed);
+
+  int64_t start = 0;
+  if (o.resume) {
+    const std::string ckpt = latest_checkpoint(o.out_dir);
+    if (!ckpt.empty()) {
+      const TrainState st = load_checkpoint(ckpt, named, opt.m(), opt.v());
+      NSA_CHECK(st.model_config == model_config_fields(cfg), "checkpoint '", ckpt,
+                "' was written for a different model config; resume with the same config");
+      start = st.step;
+      loader.set_position(st.train_position);
+      if (!o.quiet)
+        std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
+    }
+  }
+  std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl",
+                        start > 0 ? std::ios::app : std::ios::trunc);
+  TrainResult r;
+  const SeqLayout layout = SeqLayout::batch(o.batch, S);
+  for (int64_t step = start; step < o.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Tensor<float>* g : gptr) g->fill(0.0f);
+    double loss = 0;
+    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      const Batch b = loader.next(o.batch, S);
+      loss += model_loss_cpu<float>(cfg, params, layout, b.inputs, b.targets, &grads);
+    }
+    loss /= static_cast<double>(o.grad_accum);
+    NSA_CHECK(std::isfinite(loss), "non-finite loss ", loss, " at step ", step,
+              ": stopping (lower the learning rate, or run with anomaly checks)");
+    if (o.grad_accum > 1) {
+      const float inv = 1.0f / static_cast<float>(o.grad_accum);
+      for (Tensor<float>* g : gptr) {
+        for (float& x : g->data) x *= inv;
+      }
+    }
+    const double gnorm = opt.step(step, gptr);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double tok_s = static_cast<double>(o.batch * S * o.grad_accum) / (ms / 1e3);
+    r.last_loss = loss;
+    r.steps_done = step + 1;
+    std::ostringstream line;
+    line.precision(9);
+    line << "{\"step\":" << step + 1 << ",\"loss\":" << loss << ",\"lr\":" << lr_at(ac, step)
+         << ",\"grad_norm\":" << gnorm << ",\"tokens_per_s\":" << tok_s << ",\"step_ms\":" << ms
+         << ",\"host_bytes\":" << host_memory_stats().current_bytes;
+    const bool do_val = o.val_every > 0 && ((step + 1) % o.val_every == 0 || step + 1 == o.steps);
+    if (do_val) {
+      r.last_val_loss = validation_loss(cfg, params, o, S);
+      line << ",\"val_loss\":" << r.last_val_loss << ",\"val_ppl\":" << std::exp(r.last_val_loss);
+    }
+    line << "}";
+    metrics << line.str() << "\n" << std::flush;
+    std::ofstream(fs::path(o.out_dir) / "heartbeat") << step + 1 << "\n";
+    if (!o.quiet) {
+      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | %.0f ms%s\n",
+                  static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss,
+                  lr_at(ac, step), gnorm, tok_s, ms,
+                  do_val ? str(" | val ", r.last_val_loss).c_str() : "");
+      std::fflush(stdout);
+    }
+    const bool stop = o.stop_after > 0 && step + 1 - start >= o.stop_after;
+    if ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps || stop) {
+      TrainState st{step + 1, loader.position(), model_config_fields(cfg)};
+      save_checkpoint(o.out_dir, st, named, opt.m(), opt.v(), static_cast<int>(o.keep));
+    }
+    if (stop) break;
+  }
+  return r;
+}
+
+}  // namespace nsa

@@ -1,0 +1,37 @@
+// `nsa train` on the CPU: the training loop around model_loss_cpu (SPEC §6).
+//
+// Per step: gradient accumulation over micro-batches, a non-finite-loss stop, AdamW with clipping
+// and warm-up + cosine, one console line and one JSON line (metrics.jsonl), a heartbeat file;
+// validation loss/perplexity every `val_every` steps; atomic checkpoints every `ckpt_every` steps
+// and at the end; `resume` continues bit-exactly from the newest complete checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "adamw.h"
+
+namespace nsa {
+
+struct TrainOptions {
+  std::string config = "configs/tiny.yaml";
+  std::map<std::string, std::string> overrides;  // model/attention fields
+  std::string data = "synthetic";                // shard folder or "synthetic"
+  std::string out_dir = "runs/tiny";
+  int64_t steps = 200, batch = 4, seq_len = 0, grad_accum = 1;
+  AdamWConfig adam;
+  int64_t val_every = 50, val_batches = 4, ckpt_every = 100, keep = 3;
+  bool resume = false;
+  int64_t stop_after = 0;  // stop (with a checkpoint) after this many steps in this run; 0 = never
+  bool quiet = false;      // no console lines (tests)
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double last_loss = 0, last_val_loss = 0;
+};
+
+TrainResult train(const TrainOptions& options);
+
+}  // namespace nsa
