@@ -63,6 +63,10 @@ struct NsaConfig {
   std::string summary() const;
 };
 
+// Whole-string numeric parsing for config fields; nsa::Error "<field> = '<value>' is not ...".
+int64_t parse_int_field(const std::string& field, const std::string& value);
+double parse_double_field(const std::string& field, const std::string& value);
+
 // Sets one field by name from text ("l", "n_sel", "phi", "scale", ...): the one parser behind
 // config files, file metadata and command-line overrides. Throws nsa::Error naming the field.
 void set_config_field(NsaConfig& cfg, const std::string& field, const std::string& value);

@@ -67,9 +67,7 @@ std::string NsaConfig::summary() const {
              " kv=", to_string(kv));
 }
 
-namespace {
-
-int64_t parse_int(const std::string& field, const std::string& value) {
+int64_t parse_int_field(const std::string& field, const std::string& value) {
   size_t used = 0;
   int64_t v = 0;
   try {
@@ -81,7 +79,7 @@ int64_t parse_int(const std::string& field, const std::string& value) {
   return v;
 }
 
-double parse_double(const std::string& field, const std::string& value) {
+double parse_double_field(const std::string& field, const std::string& value) {
   size_t used = 0;
   double v = 0;
   try {
@@ -92,8 +90,6 @@ double parse_double(const std::string& field, const std::string& value) {
   NSA_CHECK(!value.empty() && used == value.size(), field, " = '", value, "' is not a number");
   return v;
 }
-
-}  // namespace
 
 const std::vector<std::string>& config_field_names() {
   static const std::vector<std::string> names = {"heads", "groups", "dk",    "dv",        "l",
@@ -108,12 +104,12 @@ void set_config_field(NsaConfig& cfg, const std::string& field, const std::strin
   const auto& names = config_field_names();
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); ++i) {
     if (field == names[i]) {
-      *ints[i] = parse_int(field, value);
+      *ints[i] = parse_int_field(field, value);
       return;
     }
   }
   if (field == "scale") {
-    cfg.scale = parse_double(field, value);
+    cfg.scale = parse_double_field(field, value);
   } else if (field == "phi") {
     cfg.phi = parse_phi(value);
   } else if (field == "kv") {
@@ -121,7 +117,7 @@ void set_config_field(NsaConfig& cfg, const std::string& field, const std::strin
   } else if (field == "gate") {
     cfg.gate = parse_gate_activation(value);
   } else if (field == "phi_hidden") {
-    cfg.phi_hidden = parse_int(field, value);
+    cfg.phi_hidden = parse_int_field(field, value);
   } else {
     std::string known;
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;

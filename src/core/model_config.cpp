@@ -8,34 +8,6 @@
 #include "nsa/error.h"
 
 namespace nsa {
-namespace {
-
-int64_t to_int(const std::string& field, const std::string& v) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  NSA_CHECK(!v.empty() && used == v.size(), field, " = '", v, "' is not an integer");
-  return x;
-}
-
-double to_double(const std::string& field, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  NSA_CHECK(!v.empty() && used == v.size(), field, " = '", v, "' is not a number");
-  return x;
-}
-
-}  // namespace
-
 void ModelConfig::validate() const {
   NSA_CHECK(vocab_size > 0, "vocab_size = ", vocab_size, " must be positive");
   NSA_CHECK(dim > 0, "dim = ", dim, " must be positive");
@@ -59,29 +31,29 @@ int64_t ModelConfig::ffn_hidden() const {
 
 void set_model_field(ModelConfig& cfg, const std::string& field, const std::string& value) {
   if (field == "vocab_size") {
-    cfg.vocab_size = to_int(field, value);
+    cfg.vocab_size = parse_int_field(field, value);
   } else if (field == "dim") {
-    cfg.dim = to_int(field, value);
+    cfg.dim = parse_int_field(field, value);
   } else if (field == "n_layers") {
-    cfg.n_layers = to_int(field, value);
+    cfg.n_layers = parse_int_field(field, value);
   } else if (field == "seq_len") {
-    cfg.seq_len = to_int(field, value);
+    cfg.seq_len = parse_int_field(field, value);
   } else if (field == "mlp") {
     cfg.mlp = value;
   } else if (field == "mlp_hidden") {
-    cfg.mlp_hidden = to_int(field, value);
+    cfg.mlp_hidden = parse_int_field(field, value);
   } else if (field == "tie_embeddings") {
     NSA_CHECK(value == "true" || value == "false", "tie_embeddings = '", value,
               "' must be true or false");
     cfg.tie_embeddings = value == "true";
   } else if (field == "rope_base") {
-    cfg.rope_base = to_double(field, value);
+    cfg.rope_base = parse_double_field(field, value);
   } else if (field == "norm_eps") {
-    cfg.norm_eps = to_double(field, value);
+    cfg.norm_eps = parse_double_field(field, value);
   } else if (field == "init_std") {
-    cfg.init_std = to_double(field, value);
+    cfg.init_std = parse_double_field(field, value);
   } else if (field == "seed") {
-    cfg.seed = static_cast<uint64_t>(to_int(field, value));
+    cfg.seed = static_cast<uint64_t>(parse_int_field(field, value));
   } else {
     set_config_field(cfg.attn, field, value);  // throws, naming the field, if unknown there too
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "nsa/attention.h"
 
@@ -16,6 +17,17 @@ struct Shape5 {
 };
 struct Hyper {
   int64_t l, d, l_sel, n_sel, w;
+};
+
+// One parameterised test shape: names the case, the attention shape and hyper-parameters, and
+// the sequence layout.
+struct NsaCase {
+  const char* name;
+  Shape5 shape;
+  Hyper hyper;
+  Phi phi;
+  KvMode kv;
+  std::vector<int64_t> cu_seqlens;
 };
 
 inline NsaConfig make_config(Shape5 s, Hyper p, Phi phi = Phi::kAvg,

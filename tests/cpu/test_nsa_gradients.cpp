@@ -51,19 +51,10 @@ std::vector<std::tuple<std::string, Tensor<double>*, const Tensor<double>*>> ten
   return out;
 }
 
-struct GradCase {
-  const char* name;
-  Shape5 shape;
-  Hyper hyper;
-  Phi phi;
-  KvMode kv;
-  std::vector<int64_t> cu_seqlens;
-};
-
-class GradientTest : public ::testing::TestWithParam<GradCase> {};
+class GradientTest : public ::testing::TestWithParam<NsaCase> {};
 
 TEST_P(GradientTest, MatchesFiniteDifferences) {
-  const GradCase& c = GetParam();
+  const NsaCase& c = GetParam();
   const NsaConfig cfg = make_config(c.shape, c.hyper, c.phi, c.kv);
   const SeqLayout layout = SeqLayout::packed(c.cu_seqlens, c.cu_seqlens.back());
   const int64_t T = layout.total_tokens();
@@ -112,16 +103,16 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, GradientTest,
     ::testing::Values(
         // name, {H, G, dk, dv}, {l, d, l_sel, n_sel, w}, phi, kv, cu_seqlens
-        GradCase{"avg_gqa2_packed",
-                 {4, 2, 6, 5},
-                 {4, 2, 8, 4, 6},
-                 Phi::kAvg,
-                 KvMode::kSeparate,
-                 {0, 29, 31, 58}},
-        GradCase{"mlp_gqa3", {3, 1, 4, 6}, {4, 2, 4, 4, 5}, Phi::kMlp, KvMode::kSeparate, {0, 37}},
-        GradCase{
+        NsaCase{"avg_gqa2_packed",
+                {4, 2, 6, 5},
+                {4, 2, 8, 4, 6},
+                Phi::kAvg,
+                KvMode::kSeparate,
+                {0, 29, 31, 58}},
+        NsaCase{"mlp_gqa3", {3, 1, 4, 6}, {4, 2, 4, 4, 5}, Phi::kMlp, KvMode::kSeparate, {0, 37}},
+        NsaCase{
             "mlp_shared", {2, 2, 4, 4}, {4, 4, 8, 3, 9}, Phi::kMlp, KvMode::kShared, {0, 19, 45}},
-        GradCase{
+        NsaCase{
             "avg_shared_mha", {2, 2, 5, 3}, {2, 1, 2, 5, 4}, Phi::kAvg, KvMode::kShared, {0, 33}}),
     [](const auto& info) { return std::string(info.param.name); });
 

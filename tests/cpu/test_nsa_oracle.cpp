@@ -9,19 +9,10 @@
 namespace nsa::test {
 namespace {
 
-struct OracleCase {
-  const char* name;
-  Shape5 shape;
-  Hyper hyper;
-  Phi phi;
-  KvMode kv;
-  std::vector<int64_t> cu_seqlens;
-};
-
-class OracleTest : public ::testing::TestWithParam<OracleCase> {};
+class OracleTest : public ::testing::TestWithParam<NsaCase> {};
 
 TEST_P(OracleTest, MatchesBruteForce) {
-  const OracleCase& c = GetParam();
+  const NsaCase& c = GetParam();
   const NsaConfig cfg = make_config(c.shape, c.hyper, c.phi, c.kv);
   const SeqLayout layout = SeqLayout::packed(c.cu_seqlens, c.cu_seqlens.back());
   const auto in = random_nsa_inputs<double>(cfg, layout.total_tokens(), 17);
@@ -54,32 +45,29 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, OracleTest,
     ::testing::Values(
         // name, {H, G, dk, dv}, {l, d, l_sel, n_sel, w}, phi, kv, cu_seqlens
-        OracleCase{
+        NsaCase{
             "mha_overlap", {2, 2, 8, 8}, {8, 4, 16, 4, 16}, Phi::kAvg, KvMode::kSeparate, {0, 150}},
-        OracleCase{"gqa2", {4, 2, 8, 6}, {4, 2, 8, 4, 10}, Phi::kAvg, KvMode::kSeparate, {0, 61}},
-        OracleCase{
-            "gqa3_mlp", {3, 1, 8, 8}, {4, 4, 8, 5, 7}, Phi::kMlp, KvMode::kSeparate, {0, 53}},
-        OracleCase{
-            "gqa6_shared", {6, 1, 4, 4}, {8, 4, 8, 4, 12}, Phi::kAvg, KvMode::kShared, {0, 45}},
-        OracleCase{
+        NsaCase{"gqa2", {4, 2, 8, 6}, {4, 2, 8, 4, 10}, Phi::kAvg, KvMode::kSeparate, {0, 61}},
+        NsaCase{"gqa3_mlp", {3, 1, 8, 8}, {4, 4, 8, 5, 7}, Phi::kMlp, KvMode::kSeparate, {0, 53}},
+        NsaCase{"gqa6_shared", {6, 1, 4, 4}, {8, 4, 8, 4, 12}, Phi::kAvg, KvMode::kShared, {0, 45}},
+        NsaCase{
             "mlp_shared_dv", {4, 2, 6, 10}, {6, 3, 12, 3, 9}, Phi::kMlp, KvMode::kShared, {0, 50}},
-        OracleCase{
-            "l_eq_lsel", {2, 1, 8, 8}, {8, 8, 8, 6, 20}, Phi::kAvg, KvMode::kSeparate, {0, 70}},
-        OracleCase{"packed_docs",
-                   {4, 2, 8, 8},
-                   {8, 4, 16, 4, 16},
-                   Phi::kAvg,
-                   KvMode::kSeparate,
-                   {0, 37, 37, 100, 103, 130}},
-        OracleCase{"packed_mlp",
-                   {2, 2, 8, 8},
-                   {4, 2, 8, 3, 5},
-                   Phi::kMlp,
-                   KvMode::kSeparate,
-                   {0, 3, 40, 41, 67}},
-        OracleCase{
+        NsaCase{"l_eq_lsel", {2, 1, 8, 8}, {8, 8, 8, 6, 20}, Phi::kAvg, KvMode::kSeparate, {0, 70}},
+        NsaCase{"packed_docs",
+                {4, 2, 8, 8},
+                {8, 4, 16, 4, 16},
+                Phi::kAvg,
+                KvMode::kSeparate,
+                {0, 37, 37, 100, 103, 130}},
+        NsaCase{"packed_mlp",
+                {2, 2, 8, 8},
+                {4, 2, 8, 3, 5},
+                Phi::kMlp,
+                KvMode::kSeparate,
+                {0, 3, 40, 41, 67}},
+        NsaCase{
             "many_blocks", {2, 1, 4, 4}, {2, 1, 2, 7, 3}, Phi::kAvg, KvMode::kSeparate, {0, 59}},
-        OracleCase{
+        NsaCase{
             "short_seq", {2, 1, 8, 8}, {16, 8, 32, 4, 64}, Phi::kAvg, KvMode::kSeparate, {0, 9}}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -84,6 +84,18 @@ __device__ float attend_head(const float* __restrict__ q, const KT* __restrict__
   return m + logf(sum);
 }
 
+// Shared-memory bounds for a CTA serving one query of the longest sequence: compressed tokens
+// (+1 so it is never 0), and keys of any one branch (compressed, selected or window).
+__host__ __device__ inline int64_t max_compressed_tokens(const NsaParams& p) {
+  return p.max_len < p.l ? 1 : (p.max_len - p.l) / p.d + 2;
+}
+__host__ __device__ inline int64_t max_branch_keys(const NsaParams& p) {
+  int64_t keys = p.n_sel * p.l_sel;
+  if (p.w > keys) keys = p.w;
+  const int64_t nc = max_compressed_tokens(p);
+  return nc > keys ? nc : keys;
+}
+
 // Visible compressed tokens for query t: i·d + l <= t + 1.
 __device__ __forceinline__ int64_t num_visible(const NsaParams& p, int64_t t) {
   return t + 1 < p.l ? 0 : (t + 1 - p.l) / p.d + 1;

@@ -55,10 +55,7 @@ struct DqSmem {
 };
 
 __host__ __device__ DqSmem dq_smem(const NsaParams& p) {
-  const int64_t max_nc = p.max_len < p.l ? 1 : (p.max_len - p.l) / p.d + 2;
-  int64_t max_keys = p.n_sel * p.l_sel;
-  if (p.w > max_keys) max_keys = p.w;
-  if (max_nc > max_keys) max_keys = max_nc;
+  const int64_t max_keys = max_branch_keys(p);
   DqSmem s;
   s.q = 0;
   s.d_o = s.q + p.dk;

@@ -24,11 +24,8 @@ struct ForwardSmem {
 };
 
 __host__ __device__ ForwardSmem forward_smem(const NsaParams& p) {
-  const int64_t max_nc = p.max_len < p.l ? 1 : (p.max_len - p.l) / p.d + 2;
+  const int64_t max_nc = max_compressed_tokens(p), max_keys = max_branch_keys(p);
   const int64_t max_nb = (p.max_len + p.l_sel - 1) / p.l_sel + 1;
-  int64_t max_keys = p.n_sel * p.l_sel;
-  if (p.w > max_keys) max_keys = p.w;
-  if (max_nc > max_keys) max_keys = max_nc;
   ForwardSmem s;
   s.q = 0;
   s.o_acc = s.q + p.hpg * p.dk;
