@@ -14,6 +14,9 @@ void register_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "Train an NSA language model");
   cmd->add_option("--config", o->config, "model config (YAML)");
   cmd->add_option("--set", *sets, "override a config field: --set n_sel=8 (repeatable)");
+  auto branches = std::make_shared<std::string>();
+  cmd->add_option("--branches", *branches,
+                  "NSA branches that contribute, e.g. sel,win (diagnostics)");
   cmd->add_option("--data", o->data, "folder of train_*/val_*.bin shards, or 'synthetic'");
   cmd->add_option("--out", o->out_dir, "run folder: metrics.jsonl, heartbeat, checkpoints");
   cmd->add_option("--steps", o->steps, "optimizer steps");
@@ -30,7 +33,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--ckpt-every", o->ckpt_every, "checkpoint every N steps (and at the end)");
   cmd->add_option("--keep", o->keep, "checkpoints to keep");
   cmd->add_flag("--resume", o->resume, "continue from the newest complete checkpoint in --out");
-  cmd->callback([o, sets] {
+  cmd->callback([o, sets, branches] {
+    if (!branches->empty()) o->overrides["branches"] = *branches;
     for (const std::string& s : *sets) {
       const size_t eq = s.find('=');
       NSA_CHECK(eq != std::string::npos && eq > 0, "--set '", s, "' must look like field=value");

@@ -10,5 +10,7 @@ void register_inspect_command(CLI::App& app);
 void register_bench_command(CLI::App& app);
 void register_prepare_command(CLI::App& app);
 void register_train_command(CLI::App& app);
+void register_eval_command(CLI::App& app);
+void register_plot_command(CLI::App& app);
 
 }  // namespace nsa::app

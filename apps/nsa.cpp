@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   nsa::app::register_bench_command(app);
   nsa::app::register_prepare_command(app);
   nsa::app::register_train_command(app);
+  nsa::app::register_eval_command(app);
+  nsa::app::register_plot_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

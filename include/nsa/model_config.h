@@ -22,6 +22,9 @@ struct ModelConfig {
   std::string mlp = "swiglu";  // swiglu | silu (the prototype's, hidden 4·dim)
   int64_t mlp_hidden = 0;  // 0: swiglu → 8/3·dim rounded up to a multiple of 64; silu → 4·dim
   bool tie_embeddings = true;  // LM head shares the token embedding
+  // Which NSA branches contribute (diagnostics, SPEC §7): a listed subset of cmp, sel, win; the
+  // gates of the others are forced to 0.
+  std::string branches = "cmp,sel,win";
   double rope_base = 10000.0;
   double norm_eps = 1e-5;
   double init_std = 0.02;
@@ -29,6 +32,7 @@ struct ModelConfig {
 
   void validate() const;  // throws nsa::Error naming the field
   int64_t ffn_hidden() const;
+  bool branch_enabled(int branch) const;
 };
 
 // Sets one field by name from text; attention fields (heads, l, n_sel, ...) are accepted too.

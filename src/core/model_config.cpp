@@ -18,6 +18,14 @@ void ModelConfig::validate() const {
   NSA_CHECK(rope_base > 0, "rope_base = ", rope_base, " must be positive");
   NSA_CHECK(norm_eps > 0, "norm_eps = ", norm_eps, " must be positive");
   NSA_CHECK(init_std > 0, "init_std = ", init_std, " must be positive");
+  std::string rest = branches;
+  NSA_CHECK(!rest.empty(), "branches is empty; list some of: cmp, sel, win");
+  while (!rest.empty()) {
+    const std::string name = rest.substr(0, rest.find(','));
+    rest = rest.size() > name.size() ? rest.substr(name.size() + 1) : "";
+    NSA_CHECK(name == "cmp" || name == "sel" || name == "win", "branches: '", name,
+              "' is not a branch; allowed: cmp, sel, win (comma-separated)");
+  }
   attn.validate();
   NSA_CHECK(attn.dk % 2 == 0, "dk = ", attn.dk, " must be even (RoPE rotates pairs)");
 }
@@ -27,6 +35,11 @@ int64_t ModelConfig::ffn_hidden() const {
   if (mlp == "silu") return 4 * dim;
   const int64_t h = (8 * dim + 2) / 3;
   return (h + 63) / 64 * 64;
+}
+
+bool ModelConfig::branch_enabled(int branch) const {
+  const std::string list = "," + branches + ",";
+  return list.find(std::string(",") + kBranchNames[branch] + ",") != std::string::npos;
 }
 
 void set_model_field(ModelConfig& cfg, const std::string& field, const std::string& value) {
@@ -46,6 +59,8 @@ void set_model_field(ModelConfig& cfg, const std::string& field, const std::stri
     NSA_CHECK(value == "true" || value == "false", "tie_embeddings = '", value,
               "' must be true or false");
     cfg.tie_embeddings = value == "true";
+  } else if (field == "branches") {
+    cfg.branches = value;
   } else if (field == "rope_base") {
     cfg.rope_base = parse_double_field(field, value);
   } else if (field == "norm_eps") {
@@ -68,6 +83,7 @@ std::map<std::string, std::string> model_config_fields(const ModelConfig& c) {
           {"mlp", c.mlp},
           {"mlp_hidden", std::to_string(c.mlp_hidden)},
           {"tie_embeddings", c.tie_embeddings ? "true" : "false"},
+          {"branches", c.branches},
           {"rope_base", num(c.rope_base)},
           {"norm_eps", num(c.norm_eps)},
           {"init_std", num(c.init_std)},

@@ -21,12 +21,13 @@ Tensor<Real> reshaped(Tensor<Real> t, Shape shape) {
 // Everything one layer's backward needs from its forward.
 template <typename Real>
 struct LayerActivations {
-  Tensor<Real> x, h1, rstd1;   // layer input, normed input, its rstd
-  NsaTensors<Real> attn_in;    // q, k, v (rotated), gate values, φ params
-  NsaForward<Real> attn;       // attention forward state
-  Tensor<Real> o_flat;         // [T, H·dv]
-  Tensor<Real> x2, h2, rstd2;  // after attention residual, normed, rstd
-  Tensor<Real> u1, u3, m;      // MLP pre-activations and activation
+  Tensor<Real> x, h1, rstd1;            // layer input, normed input, its rstd
+  NsaTensors<Real> attn_in;             // q, k, v (rotated), gate values (masked), φ params
+  Tensor<Real> gate_raw[kNumBranches];  // gate values before the branches mask
+  NsaForward<Real> attn;                // attention forward state
+  Tensor<Real> o_flat;                  // [T, H·dv]
+  Tensor<Real> x2, h2, rstd2;           // after attention residual, normed, rstd
+  Tensor<Real> u1, u3, m;               // MLP pre-activations and activation
 };
 
 }  // namespace
@@ -34,8 +35,9 @@ struct LayerActivations {
 template <typename Real>
 double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const SeqLayout& layout,
                       const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
-                      std::type_identity_t<ModelParams<Real>>* G_) {
+                      std::type_identity_t<ModelParams<Real>>* G_, ModelStats* stats) {
   cfg.validate();
+  if (stats) *stats = ModelStats{};
   const NsaConfig& a = cfg.attn;
   const int64_t T = layout.total_tokens(), H = a.heads, Gk = a.groups;
   NSA_CHECK(static_cast<int64_t>(tokens.size()) == T && static_cast<int64_t>(targets.size()) == T,
@@ -70,7 +72,16 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
       logits[c] = Tensor<Real>({T, H});
       for (int64_t i = 0; i < T * H; ++i) logits[c][i] = t[i * 3 + c];
     }
-    gate_activation_forward(a.gate, logits, A.attn_in.gate);
+    gate_activation_forward(a.gate, logits, A.gate_raw);
+    for (int c = 0; c < kNumBranches; ++c) {
+      A.attn_in.gate[c] = A.gate_raw[c];
+      if (!cfg.branch_enabled(c)) A.attn_in.gate[c].fill(Real(0));
+      if (stats) {
+        double sum = 0;
+        for (Real g : A.attn_in.gate[c].data) sum += static_cast<double>(g);
+        stats->gate_mean[c] += sum / static_cast<double>(T * H * cfg.n_layers);
+      }
+    }
     A.attn_in.phi_k = L.phi_k;
     A.attn_in.phi_v = L.phi_v;
     A.attn = nsa_forward_cpu(a, layout, A.attn_in);
@@ -127,7 +138,10 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
     NsaTensors<Real> d_in =
         nsa_backward_cpu(a, layout, A.attn_in, A.attn, reshaped(std::move(do_flat), {T, H, a.dv}));
     Tensor<Real> dlogit_gate[kNumBranches];
-    gate_activation_backward(a.gate, A.attn_in.gate, d_in.gate, dlogit_gate);
+    for (int c = 0; c < kNumBranches; ++c) {
+      if (!cfg.branch_enabled(c)) d_in.gate[c].fill(Real(0));  // a forced gate is a constant
+    }
+    gate_activation_backward(a.gate, A.gate_raw, d_in.gate, dlogit_gate);
     Tensor<Real> dz({T, 3 * H}), dh1;
     for (int c = 0; c < kNumBranches; ++c) {
       for (int64_t i = 0; i < T * H; ++i) dz[i * 3 + c] = dlogit_gate[c][i];
@@ -164,9 +178,11 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
 
 template double model_loss_cpu<float>(const ModelConfig&, const ModelParams<float>&,
                                       const SeqLayout&, const std::vector<int32_t>&,
-                                      const std::vector<int32_t>&, ModelParams<float>*);
+                                      const std::vector<int32_t>&, ModelParams<float>*,
+                                      ModelStats*);
 template double model_loss_cpu<double>(const ModelConfig&, const ModelParams<double>&,
                                        const SeqLayout&, const std::vector<int32_t>&,
-                                       const std::vector<int32_t>&, ModelParams<double>*);
+                                       const std::vector<int32_t>&, ModelParams<double>*,
+                                       ModelStats*);
 
 }  // namespace nsa

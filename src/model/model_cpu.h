@@ -15,12 +15,17 @@
 
 namespace nsa {
 
+// What the forward saw, for metrics: mean gate value per branch (over layers, tokens and heads).
+struct ModelStats {
+  double gate_mean[kNumBranches] = {0, 0, 0};
+};
+
 // tokens, targets [T] laid out by `layout` (positions restart in each sequence). Returns the mean
-// loss; when grads != nullptr, adds every parameter's gradient into it.
+// loss; when grads != nullptr, adds every parameter's gradient into it; fills stats if given.
 template <typename Real>
 double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& params,
                       const SeqLayout& layout, const std::vector<int32_t>& tokens,
                       const std::vector<int32_t>& targets,
-                      std::type_identity_t<ModelParams<Real>>* grads);
+                      std::type_identity_t<ModelParams<Real>>* grads, ModelStats* stats = nullptr);
 
 }  // namespace nsa

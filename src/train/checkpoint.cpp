@@ -76,29 +76,38 @@ std::string latest_checkpoint(const std::string& out_dir) {
   return all.empty() ? "" : all.back().string();
 }
 
-TrainState load_checkpoint(const std::string& dir, const NamedTensors& params,
-                           std::vector<Tensor<float>>& adam_m, std::vector<Tensor<float>>& adam_v) {
+TrainState read_checkpoint_state(const std::string& dir) {
   NSA_CHECK(fs::exists(fs::path(dir) / "COMPLETE"), "checkpoint '", dir,
             "' is incomplete (no COMPLETE marker): it was interrupted while being written");
+  std::ifstream f(fs::path(dir) / "state.json");
+  NSA_CHECK(f, "checkpoint '", dir, "' has no state.json");
+  try {
+    nlohmann::json j;
+    f >> j;
+    TrainState s;
+    s.step = j.at("step").get<int64_t>();
+    s.train_position = j.at("train_position").get<int64_t>();
+    s.model_config = j.at("model_config").get<std::map<std::string, std::string>>();
+    return s;
+  } catch (const std::exception& e) {
+    throw Error(str("checkpoint '", dir, "': state.json is damaged (", e.what(), ")"));
+  }
+}
+
+void load_model_weights(const std::string& dir, const NamedTensors& params) {
   const auto model = io::SafetensorsFile::read((fs::path(dir) / "model.safetensors").string());
+  for (const auto& [name, tensor] : params) load_into(model, name, *tensor);
+}
+
+TrainState load_checkpoint(const std::string& dir, const NamedTensors& params,
+                           std::vector<Tensor<float>>& adam_m, std::vector<Tensor<float>>& adam_v) {
+  const TrainState s = read_checkpoint_state(dir);
+  load_model_weights(dir, params);
   const auto opt = io::SafetensorsFile::read((fs::path(dir) / "optimizer.safetensors").string());
   for (size_t i = 0; i < params.size(); ++i) {
-    load_into(model, params[i].first, *params[i].second);
     load_into(opt, "m." + params[i].first, adam_m[i]);
     load_into(opt, "v." + params[i].first, adam_v[i]);
   }
-  std::ifstream f(fs::path(dir) / "state.json");
-  NSA_CHECK(f, "checkpoint '", dir, "' has no state.json");
-  nlohmann::json j;
-  try {
-    f >> j;
-  } catch (const std::exception& e) {
-    throw Error(str("checkpoint '", dir, "': state.json is not valid JSON (", e.what(), ")"));
-  }
-  TrainState s;
-  s.step = j.at("step").get<int64_t>();
-  s.train_position = j.at("train_position").get<int64_t>();
-  s.model_config = j.at("model_config").get<std::map<std::string, std::string>>();
   return s;
 }
 

@@ -31,6 +31,10 @@ std::string save_checkpoint(const std::string& out_dir, const TrainState& state,
                             std::vector<Tensor<float>>& adam_v, int keep);
 // The newest complete checkpoint in out_dir, or "" when there is none.
 std::string latest_checkpoint(const std::string& out_dir);
+// state.json of a complete checkpoint.
+TrainState read_checkpoint_state(const std::string& dir);
+// Only the weights (for evaluation and generation), into existing tensors.
+void load_model_weights(const std::string& dir, const NamedTensors& params);
 // Loads into existing tensors (names and shapes must match; errors name the file and tensor).
 TrainState load_checkpoint(const std::string& dir, const NamedTensors& params,
                            std::vector<Tensor<float>>& adam_m, std::vector<Tensor<float>>& adam_v);

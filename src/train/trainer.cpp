@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "checkpoint.h"
+#include "loss_plot.h"
 #include "model/model_cpu.h"
 #include "nsa/error.h"
 #include "token_loader.h"
@@ -16,21 +17,34 @@
 namespace nsa {
 namespace fs = std::filesystem;
 
-namespace {
-
 double validation_loss(const ModelConfig& cfg, const ModelParams<float>& params,
-                       const TrainOptions& o, int64_t S) {
-  TokenLoader val(o.data, "val", cfg.vocab_size, cfg.seed);
+                       const std::string& data, int64_t batches, int64_t batch, int64_t S) {
+  TokenLoader val(data, "val", cfg.vocab_size, cfg.seed);
   double sum = 0;
-  for (int64_t i = 0; i < o.val_batches; ++i) {
-    const Batch b = val.next(o.batch, S);
-    sum += model_loss_cpu<float>(cfg, params, SeqLayout::batch(o.batch, S), b.inputs, b.targets,
+  for (int64_t i = 0; i < batches; ++i) {
+    const Batch b = val.next(batch, S);
+    sum += model_loss_cpu<float>(cfg, params, SeqLayout::batch(batch, S), b.inputs, b.targets,
                                  nullptr);
   }
-  return sum / static_cast<double>(o.val_batches);
+  return sum / static_cast<double>(batches);
 }
 
-}  // namespace
+EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data,
+                               int64_t batches, int64_t batch, int64_t seq_len) {
+  const TrainState st = read_checkpoint_state(checkpoint);
+  ModelConfig cfg;
+  for (const auto& [k, v] : st.model_config) set_model_field(cfg, k, v);
+  cfg.validate();
+  ModelParams<float> params = init_model_params<float>(cfg);
+  load_model_weights(checkpoint, params.named(cfg));
+  const int64_t S = seq_len > 0 ? seq_len : cfg.seq_len;
+  EvalResult r;
+  r.loss = validation_loss(cfg, params, data, batches, batch, S);
+  r.ppl = std::exp(r.loss);
+  r.step = st.step;
+  r.tokens = batches * batch * S;
+  return r;
+}
 
 TrainResult train(const TrainOptions& o) {
   ModelConfig cfg = load_model_config(o.config);
@@ -78,9 +92,10 @@ TrainResult train(const TrainOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     for (Tensor<float>* g : gptr) g->fill(0.0f);
     double loss = 0;
+    ModelStats stats;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       const Batch b = loader.next(o.batch, S);
-      loss += model_loss_cpu<float>(cfg, params, layout, b.inputs, b.targets, &grads);
+      loss += model_loss_cpu<float>(cfg, params, layout, b.inputs, b.targets, &grads, &stats);
     }
     loss /= static_cast<double>(o.grad_accum);
     NSA_CHECK(std::isfinite(loss), "non-finite loss ", loss, " at step ", step,
@@ -101,10 +116,12 @@ TrainResult train(const TrainOptions& o) {
     line.precision(9);
     line << "{\"step\":" << step + 1 << ",\"loss\":" << loss << ",\"lr\":" << lr_at(ac, step)
          << ",\"grad_norm\":" << gnorm << ",\"tokens_per_s\":" << tok_s << ",\"step_ms\":" << ms
-         << ",\"host_bytes\":" << host_memory_stats().current_bytes;
+         << ",\"host_bytes\":" << host_memory_stats().current_bytes
+         << ",\"gate_mean\":{\"cmp\":" << stats.gate_mean[kCmp]
+         << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin] << "}";
     const bool do_val = o.val_every > 0 && ((step + 1) % o.val_every == 0 || step + 1 == o.steps);
     if (do_val) {
-      r.last_val_loss = validation_loss(cfg, params, o, S);
+      r.last_val_loss = validation_loss(cfg, params, o.data, o.val_batches, o.batch, S);
       line << ",\"val_loss\":" << r.last_val_loss << ",\"val_ppl\":" << std::exp(r.last_val_loss);
     }
     line << "}";
@@ -124,6 +141,8 @@ TrainResult train(const TrainOptions& o) {
     }
     if (stop) break;
   }
+  write_loss_plot((fs::path(o.out_dir) / "metrics.jsonl").string(),
+                  (fs::path(o.out_dir) / "loss.svg").string());
   return r;
 }
 

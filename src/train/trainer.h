@@ -11,6 +11,7 @@
 #include <string>
 
 #include "adamw.h"
+#include "model/model_params.h"
 
 namespace nsa {
 
@@ -33,5 +34,17 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainOptions& options);
+
+// Mean loss over the first `batches` batches of the validation split of `data`.
+double validation_loss(const ModelConfig& cfg, const ModelParams<float>& params,
+                       const std::string& data, int64_t batches, int64_t batch, int64_t seq_len);
+
+struct EvalResult {
+  double loss = 0, ppl = 0;
+  int64_t step = 0, tokens = 0;
+};
+// Loads a checkpoint (its own config and weights) and evaluates it on `data`'s validation split.
+EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data,
+                               int64_t batches, int64_t batch, int64_t seq_len);
 
 }  // namespace nsa

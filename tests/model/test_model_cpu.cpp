@@ -77,10 +77,13 @@ TEST(ModelConfig, ErrorsNameTheFieldAndFile) {
   EXPECT_THROW(load_model_config((dir / "nsa_missing.yaml").string()), Error);
 }
 
-class ModelGradient : public ::testing::TestWithParam<bool> {};
+// 0: SwiGLU, separate K/V, avg, sigmoid, tied. 1: SiLU, shared K/V, mlp, softmax, untied.
+// 2: as 1 with only the cmp and win branches (the sel gate forced to 0).
+class ModelGradient : public ::testing::TestWithParam<int> {};
 
 TEST_P(ModelGradient, MatchesFiniteDifferences) {
-  const ModelConfig cfg = tiny_variant(GetParam());
+  ModelConfig cfg = tiny_variant(GetParam() >= 1);
+  if (GetParam() == 2) set_model_field(cfg, "branches", "cmp,win");
   ModelParams<double> params = init_model_params<double>(cfg);
   const SeqLayout layout = SeqLayout::packed({0, 11, 30}, 30);
   std::mt19937 rng(3);
@@ -116,7 +119,21 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
   EXPECT_GT(checked, 100);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient, ::testing::Values(false, true));
+INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient, ::testing::Values(0, 1, 2));
+
+TEST(Model, ForcedBranchesHaveZeroGatesAndBadListsAreRefused) {
+  ModelConfig cfg = tiny_variant(false);
+  set_model_field(cfg, "branches", "win");
+  const ModelParams<float> params = init_model_params<float>(cfg);
+  std::vector<int32_t> tokens(32, 3), targets(32, 4);
+  ModelStats stats;
+  model_loss_cpu<float>(cfg, params, SeqLayout::batch(1, 32), tokens, targets, nullptr, &stats);
+  EXPECT_EQ(stats.gate_mean[kCmp], 0.0);
+  EXPECT_EQ(stats.gate_mean[kSel], 0.0);
+  EXPECT_GT(stats.gate_mean[kWin], 0.1);
+  set_model_field(cfg, "branches", "win,attn");
+  EXPECT_THROW(cfg.validate(), Error);
+}
 
 TEST(Model, InitialLossIsLogVocabAndBadTokensAreRefused) {
   ModelConfig cfg = tiny_variant(false);

@@ -118,6 +118,24 @@ TEST(Train, RefusesDamagedCheckpointsAndMismatchedConfigs) {
   }
 }
 
+TEST(Train, EvalReproducesTheValidationLossAndPlotIsWritten) {
+  const fs::path base = fs::temp_directory_path() / "nsa_test_eval";
+  TrainOptions o = small_run((base / "run").string());
+  o.steps = 3;
+  o.overrides["branches"] = "sel,win";
+  const TrainResult r = train(o);
+  const EvalResult e = evaluate_checkpoint((base / "run" / "ckpt_00000003").string(), o.data,
+                                           o.val_batches, o.batch, 0);
+  EXPECT_EQ(e.loss, r.last_val_loss) << "eval must rebuild the same model from the checkpoint";
+  EXPECT_EQ(e.step, 3);
+  const std::string svg = read_all(base / "run" / "loss.svg");
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  size_t circles = 0;
+  for (size_t p = svg.find("<circle"); p != std::string::npos; p = svg.find("<circle", p + 1))
+    ++circles;
+  EXPECT_EQ(circles, 1u);  // one validation (every 3 steps, and the last step)
+}
+
 TEST(Train, RefusesOutOfVocabularyData) {
   const fs::path dir = fs::temp_directory_path() / "nsa_test_oov";
   fs::remove_all(dir);
