@@ -32,6 +32,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--val-batches", o->val_batches, "batches per validation");
   cmd->add_option("--ckpt-every", o->ckpt_every, "checkpoint every N steps (and at the end)");
   cmd->add_option("--keep", o->keep, "checkpoints to keep");
+  cmd->add_option("--watchdog", o->watchdog_s,
+                  "seconds without progress before stacks are dumped and the run exits (0: off)");
   cmd->add_flag("--resume", o->resume, "continue from the newest complete checkpoint in --out");
   cmd->callback([o, sets, branches] {
     if (!branches->empty()) o->overrides["branches"] = *branches;

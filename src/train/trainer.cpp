@@ -13,6 +13,7 @@
 #include "model/model_cpu.h"
 #include "nsa/error.h"
 #include "token_loader.h"
+#include "watchdog.h"
 
 namespace nsa {
 namespace fs = std::filesystem;
@@ -84,6 +85,7 @@ TrainResult train(const TrainOptions& o) {
         std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
     }
   }
+  Watchdog watchdog(o.watchdog_s, (fs::path(o.out_dir) / "stacks.txt").string());
   std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl",
                         start > 0 ? std::ios::app : std::ios::trunc);
   TrainResult r;
@@ -94,9 +96,12 @@ TrainResult train(const TrainOptions& o) {
     double loss = 0;
     ModelStats stats;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      watchdog.progress("data");
       const Batch b = loader.next(o.batch, S);
+      watchdog.progress("forward+backward");
       loss += model_loss_cpu<float>(cfg, params, layout, b.inputs, b.targets, &grads, &stats);
     }
+    watchdog.progress("optimizer");
     loss /= static_cast<double>(o.grad_accum);
     NSA_CHECK(std::isfinite(loss), "non-finite loss ", loss, " at step ", step,
               ": stopping (lower the learning rate, or run with anomaly checks)");
@@ -121,6 +126,7 @@ TrainResult train(const TrainOptions& o) {
          << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin] << "}";
     const bool do_val = o.val_every > 0 && ((step + 1) % o.val_every == 0 || step + 1 == o.steps);
     if (do_val) {
+      watchdog.progress("validation");
       r.last_val_loss = validation_loss(cfg, params, o.data, o.val_batches, o.batch, S);
       line << ",\"val_loss\":" << r.last_val_loss << ",\"val_ppl\":" << std::exp(r.last_val_loss);
     }
@@ -136,6 +142,7 @@ TrainResult train(const TrainOptions& o) {
     }
     const bool stop = o.stop_after > 0 && step + 1 - start >= o.stop_after;
     if ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps || stop) {
+      watchdog.progress("checkpoint");
       TrainState st{step + 1, loader.position(), model_config_fields(cfg)};
       save_checkpoint(o.out_dir, st, named, opt.m(), opt.v(), static_cast<int>(o.keep));
     }

@@ -3,7 +3,8 @@
 // Per step: gradient accumulation over micro-batches, a non-finite-loss stop, AdamW with clipping
 // and warm-up + cosine, one console line and one JSON line (metrics.jsonl), a heartbeat file;
 // validation loss/perplexity every `val_every` steps; atomic checkpoints every `ckpt_every` steps
-// and at the end; `resume` continues bit-exactly from the newest complete checkpoint.
+// and at the end; `resume` continues bit-exactly from the newest complete checkpoint. A watchdog
+// turns a stalled step into an exit with every thread's stack; SIGUSR1 dumps stacks any time.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +25,9 @@ struct TrainOptions {
   AdamWConfig adam;
   int64_t val_every = 50, val_batches = 4, ckpt_every = 100, keep = 3;
   bool resume = false;
-  int64_t stop_after = 0;  // stop (with a checkpoint) after this many steps in this run; 0 = never
-  bool quiet = false;      // no console lines (tests)
+  double watchdog_s = 600;  // a step stalled this long: stacks to <out>/stacks.txt, exit 3; 0: off
+  int64_t stop_after = 0;   // stop (with a checkpoint) after this many steps in this run; 0 = never
+  bool quiet = false;       // no console lines (tests)
 };
 
 struct TrainResult {
