@@ -12,5 +12,6 @@ void register_prepare_command(CLI::App& app);
 void register_train_command(CLI::App& app);
 void register_eval_command(CLI::App& app);
 void register_plot_command(CLI::App& app);
+void register_generate_command(CLI::App& app);
 
 }  // namespace nsa::app

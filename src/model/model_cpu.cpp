@@ -37,7 +37,11 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
                       const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
                       std::type_identity_t<ModelParams<Real>>* G_, ModelStats* stats) {
   cfg.validate();
-  if (stats) *stats = ModelStats{};
+  if (stats) {
+    const bool keep = stats->keep_outputs;
+    *stats = ModelStats{};
+    stats->keep_outputs = keep;
+  }
   const NsaConfig& a = cfg.attn;
   const int64_t T = layout.total_tokens(), H = a.heads, Gk = a.groups;
   NSA_CHECK(static_cast<int64_t>(tokens.size()) == T && static_cast<int64_t>(targets.size()) == T,
@@ -85,6 +89,7 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
     A.attn_in.phi_k = L.phi_k;
     A.attn_in.phi_v = L.phi_v;
     A.attn = nsa_forward_cpu(a, layout, A.attn_in);
+    if (stats && stats->keep_outputs) stats->sel_idx.push_back(A.attn.sel_idx);
     A.o_flat = reshaped(A.attn.o, {T, H * a.dv});
     cpu::linear_forward(A.o_flat, L.wo, nullptr, t);
     A.x2 = x;
@@ -104,6 +109,7 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
   Tensor<Real> hf, rstdf, logits;
   cpu::rmsnorm_forward(x, P.norm, cfg.norm_eps, hf, rstdf);
   cpu::linear_forward(hf, head, nullptr, logits);
+  if (stats && stats->keep_outputs) stats->logits = logits.template cast<float>();
   Tensor<Real> dlogits;
   const double loss = cpu::cross_entropy(logits, targets, G_ ? &dlogits : nullptr);
   if (!G_) return loss;

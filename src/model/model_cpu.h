@@ -12,12 +12,16 @@
 #include <vector>
 
 #include "model_params.h"
+#include "nsa/tensor.h"
 
 namespace nsa {
 
 // What the forward saw, for metrics: mean gate value per branch (over layers, tokens and heads).
 struct ModelStats {
   double gate_mean[kNumBranches] = {0, 0, 0};
+  bool keep_outputs = false;             // set to also keep the two below (tests, tools)
+  Tensor<float> logits;                  // [T, vocab]
+  std::vector<Tensor<int32_t>> sel_idx;  // per layer [T, G, n_sel]
 };
 
 // tokens, targets [T] laid out by `layout` (positions restart in each sequence). Returns the mean

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end test of `nsa attention`, `nsa inspect` and `nsa prepare`: a generated example runs
-# and writes the contracted outputs; each kind of bad input exits non-zero with one line naming it.
+# End-to-end test of the CLI (attention, inspect, prepare, train, eval, plot, generate): each
+# command works on small inputs, and each kind of bad input exits non-zero with one line naming it.
 # Usage: cli_attention_test.sh NSA_BINARY WORK_DIR
 set -u
 nsa=$1
@@ -72,6 +72,17 @@ expect_ok "prepare bytes" "$nsa" prepare --input "$alice" --out "$dir/prep" --to
 expect_error "prepare missing input" "input '$dir/nope.txt' does not exist" \
   "$nsa" prepare --input "$dir/nope.txt" --out "$dir/prep2"
 expect_error "prepare nothing" "nothing to prepare" "$nsa" prepare --out "$dir/prep3"
+
+# train → eval → plot → generate, end to end on a few synthetic steps.
+expect_ok "train synthetic" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data synthetic \
+  --steps 3 --batch 2 --seq-len 64 --val-every 3 --val-batches 1 --out "$dir/run"
+[ -f "$dir/run/ckpt_00000003/COMPLETE" ] && [ -f "$dir/run/loss.svg" ] && pass "checkpoint and plot" || fail "checkpoint and plot"
+expect_ok "eval" "$nsa" eval --run "$dir/run" --data synthetic --batches 1 --batch 2 --seq-len 64
+expect_ok "plot" "$nsa" plot "$dir/run"
+expect_ok "generate" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --seed 1
+expect_error "eval without checkpoint" "has no complete checkpoint" "$nsa" eval --run "$dir/nothing" --data synthetic
+expect_error "bad config override" "n_sel = 2 must be at least 3" \
+  "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --set n_sel=2 --out "$dir/bad"
 
 if [ "$failures" -ne 0 ]; then echo "$failures CLI check(s) failed"; exit 1; fi
 echo "all CLI checks passed"

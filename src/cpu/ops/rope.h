@@ -8,8 +8,10 @@
 
 namespace nsa::cpu {
 
-// In place on x [T, heads, D] (D even). inverse = true rotates by −θ (the backward).
+// In place on x [T, heads, D] (D even). inverse = true rotates by −θ (the backward). Positions
+// are first_position + (index within the sequence): decoding passes the cache length.
 template <typename Real>
-void rope_apply(Tensor<Real>& x, const SeqLayout& layout, double base, bool inverse);
+void rope_apply(Tensor<Real>& x, const SeqLayout& layout, double base, bool inverse,
+                int64_t first_position = 0);
 
 }  // namespace nsa::cpu

@@ -1,0 +1,79 @@
+// `nsa generate`: text from a checkpoint – prompt through the tokenizer, prefill, then one token
+// at a time with NSA caches, streamed to stdout, with tokens/s (src/model/model_decode.h).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "data/tokenizer.h"
+#include "model/model_decode.h"
+#include "model/sampler.h"
+#include "nsa/error.h"
+#include "train/checkpoint.h"
+
+namespace nsa::app {
+
+void register_generate_command(CLI::App& app) {
+  struct Args {
+    std::string checkpoint, run, prompt = "The", sp_model;
+    int64_t max_new = 200;
+    SamplerConfig sampler;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a checkpoint");
+  cmd->add_option("--checkpoint", a->checkpoint, "a ckpt_* folder");
+  cmd->add_option("--run", a->run, "a run folder: its newest complete checkpoint");
+  cmd->add_option("--prompt", a->prompt, "prompt text");
+  cmd->add_option("--sp-model", a->sp_model, "SentencePiece model (default: bytes, vocab 256)");
+  cmd->add_option("--max-new", a->max_new, "tokens to generate");
+  cmd->add_option("--temperature", a->sampler.temperature, "0 = greedy");
+  cmd->add_option("--top-k", a->sampler.top_k, "sample among the k most likely (0: all)");
+  cmd->add_option("--top-p", a->sampler.top_p, "nucleus sampling mass (1: off)");
+  cmd->add_option("--seed", a->sampler.seed, "sampling seed");
+  cmd->callback([a] {
+    std::string ckpt = a->checkpoint;
+    if (ckpt.empty()) {
+      NSA_CHECK(!a->run.empty(), "nsa generate needs --checkpoint DIR or --run DIR");
+      ckpt = latest_checkpoint(a->run);
+      NSA_CHECK(!ckpt.empty(), "run '", a->run, "' has no complete checkpoint");
+    }
+    const TrainState st = read_checkpoint_state(ckpt);
+    ModelConfig cfg;
+    for (const auto& [k, v] : st.model_config) set_model_field(cfg, k, v);
+    cfg.validate();
+    ModelParams<float> params = init_model_params<float>(cfg);
+    load_model_weights(ckpt, params.named(cfg));
+    auto tok =
+        a->sp_model.empty() ? data::make_byte_tokenizer() : data::load_sentencepiece(a->sp_model);
+    NSA_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer's vocabulary (",
+              tok->vocab_size(), ") exceeds the model's (", cfg.vocab_size, ")");
+    std::vector<uint32_t> prompt = tok->encode(a->prompt);
+    NSA_CHECK(!prompt.empty(), "--prompt encodes to no tokens");
+    ModelDecoder dec(cfg, params);
+    Sampler sampler(a->sampler);
+    std::printf("%s", a->prompt.c_str());
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> logits;
+    for (uint32_t id : prompt) logits = dec.step(static_cast<int32_t>(id));
+    const auto t1 = std::chrono::steady_clock::now();
+    int64_t produced = 0;
+    for (; produced < a->max_new; ++produced) {
+      const int32_t next = sampler.sample(logits);
+      if (static_cast<uint32_t>(next) == tok->eot()) break;
+      std::printf("%s", tok->decode({static_cast<uint32_t>(next)}).c_str());
+      std::fflush(stdout);
+      logits = dec.step(next);
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+    const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+    std::fprintf(
+        stderr,
+        "\n[%s, step %lld] prefill %zu tokens in %.2f s; %lld tokens in %.2f s (%.1f tok/s)\n",
+        ckpt.c_str(), static_cast<long long>(st.step), prompt.size(), prefill_s,
+        static_cast<long long>(produced), decode_s,
+        decode_s > 0 ? static_cast<double>(produced) / decode_s : 0.0);
+  });
+}
+
+}  // namespace nsa::app
