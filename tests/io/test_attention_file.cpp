@@ -3,7 +3,9 @@
 // packed documents (cu_seqlens) are accepted.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstring>
+
 #include <filesystem>
 
 #include "../common/test_util.h"
@@ -12,8 +14,12 @@
 namespace nsa::test {
 namespace {
 
+// Unique per test and process: CTest runs tests in parallel.
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("nsa_test_" + name)).string();
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return (std::filesystem::temp_directory_path() /
+          ("nsa_test_" + test + "_" + std::to_string(getpid()) + "_" + name))
+      .string();
 }
 
 NsaConfig example_config(Phi phi = Phi::kAvg, KvMode kv = KvMode::kSeparate) {

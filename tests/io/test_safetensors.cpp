@@ -1,7 +1,9 @@
 // safetensors: round trip, BF16 reading, and one clear error per kind of damage.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 
@@ -10,8 +12,12 @@
 namespace nsa::test {
 namespace {
 
+// Unique per test and process: CTest runs tests in parallel.
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("nsa_test_" + name)).string();
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return (std::filesystem::temp_directory_path() /
+          ("nsa_test_" + test + "_" + std::to_string(getpid()) + "_" + name))
+      .string();
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
