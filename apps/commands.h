@@ -13,5 +13,6 @@ void register_train_command(CLI::App& app);
 void register_eval_command(CLI::App& app);
 void register_plot_command(CLI::App& app);
 void register_generate_command(CLI::App& app);
+void register_diagnose_command(CLI::App& app);
 
 }  // namespace nsa::app

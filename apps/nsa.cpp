@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   nsa::app::register_eval_command(app);
   nsa::app::register_plot_command(app);
   nsa::app::register_generate_command(app);
+  nsa::app::register_diagnose_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -73,6 +73,9 @@ expect_error "prepare missing input" "input '$dir/nope.txt' does not exist" \
   "$nsa" prepare --input "$dir/nope.txt" --out "$dir/prep2"
 expect_error "prepare nothing" "nothing to prepare" "$nsa" prepare --out "$dir/prep3"
 
+expect_ok "diagnose" "$nsa" diagnose --configs tiny --seq-lens 50,131 --backends cpu,cuda
+grep -q "0 failure(s)" "$dir/out.txt" && pass "diagnose table" || fail "diagnose table"
+
 # train → eval → plot → generate, end to end on a few synthetic steps.
 expect_ok "train synthetic" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data synthetic \
   --steps 3 --batch 2 --seq-len 64 --val-every 3 --val-batches 1 --out "$dir/run"

@@ -1,0 +1,165 @@
+// `nsa diagnose`: the repro matrix the prototype's team needed – NSA attention forward + backward
+// over attention shapes × sequence lengths × branch subsets × backends, one row each with
+// pass/FAIL (non-finite values anywhere, or CUDA disagreeing with the CPU reference), time and
+// peak memory. A failing row names its cause; the exit status is non-zero if any row failed.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "commands.h"
+#include "nsa/attention.h"
+#include "nsa/presets.h"
+#ifdef NSA_HAVE_CUDA
+#include "device.h"
+#include "nsa/nsa_cuda_layer.h"
+#endif
+
+namespace nsa::app {
+namespace {
+
+struct DiagnoseArgs {
+  std::vector<std::string> configs = {"tiny", "small"};
+  std::vector<int64_t> seq_lens = {257, 1024, 4099};
+  std::vector<std::string> branches = {"cmp,sel,win", "cmp", "sel", "win"};
+  std::vector<std::string> backends = {"cpu", "cuda"};
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
+  return out;
+}
+
+bool all_finite(const Tensor<float>& t) {
+  for (float x : t.data) {
+    if (!std::isfinite(x)) return false;
+  }
+  return true;
+}
+
+// Names the first non-finite tensor of a forward/backward, or "".
+std::string first_non_finite(const NsaForward<float>& f, const NsaTensors<float>& g) {
+  if (!all_finite(f.o)) return "o";
+  for (int c = 0; c < kNumBranches; ++c) {
+    if (!all_finite(f.o_branch[c])) return std::string("o_") + kBranchNames[c];
+  }
+  if (!all_finite(g.q)) return "dq";
+  for (int c = 0; c < kNumBranches; ++c) {
+    if (!g.k[c].data.empty() && !all_finite(g.k[c])) return std::string("dk_") + kBranchNames[c];
+    if (!g.v[c].data.empty() && !all_finite(g.v[c])) return std::string("dv_") + kBranchNames[c];
+    if (!all_finite(g.gate[c])) return std::string("dg_") + kBranchNames[c];
+  }
+  return "";
+}
+
+[[maybe_unused]] double rel_err(const Tensor<float>& a, const Tensor<float>& b) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    num += (a[i] - b[i]) * static_cast<double>(a[i] - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+int run_diagnose(const DiagnoseArgs& a) {
+  std::printf("%-10s %7s %-12s %-7s %-6s %10s %10s %9s  %s\n", "config", "S", "branches", "backend",
+              "result", "fwd+bwd ms", "peak MiB", "rel err", "note");
+  int failures = 0;
+  for (const std::string& name : a.configs) {
+    const NsaConfig cfg = attention_preset(name);
+    for (int64_t S : a.seq_lens) {
+      const SeqLayout layout = SeqLayout::batch(1, S);
+      for (const std::string& br : a.branches) {
+        NsaTensors<float> in = random_nsa_inputs<float>(cfg, S, 7);
+        for (int c = 0; c < kNumBranches; ++c) {
+          if (("," + br + ",").find(std::string(",") + kBranchNames[c] + ",") ==
+              std::string::npos) {
+            in.gate[c].fill(0.0f);
+          }
+        }
+        NsaConfig do_cfg = cfg;
+        do_cfg.dk = cfg.dv;
+        const Tensor<float> d_o = random_nsa_inputs<float>(do_cfg, S, 8).q;
+        NsaForward<float> ref;
+        for (const std::string& backend : a.backends) {
+          std::string result = "pass", note;
+          double ms = 0, peak = 0, err = 0;
+          try {
+            const auto t0 = std::chrono::steady_clock::now();
+            if (backend == "cpu") {
+              const int64_t base = host_memory_stats().current_bytes;
+              reset_host_peak();
+              ref = nsa_forward_cpu(cfg, layout, in);
+              const NsaTensors<float> g = nsa_backward_cpu(cfg, layout, in, ref, d_o);
+              peak = static_cast<double>(host_memory_stats().peak_bytes - base);
+              note = first_non_finite(ref, g);
+            } else {
+#ifdef NSA_HAVE_CUDA
+              if (cuda::device_count() == 0) {
+                result = "skip", note = "no CUDA device";
+              } else {
+                cuda::NsaCudaLayer layer(cfg, layout);
+                layer.set_inputs(in);
+                layer.set_output_grad(d_o);
+                layer.forward();
+                layer.backward();
+                const NsaForward<float> f = layer.download_forward();
+                const NsaTensors<float> g = layer.download_grads();
+                peak = static_cast<double>(layer.device_bytes());
+                note = first_non_finite(f, g);
+                if (note.empty() && !ref.o.data.empty()) {
+                  err = rel_err(f.o, ref.o);
+                  if (err > 2e-2) note = "o differs from the CPU reference";
+                }
+              }
+#else
+              result = "skip", note = "built without CUDA";
+#endif
+            }
+            ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count();
+            if (!note.empty() && result == "pass") {
+              result = "FAIL";
+              if (note.find(' ') == std::string::npos) note = "non-finite " + note;
+            }
+          } catch (const std::exception& e) {
+            result = "FAIL", note = e.what();
+          }
+          failures += result == "FAIL";
+          std::printf("%-10s %7lld %-12s %-7s %-6s %10.1f %10.2f %9.1e  %s\n", name.c_str(),
+                      static_cast<long long>(S), br.c_str(), backend.c_str(), result.c_str(), ms,
+                      peak / (1 << 20), err, note.c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  std::printf("%d failure(s)\n", failures);
+  return failures;
+}
+
+}  // namespace
+
+void register_diagnose_command(CLI::App& app) {
+  auto a = std::make_shared<DiagnoseArgs>();
+  auto configs = std::make_shared<std::string>("tiny,small");
+  auto branches = std::make_shared<std::string>("cmp,sel,win;cmp;sel;win");
+  auto backends = std::make_shared<std::string>("cpu,cuda");
+  CLI::App* cmd = app.add_subcommand(
+      "diagnose", "Matrix of NSA attention runs: shapes × lengths × branches × backends");
+  cmd->add_option("--configs", *configs, "attention shapes, comma-separated");
+  cmd->add_option("--seq-lens", a->seq_lens, "sequence lengths")->delimiter(',');
+  cmd->add_option("--branches", *branches, "branch subsets, ';'-separated (e.g. 'cmp,sel;win')");
+  cmd->add_option("--backends", *backends, "cpu and/or cuda");
+  cmd->callback([a, configs, branches, backends] {
+    a->configs = split(*configs, ',');
+    a->branches = split(*branches, ';');
+    a->backends = split(*backends, ',');
+    if (run_diagnose(*a) != 0) throw Error("nsa diagnose: some runs failed (rows marked FAIL)");
+  });
+}
+
+}  // namespace nsa::app
