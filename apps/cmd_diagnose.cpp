@@ -4,7 +4,9 @@
 // peak memory. A failing row names its cause; the exit status is non-zero if any row failed.
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <sstream>
 
@@ -31,6 +33,19 @@ std::vector<std::string> split(const std::string& s, char sep) {
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
   return out;
+}
+
+// Round to bf16 (nearest even), what the CUDA backend does on upload: the CPU reference then
+// sees the same inputs, and the comparison measures the kernels, not the input rounding (which
+// alone flips near-tied block choices).
+void round_to_bf16(Tensor<float>& t) {
+  for (float& x : t.data) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+  }
 }
 
 bool all_finite(const Tensor<float>& t) {
@@ -74,7 +89,9 @@ int run_diagnose(const DiagnoseArgs& a) {
       const SeqLayout layout = SeqLayout::batch(1, S);
       for (const std::string& br : a.branches) {
         NsaTensors<float> in = random_nsa_inputs<float>(cfg, S, 7);
+        round_to_bf16(in.q);
         for (int c = 0; c < kNumBranches; ++c) {
+          round_to_bf16(in.k[c]), round_to_bf16(in.v[c]), round_to_bf16(in.gate[c]);
           if (("," + br + ",").find(std::string(",") + kBranchNames[c] + ",") ==
               std::string::npos) {
             in.gate[c].fill(0.0f);
@@ -82,7 +99,8 @@ int run_diagnose(const DiagnoseArgs& a) {
         }
         NsaConfig do_cfg = cfg;
         do_cfg.dk = cfg.dv;
-        const Tensor<float> d_o = random_nsa_inputs<float>(do_cfg, S, 8).q;
+        Tensor<float> d_o = random_nsa_inputs<float>(do_cfg, S, 8).q;
+        round_to_bf16(d_o);
         NsaForward<float> ref;
         for (const std::string& backend : a.backends) {
           std::string result = "pass", note;
