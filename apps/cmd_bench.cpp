@@ -14,6 +14,8 @@
 #include "bench_attention_cuda.h"
 #endif
 #include "config_flags.h"
+#include "cpu/attend_row.h"
+#include "model/nsa_decode.h"
 #include "nsa/attention.h"
 #include "nsa/presets.h"
 
@@ -129,6 +131,90 @@ void bench_attention(const BenchArgs& a) {
   }
 }
 
+struct DecodeArgs {
+  std::string device = "cpu";
+  std::string preset = "m7c_125m";
+  std::vector<int64_t> contexts = {4096, 16384, 65536};
+  int64_t steps = 8;
+  std::string json_path;
+};
+
+// One attention layer's decode step at context S (CPU): NSA through NsaDecodeCache after a batched
+// prefill, against dense attention over all S keys, with the K/V bytes each reads. The paper's
+// access model: (S − l)/d + n_sel·l_sel + w tokens per group for NSA, S for dense.
+void bench_decode(const DecodeArgs& a) {
+  NSA_CHECK(a.device == "cpu", "nsa bench decode: only --device cpu exists so far");
+  const NsaConfig cfg = attention_preset(a.preset);
+  const int64_t G = cfg.groups, H = cfg.heads, dk = cfg.dk, dv = cfg.dv;
+  const double row_bytes = static_cast<double>(G * (dk + dv) * sizeof(float));
+  std::unique_ptr<std::ofstream> json;
+  if (!a.json_path.empty()) json = std::make_unique<std::ofstream>(a.json_path);
+  std::printf("nsa bench decode --device cpu --config %s (one attention layer, fp32): %s\n",
+              a.preset.c_str(), cfg.summary().c_str());
+  std::printf("%8s %12s %12s %8s %13s %13s %7s %13s\n", "context", "NSA ms/step", "dense ms/step",
+              "speedup", "NSA KiB/step", "formula KiB", "ratio", "dense KiB");
+  for (int64_t S : a.contexts) {
+    const int64_t T = S + a.steps;
+    const NsaTensors<float> in = random_nsa_inputs<float>(cfg, T, 5);
+    Tensor<float> k[kNumBranches], v[kNumBranches];
+    for (int b = 0; b < kNumBranches; ++b) {
+      if (cfg.kv_index(b) != b) continue;
+      k[b] = Tensor<float>({S, G, dk});
+      v[b] = Tensor<float>({S, G, dv});
+      std::copy_n(in.k[b].ptr(), S * G * dk, k[b].ptr());
+      std::copy_n(in.v[b].ptr(), S * G * dv, v[b].ptr());
+    }
+    NsaDecodeCache cache(cfg);
+    cache.prefill(k, v, &in.phi_k, &in.phi_v);
+    std::vector<float> o(H * dv), probs(T);
+    std::vector<int32_t> sel(G * cfg.n_sel);
+    std::vector<double> nsa_ms, dense_ms;
+    for (int64_t t = S; t < T; ++t) {
+      const float* kp[kNumBranches];
+      const float* vp[kNumBranches];
+      const float* gp[kNumBranches];
+      for (int b = 0; b < kNumBranches; ++b) {
+        kp[b] = in.k[cfg.kv_index(b)].ptr() + t * G * dk;
+        vp[b] = in.v[cfg.kv_index(b)].ptr() + t * G * dv;
+        gp[b] = in.gate[b].ptr() + t * H;
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      cache.step(in.q.ptr() + t * H * dk, kp, vp, gp, &in.phi_k, &in.phi_v, o.data(), sel.data());
+      nsa_ms.push_back(ms_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      const cpu::KeyRange all{0, t + 1};
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / (H / G);
+        const cpu::RowKv<float> kv{in.k[cfg.kv_index(kSel)].ptr() + g * dk,
+                                   in.v[cfg.kv_index(kSel)].ptr() + g * dv, G * dk, G * dv};
+        cpu::attend_row_forward(in.q.ptr() + (t * H + h) * dk, kv, &all, 1, dk, dv,
+                                static_cast<float>(cfg.softmax_scale()), o.data() + h * dv,
+                                probs.data());
+      }
+      dense_ms.push_back(ms_since(t0));
+    }
+    std::sort(nsa_ms.begin(), nsa_ms.end());
+    std::sort(dense_ms.begin(), dense_ms.end());
+    const double nsa = nsa_ms[nsa_ms.size() / 2], dense = dense_ms[dense_ms.size() / 2];
+    const int64_t t = T - 1;
+    const double formula_tokens = static_cast<double>(cfg.num_visible_compressed(t)) +
+                                  static_cast<double>(cfg.n_sel * cfg.l_sel) +
+                                  static_cast<double>(std::min(cfg.w, t + 1));
+    const double nsa_bytes = static_cast<double>(cache.last_step_kv_bytes());
+    const double formula = formula_tokens * row_bytes, dense_bytes = (t + 1) * row_bytes;
+    std::printf("%8lld %12.3f %12.3f %7.1fx %13.1f %13.1f %7.3f %13.1f\n",
+                static_cast<long long>(S), nsa, dense, dense / nsa, nsa_bytes / 1024,
+                formula / 1024, nsa_bytes / formula, dense_bytes / 1024);
+    if (json) {
+      *json << "{\"bench\":\"decode\",\"device\":\"cpu\",\"config\":\"" << a.preset
+            << "\",\"context\":" << S << ",\"nsa_ms\":" << nsa << ",\"dense_ms\":" << dense
+            << ",\"nsa_kv_bytes\":" << nsa_bytes << ",\"formula_kv_bytes\":" << formula
+            << ",\"dense_kv_bytes\":" << dense_bytes << "}\n";
+    }
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 void register_bench_command(CLI::App& app) {
@@ -149,6 +235,17 @@ void register_bench_command(CLI::App& app) {
                    "stop the sweep after a length whose forward + backward took longer");
   add_config_flags(attn, args->flags, config_field_names());
   attn->callback([args] { bench_attention(*args); });
+
+  auto dec = std::make_shared<DecodeArgs>();
+  CLI::App* decode = bench->add_subcommand(
+      "decode", "One attention layer's decode step: NSA caches vs dense, latency and K/V bytes");
+  decode->add_option("--device", dec->device, "where to run (cpu so far)");
+  decode->add_option("--config", dec->preset, "attention shape")
+      ->check(CLI::IsMember(attention_preset_names()));
+  decode->add_option("--contexts", dec->contexts, "context lengths")->delimiter(',');
+  decode->add_option("--steps", dec->steps, "timed decode steps per context (median)");
+  decode->add_option("--json", dec->json_path, "also write JSON lines to this file");
+  decode->callback([dec] { bench_decode(*dec); });
 }
 
 }  // namespace nsa::app

@@ -2,6 +2,7 @@
 #include "nsa_decode.h"
 
 #include <algorithm>
+#include <string>
 
 #include "cpu/attend_row.h"
 #include "cpu/block_select.h"
@@ -16,6 +17,39 @@ NsaDecodeCache::NsaDecodeCache(const NsaConfig& cfg) : cfg_(cfg) {
   v_win_.resize(static_cast<size_t>(cfg.w * G * cfg.dv));
   k_raw_.resize(static_cast<size_t>(cfg.l * G * cfg.dk));
   v_raw_.resize(static_cast<size_t>(cfg.l * G * cfg.dv));
+}
+
+void NsaDecodeCache::prefill(const Tensor<float> (&k)[kNumBranches],
+                             const Tensor<float> (&v)[kNumBranches],
+                             const PhiMlpParams<float>* phi_k, const PhiMlpParams<float>* phi_v) {
+  const NsaConfig& c = cfg_;
+  NSA_CHECK(len_ == 0, "prefill needs an empty decode cache (it holds ", len_, " tokens)");
+  const Tensor<float>& kc = k[c.kv_index(kCmp)];
+  const int64_t S = kc.dim(0), G = c.groups, dk = c.dk, dv = c.dv;
+  for (int b = 0; b < kNumBranches; ++b) {
+    check_shape(k[c.kv_index(b)], {S, G, dk}, std::string("prefill k_") + kBranchNames[b]);
+    check_shape(v[c.kv_index(b)], {S, G, dv}, std::string("prefill v_") + kBranchNames[b]);
+  }
+  const Tensor<float>& ks = k[c.kv_index(kSel)];
+  const Tensor<float>& vs = v[c.kv_index(kSel)];
+  k_sel_.assign(ks.data.begin(), ks.data.end());
+  v_sel_.assign(vs.data.begin(), vs.data.end());
+  for (int64_t t = std::max<int64_t>(0, S - c.w); t < S; ++t) {
+    std::copy_n(k[c.kv_index(kWin)].ptr() + t * G * dk, G * dk, k_win_.begin() + (t % c.w) * G * dk);
+    std::copy_n(v[c.kv_index(kWin)].ptr() + t * G * dv, G * dv, v_win_.begin() + (t % c.w) * G * dv);
+  }
+  for (int64_t t = std::max<int64_t>(0, S - c.l); t < S; ++t) {
+    std::copy_n(kc.ptr() + t * G * dk, G * dk, k_raw_.begin() + (t % c.l) * G * dk);
+    std::copy_n(v[c.kv_index(kCmp)].ptr() + t * G * dv, G * dv, v_raw_.begin() + (t % c.l) * G * dv);
+  }
+  const bool mlp = c.phi == Phi::kMlp;
+  Tensor<float> kcmp, vcmp;
+  cpu::compress_forward(c, SeqLayout::batch(1, S), kc, mlp ? phi_k : nullptr, kcmp);
+  cpu::compress_forward(c, SeqLayout::batch(1, S), v[c.kv_index(kCmp)], mlp ? phi_v : nullptr, vcmp);
+  k_cmp_.assign(kcmp.data.begin(), kcmp.data.end());
+  v_cmp_.assign(vcmp.data.begin(), vcmp.data.end());
+  n_cmp_ = c.num_compressed(S);
+  len_ = S;
 }
 
 void NsaDecodeCache::step(const float* q, const float* const k[kNumBranches],

@@ -25,6 +25,12 @@ class NsaDecodeCache {
             const float* const gate[kNumBranches], const PhiMlpParams<float>* phi_k,
             const PhiMlpParams<float>* phi_v, float* o, int32_t* sel);
 
+  // Fills an empty cache with S tokens at once from their raw (rotated) K/V per branch
+  // ([S, G, dk] / [S, G, dv]; kv = shared: index 0): the state S calls of step() would leave,
+  // without computing attention outputs (batched prefill).
+  void prefill(const Tensor<float> (&k)[kNumBranches], const Tensor<float> (&v)[kNumBranches],
+               const PhiMlpParams<float>* phi_k, const PhiMlpParams<float>* phi_v);
+
   int64_t length() const { return len_; }
   int64_t num_compressed() const { return n_cmp_; }
   // Bytes of K/V the last step read (compressed + selected + window), the paper's access model.

@@ -98,3 +98,54 @@ TEST(Sampler, GreedyTopKAndSeeds) {
 
 }  // namespace
 }  // namespace nsa::test
+
+namespace nsa::test {
+namespace {
+
+// Batched prefill leaves the cache exactly as token-by-token steps do: the following steps give
+// bit-identical outputs and selections.
+TEST(DecodeCache, PrefillEqualsStepping) {
+  for (bool second : {false, true}) {
+    NsaConfig cfg = decode_config(second).attn;
+    const int64_t S = 60, extra = 15, T = S + extra, G = cfg.groups, H = cfg.heads;
+    const NsaTensors<float> in = random_nsa_inputs<float>(cfg, T, 21);
+    auto row = [](const Tensor<float>& t, int64_t r) {
+      return t.ptr() + r * (t.numel() / t.dim(0));
+    };
+    NsaDecodeCache stepped(cfg), prefilled(cfg);
+    std::vector<float> o_a(H * cfg.dv), o_b(H * cfg.dv);
+    std::vector<int32_t> sel_a(G * cfg.n_sel), sel_b(G * cfg.n_sel);
+    auto step = [&](NsaDecodeCache& c, int64_t t, float* o, int32_t* sel) {
+      const float* k[kNumBranches];
+      const float* v[kNumBranches];
+      const float* g[kNumBranches];
+      for (int b = 0; b < kNumBranches; ++b) {
+        k[b] = row(in.k[cfg.kv_index(b)], t);
+        v[b] = row(in.v[cfg.kv_index(b)], t);
+        g[b] = row(in.gate[b], t);
+      }
+      c.step(row(in.q, t), k, v, g, &in.phi_k, &in.phi_v, o, sel);
+    };
+    for (int64_t t = 0; t < S; ++t) step(stepped, t, o_a.data(), sel_a.data());
+    Tensor<float> k[kNumBranches], v[kNumBranches];
+    for (int b = 0; b < kNumBranches; ++b) {
+      if (cfg.kv_index(b) != b) continue;
+      k[b] = Tensor<float>({S, G, cfg.dk});
+      v[b] = Tensor<float>({S, G, cfg.dv});
+      std::copy_n(in.k[b].ptr(), S * G * cfg.dk, k[b].ptr());
+      std::copy_n(in.v[b].ptr(), S * G * cfg.dv, v[b].ptr());
+    }
+    prefilled.prefill(k, v, &in.phi_k, &in.phi_v);
+    EXPECT_EQ(prefilled.num_compressed(), stepped.num_compressed());
+    for (int64_t t = S; t < T; ++t) {
+      step(stepped, t, o_a.data(), sel_a.data());
+      step(prefilled, t, o_b.data(), sel_b.data());
+      ASSERT_EQ(o_a, o_b) << "position " << t;
+      ASSERT_EQ(sel_a, sel_b) << "position " << t;
+      ASSERT_EQ(stepped.last_step_kv_bytes(), prefilled.last_step_kv_bytes());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nsa::test
