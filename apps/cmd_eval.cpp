@@ -23,12 +23,7 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "sequences per batch");
   cmd->add_option("--seq-len", a->seq_len, "tokens per sequence (default: the config's)");
   cmd->callback([a] {
-    std::string ckpt = a->checkpoint;
-    if (ckpt.empty()) {
-      NSA_CHECK(!a->run.empty(), "nsa eval needs --checkpoint DIR or --run DIR");
-      ckpt = latest_checkpoint(a->run);
-      NSA_CHECK(!ckpt.empty(), "run '", a->run, "' has no complete checkpoint");
-    }
+    const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
     const EvalResult r = evaluate_checkpoint(ckpt, a->data, a->batches, a->batch, a->seq_len);
     std::printf("%s (step %lld): val loss %.4f, perplexity %.3f over %lld tokens\n", ckpt.c_str(),
                 static_cast<long long>(r.step), r.loss, r.ppl, static_cast<long long>(r.tokens));

@@ -10,6 +10,7 @@
 #include "model/sampler.h"
 #include "nsa/error.h"
 #include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace nsa::app {
 
@@ -31,25 +32,16 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--top-p", a->sampler.top_p, "nucleus sampling mass (1: off)");
   cmd->add_option("--seed", a->sampler.seed, "sampling seed");
   cmd->callback([a] {
-    std::string ckpt = a->checkpoint;
-    if (ckpt.empty()) {
-      NSA_CHECK(!a->run.empty(), "nsa generate needs --checkpoint DIR or --run DIR");
-      ckpt = latest_checkpoint(a->run);
-      NSA_CHECK(!ckpt.empty(), "run '", a->run, "' has no complete checkpoint");
-    }
-    const TrainState st = read_checkpoint_state(ckpt);
-    ModelConfig cfg;
-    for (const auto& [k, v] : st.model_config) set_model_field(cfg, k, v);
-    cfg.validate();
-    ModelParams<float> params = init_model_params<float>(cfg);
-    load_model_weights(ckpt, params.named(cfg));
+    const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
+    const LoadedModel m = load_model_checkpoint(ckpt);
+    const ModelConfig& cfg = m.cfg;
     auto tok =
         a->sp_model.empty() ? data::make_byte_tokenizer() : data::load_sentencepiece(a->sp_model);
     NSA_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer's vocabulary (",
               tok->vocab_size(), ") exceeds the model's (", cfg.vocab_size, ")");
     std::vector<uint32_t> prompt = tok->encode(a->prompt);
     NSA_CHECK(!prompt.empty(), "--prompt encodes to no tokens");
-    ModelDecoder dec(cfg, params);
+    ModelDecoder dec(cfg, m.params);
     Sampler sampler(a->sampler);
     std::printf("%s", a->prompt.c_str());
     const auto t0 = std::chrono::steady_clock::now();
@@ -70,7 +62,7 @@ void register_generate_command(CLI::App& app) {
     std::fprintf(
         stderr,
         "\n[%s, step %lld] prefill %zu tokens in %.2f s; %lld tokens in %.2f s (%.1f tok/s)\n",
-        ckpt.c_str(), static_cast<long long>(st.step), prompt.size(), prefill_s,
+        ckpt.c_str(), static_cast<long long>(m.step), prompt.size(), prefill_s,
         static_cast<long long>(produced), decode_s,
         decode_s > 0 ? static_cast<double>(produced) / decode_s : 0.0);
   });

@@ -35,17 +35,21 @@ void NsaDecodeCache::prefill(const Tensor<float> (&k)[kNumBranches],
   k_sel_.assign(ks.data.begin(), ks.data.end());
   v_sel_.assign(vs.data.begin(), vs.data.end());
   for (int64_t t = std::max<int64_t>(0, S - c.w); t < S; ++t) {
-    std::copy_n(k[c.kv_index(kWin)].ptr() + t * G * dk, G * dk, k_win_.begin() + (t % c.w) * G * dk);
-    std::copy_n(v[c.kv_index(kWin)].ptr() + t * G * dv, G * dv, v_win_.begin() + (t % c.w) * G * dv);
+    std::copy_n(k[c.kv_index(kWin)].ptr() + t * G * dk, G * dk,
+                k_win_.begin() + (t % c.w) * G * dk);
+    std::copy_n(v[c.kv_index(kWin)].ptr() + t * G * dv, G * dv,
+                v_win_.begin() + (t % c.w) * G * dv);
   }
   for (int64_t t = std::max<int64_t>(0, S - c.l); t < S; ++t) {
     std::copy_n(kc.ptr() + t * G * dk, G * dk, k_raw_.begin() + (t % c.l) * G * dk);
-    std::copy_n(v[c.kv_index(kCmp)].ptr() + t * G * dv, G * dv, v_raw_.begin() + (t % c.l) * G * dv);
+    std::copy_n(v[c.kv_index(kCmp)].ptr() + t * G * dv, G * dv,
+                v_raw_.begin() + (t % c.l) * G * dv);
   }
   const bool mlp = c.phi == Phi::kMlp;
   Tensor<float> kcmp, vcmp;
   cpu::compress_forward(c, SeqLayout::batch(1, S), kc, mlp ? phi_k : nullptr, kcmp);
-  cpu::compress_forward(c, SeqLayout::batch(1, S), v[c.kv_index(kCmp)], mlp ? phi_v : nullptr, vcmp);
+  cpu::compress_forward(c, SeqLayout::batch(1, S), v[c.kv_index(kCmp)], mlp ? phi_v : nullptr,
+                        vcmp);
   k_cmp_.assign(kcmp.data.begin(), kcmp.data.end());
   v_cmp_.assign(vcmp.data.begin(), vcmp.data.end());
   n_cmp_ = c.num_compressed(S);

@@ -76,6 +76,14 @@ std::string latest_checkpoint(const std::string& out_dir) {
   return all.empty() ? "" : all.back().string();
 }
 
+std::string resolve_checkpoint(const std::string& checkpoint, const std::string& run) {
+  if (!checkpoint.empty()) return checkpoint;
+  NSA_CHECK(!run.empty(), "pass --checkpoint DIR or --run DIR");
+  const std::string latest = latest_checkpoint(run);
+  NSA_CHECK(!latest.empty(), "run '", run, "' has no complete checkpoint");
+  return latest;
+}
+
 TrainState read_checkpoint_state(const std::string& dir) {
   NSA_CHECK(fs::exists(fs::path(dir) / "COMPLETE"), "checkpoint '", dir,
             "' is incomplete (no COMPLETE marker): it was interrupted while being written");

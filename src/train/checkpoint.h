@@ -35,6 +35,8 @@ std::string latest_checkpoint(const std::string& out_dir);
 TrainState read_checkpoint_state(const std::string& dir);
 // Only the weights (for evaluation and generation), into existing tensors.
 void load_model_weights(const std::string& dir, const NamedTensors& params);
+// --checkpoint DIR, or the newest complete checkpoint of --run DIR; errors say which is missing.
+std::string resolve_checkpoint(const std::string& checkpoint, const std::string& run);
 // Loads into existing tensors (names and shapes must match; errors name the file and tensor).
 TrainState load_checkpoint(const std::string& dir, const NamedTensors& params,
                            std::vector<Tensor<float>>& adam_m, std::vector<Tensor<float>>& adam_v);

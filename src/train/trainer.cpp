@@ -30,19 +30,25 @@ double validation_loss(const ModelConfig& cfg, const ModelParams<float>& params,
   return sum / static_cast<double>(batches);
 }
 
+LoadedModel load_model_checkpoint(const std::string& checkpoint) {
+  const TrainState st = read_checkpoint_state(checkpoint);
+  LoadedModel m;
+  for (const auto& [k, v] : st.model_config) set_model_field(m.cfg, k, v);
+  m.cfg.validate();
+  m.params = init_model_params<float>(m.cfg);
+  load_model_weights(checkpoint, m.params.named(m.cfg));
+  m.step = st.step;
+  return m;
+}
+
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data,
                                int64_t batches, int64_t batch, int64_t seq_len) {
-  const TrainState st = read_checkpoint_state(checkpoint);
-  ModelConfig cfg;
-  for (const auto& [k, v] : st.model_config) set_model_field(cfg, k, v);
-  cfg.validate();
-  ModelParams<float> params = init_model_params<float>(cfg);
-  load_model_weights(checkpoint, params.named(cfg));
-  const int64_t S = seq_len > 0 ? seq_len : cfg.seq_len;
+  const LoadedModel m = load_model_checkpoint(checkpoint);
+  const int64_t S = seq_len > 0 ? seq_len : m.cfg.seq_len;
   EvalResult r;
-  r.loss = validation_loss(cfg, params, data, batches, batch, S);
+  r.loss = validation_loss(m.cfg, m.params, data, batches, batch, S);
   r.ppl = std::exp(r.loss);
-  r.step = st.step;
+  r.step = m.step;
   r.tokens = batches * batch * S;
   return r;
 }

@@ -41,6 +41,14 @@ TrainResult train(const TrainOptions& options);
 double validation_loss(const ModelConfig& cfg, const ModelParams<float>& params,
                        const std::string& data, int64_t batches, int64_t batch, int64_t seq_len);
 
+// A model rebuilt from a checkpoint: its own config, its weights, its step.
+struct LoadedModel {
+  ModelConfig cfg;
+  ModelParams<float> params;
+  int64_t step = 0;
+};
+LoadedModel load_model_checkpoint(const std::string& checkpoint);
+
 struct EvalResult {
   double loss = 0, ppl = 0;
   int64_t step = 0, tokens = 0;

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <cmath>
 #include <cstdio>
@@ -38,6 +41,14 @@ inline NsaConfig make_config(Shape5 s, Hyper p, Phi phi = Phi::kAvg,
   cfg.phi = phi, cfg.kv = kv;
   cfg.validate();
   return cfg;
+}
+
+// A temp-file path unique per test and process (CTest runs tests in parallel).
+inline std::string unique_temp_path(const std::string& name) {
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return (std::filesystem::temp_directory_path() /
+          ("nsa_test_" + test + "_" + std::to_string(getpid()) + "_" + name))
+      .string();
 }
 
 // |a - b| <= atol + rtol·|b| elementwise; reports the worst element and the headroom

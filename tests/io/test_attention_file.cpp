@@ -3,7 +3,6 @@
 // packed documents (cu_seqlens) are accepted.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cstring>
 
 #include <filesystem>
@@ -14,12 +13,8 @@
 namespace nsa::test {
 namespace {
 
-// Unique per test and process: CTest runs tests in parallel.
 std::string temp_path(const std::string& name) {
-  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  return (std::filesystem::temp_directory_path() /
-          ("nsa_test_" + test + "_" + std::to_string(getpid()) + "_" + name))
-      .string();
+  return unique_temp_path(name);
 }
 
 NsaConfig example_config(Phi phi = Phi::kAvg, KvMode kv = KvMode::kSeparate) {

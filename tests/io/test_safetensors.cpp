@@ -1,23 +1,19 @@
 // safetensors: round trip, BF16 reading, and one clear error per kind of damage.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cstdio>
 
 #include <filesystem>
 #include <fstream>
 
+#include "../common/test_util.h"
 #include "io/safetensors.h"
 
 namespace nsa::test {
 namespace {
 
-// Unique per test and process: CTest runs tests in parallel.
 std::string temp_path(const std::string& name) {
-  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  return (std::filesystem::temp_directory_path() /
-          ("nsa_test_" + test + "_" + std::to_string(getpid()) + "_" + name))
-      .string();
+  return unique_temp_path(name);
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
