@@ -34,6 +34,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--keep", o->keep, "checkpoints to keep");
   cmd->add_option("--watchdog", o->watchdog_s,
                   "seconds without progress before stacks are dumped and the run exits (0: off)");
+  cmd->add_flag("--anomaly", o->anomaly,
+                "check every activation and gradient for NaN/Inf and name the first bad tensor");
   cmd->add_flag("--resume", o->resume, "continue from the newest complete checkpoint in --out");
   cmd->callback([o, sets, branches] {
     if (!branches->empty()) o->overrides["branches"] = *branches;

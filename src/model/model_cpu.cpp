@@ -1,6 +1,9 @@
 // The NSA language model on the CPU (see model_cpu.h).
 #include "model_cpu.h"
 
+#include <cmath>
+#include <string>
+
 #include "cpu/ops/activations.h"
 #include "cpu/ops/cross_entropy.h"
 #include "cpu/ops/embedding.h"
@@ -38,10 +41,19 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
                       std::type_identity_t<ModelParams<Real>>* G_, ModelStats* stats) {
   cfg.validate();
   if (stats) {
-    const bool keep = stats->keep_outputs;
+    const bool keep = stats->keep_outputs, check = stats->check_finite;
     *stats = ModelStats{};
     stats->keep_outputs = keep;
+    stats->check_finite = check;
   }
+  // Anomaly mode: the first non-finite tensor, named (forward in order, then the backward).
+  auto check = [&](const Tensor<Real>& t, const std::string& what) {
+    if (!stats || !stats->check_finite) return;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      NSA_CHECK(std::isfinite(static_cast<double>(t[i])), "anomaly: non-finite value ", t[i],
+                " in ", what, " (element ", i, " of shape ", shape_str(t.shape), ")");
+    }
+  };
   const NsaConfig& a = cfg.attn;
   const int64_t T = layout.total_tokens(), H = a.heads, Gk = a.groups;
   NSA_CHECK(static_cast<int64_t>(tokens.size()) == T && static_cast<int64_t>(targets.size()) == T,
@@ -52,12 +64,15 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
 
   Tensor<Real> x;
   cpu::embedding_forward(tokens, P.tok_emb, x);
+  check(x, "the token embedding output");
   std::vector<LayerActivations<Real>> acts(P.layers.size());
   for (size_t li = 0; li < P.layers.size(); ++li) {
     const LayerParams<Real>& L = P.layers[li];
     LayerActivations<Real>& A = acts[li];
     A.x = x;
+    const std::string layer = "layer " + std::to_string(li) + " ";
     cpu::rmsnorm_forward(x, L.attn_norm, cfg.norm_eps, A.h1, A.rstd1);
+    check(A.h1, layer + "attention_norm output");
     Tensor<Real> t;
     cpu::linear_forward(A.h1, L.wq, nullptr, t);
     A.attn_in.q = reshaped(std::move(t), {T, H, a.dk});
@@ -90,8 +105,11 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
     A.attn_in.phi_v = L.phi_v;
     A.attn = nsa_forward_cpu(a, layout, A.attn_in);
     if (stats && stats->keep_outputs) stats->sel_idx.push_back(A.attn.sel_idx);
+    check(A.attn_in.q, layer + "queries");
+    check(A.attn.o, layer + "NSA attention output");
     A.o_flat = reshaped(A.attn.o, {T, H * a.dv});
     cpu::linear_forward(A.o_flat, L.wo, nullptr, t);
+    check(t, layer + "attention projection (wo) output");
     A.x2 = x;
     for (int64_t i = 0; i < A.x2.numel(); ++i) A.x2[i] += t[i];
     cpu::rmsnorm_forward(A.x2, L.ffn_norm, cfg.norm_eps, A.h2, A.rstd2);
@@ -103,12 +121,14 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
       cpu::silu_forward(A.u1, A.m);
     }
     cpu::linear_forward(A.m, L.w2, nullptr, t);
+    check(t, layer + "MLP output");
     x = A.x2;
     for (int64_t i = 0; i < x.numel(); ++i) x[i] += t[i];
   }
   Tensor<Real> hf, rstdf, logits;
   cpu::rmsnorm_forward(x, P.norm, cfg.norm_eps, hf, rstdf);
   cpu::linear_forward(hf, head, nullptr, logits);
+  check(logits, "the logits");
   if (stats && stats->keep_outputs) stats->logits = logits.template cast<float>();
   Tensor<Real> dlogits;
   const double loss = cpu::cross_entropy(logits, targets, G_ ? &dlogits : nullptr);
@@ -177,8 +197,12 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
     cpu::rmsnorm_backward(A.x, L.attn_norm, A.rstd1, dh1, dxn, GL.attn_norm);
     dx = std::move(dx2);
     for (int64_t i = 0; i < dx.numel(); ++i) dx[i] += dxn[i];
+    check(dx, "the gradient of layer " + std::to_string(li) + "'s input");
   }
   cpu::embedding_backward(tokens, dx, G.tok_emb);
+  if (stats && stats->check_finite) {
+    for (const auto& [name, tensor] : G.named(cfg)) check(*tensor, "the gradient of " + name);
+  }
   return loss;
 }
 

@@ -19,6 +19,9 @@ namespace nsa {
 // What the forward saw, for metrics: mean gate value per branch (over layers, tokens and heads).
 struct ModelStats {
   double gate_mean[kNumBranches] = {0, 0, 0};
+  // Anomaly mode: check every layer's activations and gradients, and every parameter gradient,
+  // for NaN/Inf and throw nsa::Error naming the first bad tensor (SPEC §7).
+  bool check_finite = false;
   bool keep_outputs = false;             // set to also keep the two below (tests, tools)
   Tensor<float> logits;                  // [T, vocab]
   std::vector<Tensor<int32_t>> sel_idx;  // per layer [T, G, n_sel]

@@ -101,6 +101,7 @@ TrainResult train(const TrainOptions& o) {
     for (Tensor<float>* g : gptr) g->fill(0.0f);
     double loss = 0;
     ModelStats stats;
+    stats.check_finite = o.anomaly;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       watchdog.progress("data");
       const Batch b = loader.next(o.batch, S);
@@ -110,7 +111,8 @@ TrainResult train(const TrainOptions& o) {
     watchdog.progress("optimizer");
     loss /= static_cast<double>(o.grad_accum);
     NSA_CHECK(std::isfinite(loss), "non-finite loss ", loss, " at step ", step,
-              ": stopping (lower the learning rate, or run with anomaly checks)");
+              ": stopping (lower the learning rate, or rerun with --anomaly to name the first bad "
+              "tensor)");
     if (o.grad_accum > 1) {
       const float inv = 1.0f / static_cast<float>(o.grad_accum);
       for (Tensor<float>* g : gptr) {

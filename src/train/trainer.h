@@ -25,6 +25,7 @@ struct TrainOptions {
   AdamWConfig adam;
   int64_t val_every = 50, val_batches = 4, ckpt_every = 100, keep = 3;
   bool resume = false;
+  bool anomaly = false;     // check every activation and gradient for NaN/Inf, name the first
   double watchdog_s = 600;  // a step stalled this long: stacks to <out>/stacks.txt, exit 3; 0: off
   int64_t stop_after = 0;   // stop (with a checkpoint) after this many steps in this run; 0 = never
   bool quiet = false;       // no console lines (tests)

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "model/model_cpu.h"
@@ -151,6 +152,33 @@ TEST(Model, InitialLossIsLogVocabAndBadTokensAreRefused) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("token id 256 at position 40"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace nsa::test
+
+namespace nsa::test {
+namespace {
+
+TEST(Model, AnomalyModeNamesTheFirstNonFiniteTensor) {
+  const ModelConfig cfg = tiny_variant(false);
+  ModelParams<float> params = init_model_params<float>(cfg);
+  std::vector<int32_t> tokens(24, 1), targets(24, 2);
+  const SeqLayout layout = SeqLayout::batch(1, 24);
+  ModelStats stats;
+  stats.check_finite = true;
+  ModelParams<float> grads = zeros_like(cfg, params);
+  EXPECT_NO_THROW(model_loss_cpu<float>(cfg, params, layout, tokens, targets, &grads, &stats));
+  params.layers[1].wo[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(model_loss_cpu<float>(cfg, params, layout, tokens, targets, nullptr)));
+  try {
+    model_loss_cpu<float>(cfg, params, layout, tokens, targets, &grads, &stats);
+    FAIL() << "anomaly mode let a NaN through";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 attention projection (wo) output"),
+              std::string::npos)
+        << e.what();
   }
 }
 
