@@ -19,6 +19,9 @@ namespace nsa {
 // What the forward saw, for metrics: mean gate value per branch (over layers, tokens and heads).
 struct ModelStats {
   double gate_mean[kNumBranches] = {0, 0, 0};
+  // Selection statistics over all layers: how far back the freely chosen (non-forced) blocks lie,
+  // in blocks from the query's own block c; bucket k counts distances in [2^k, 2^(k+1)), k < 16.
+  int64_t sel_distance_hist[16] = {};
   // Anomaly mode: check every layer's activations and gradients, and every parameter gradient,
   // for NaN/Inf and throw nsa::Error naming the first bad tensor (SPEC §7).
   bool check_finite = false;

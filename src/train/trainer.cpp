@@ -131,7 +131,10 @@ TrainResult train(const TrainOptions& o) {
          << ",\"grad_norm\":" << gnorm << ",\"tokens_per_s\":" << tok_s << ",\"step_ms\":" << ms
          << ",\"host_bytes\":" << host_memory_stats().current_bytes
          << ",\"gate_mean\":{\"cmp\":" << stats.gate_mean[kCmp]
-         << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin] << "}";
+         << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin]
+         << "},\"sel_distance_hist\":[";
+    for (int k = 0; k < 16; ++k) line << (k ? "," : "") << stats.sel_distance_hist[k];
+    line << "]";
     const bool do_val = o.val_every > 0 && ((step + 1) % o.val_every == 0 || step + 1 == o.steps);
     if (do_val) {
       watchdog.progress("validation");

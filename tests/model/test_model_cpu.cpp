@@ -184,3 +184,32 @@ TEST(Model, AnomalyModeNamesTheFirstNonFiniteTensor) {
 
 }  // namespace
 }  // namespace nsa::test
+
+namespace nsa::test {
+namespace {
+
+// Every freely chosen block is counted once in the distance histogram, in the right bucket range.
+TEST(Model, SelectionDistanceHistogramCountsFreeChoices) {
+  ModelConfig cfg = tiny_variant(false);
+  set_model_field(cfg, "n_sel", "5");
+  const ModelParams<float> params = init_model_params<float>(cfg);
+  const int64_t S = 40;
+  std::vector<int32_t> tokens(S), targets(S, 0);
+  for (int64_t i = 0; i < S; ++i) tokens[i] = static_cast<int32_t>(i % cfg.vocab_size);
+  ModelStats stats;
+  model_loss_cpu<float>(cfg, params, SeqLayout::batch(1, S), tokens, targets, nullptr, &stats);
+  int64_t expected = 0;
+  for (int64_t t = 0; t < S; ++t) {
+    const int64_t c = t / cfg.attn.l_sel, forced = 1 + (c >= 1) + (c >= 2);
+    expected += std::min(cfg.attn.n_sel - forced, std::max<int64_t>(0, c - 2));
+  }
+  expected *= cfg.attn.groups * cfg.n_layers;
+  int64_t counted = 0;
+  for (int64_t k = 0; k < 16; ++k) counted += stats.sel_distance_hist[k];
+  EXPECT_GT(expected, 0);
+  EXPECT_EQ(counted, expected);
+  EXPECT_EQ(stats.sel_distance_hist[0], 0);  // distance 1 is the forced block c−1
+}
+
+}  // namespace
+}  // namespace nsa::test
