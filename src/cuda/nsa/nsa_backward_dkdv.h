@@ -1,4 +1,4 @@
-// Key-centric dK/dV of the three NSA branches (see nsa_backward_dkdv.cu).
+// Key-centric dK/dV of the three NSA branches on tensor cores (see nsa_backward_dkdv.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,18 +9,13 @@
 
 namespace nsa::cuda {
 
-enum class DkdvBranch { kCompressed, kSelected, kWindow };
+// Key rows per unit (one CTA): 64 raw rows, compressed tokens, or rows of one selection block.
+constexpr int64_t kDkdvUnitRows = 64;
 
-// One CTA's key rows: sequence, first row (raw row in the sequence, or compressed index), count.
-struct DkdvUnit {
-  int32_t seq;
-  int32_t rows;
-  int64_t first;
-};
-
+// units: RowTiles of at most kDkdvUnitRows key rows (selected branch: within one block).
 // partial: chunks·out_rows·G·(dk + dv) floats when chunks > 1 (else unused).
-void launch_nsa_backward_dkdv(const NsaParams& p, DkdvBranch branch, const DkdvUnit* units,
-                              int64_t n_units, int64_t unit_rows, int64_t chunks, bool accumulate,
-                              float* partial, cudaStream_t stream);
+void launch_nsa_backward_dkdv(const NsaParams& p, Branch branch, const RowTile* units,
+                              int64_t n_units, int64_t chunks, bool accumulate, float* partial,
+                              cudaStream_t stream);
 
 }  // namespace nsa::cuda

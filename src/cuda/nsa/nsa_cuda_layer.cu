@@ -9,14 +9,15 @@
 #include <cmath>
 
 #include "device.h"
+#include "head_dims.h"
 #include "nsa_cuda_layer.h"
 #include "nsa_kernels.h"
 
 namespace nsa::cuda {
 namespace {
 
-// Key rows per dK/dV unit for the window and compressed branches; chunks for long query lists.
-constexpr int64_t kUnitRows = 64;
+// Chunks (CTAs) per dK/dV unit of the compressed and selected branches, whose query lists can be
+// the whole sequence (compressed token 0, forced block 0).
 constexpr int64_t kChunks = 8;
 
 std::vector<bf16> to_bf16(const Tensor<float>& t) {
@@ -50,12 +51,17 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
     : cfg_(cfg), layout_(layout) {
   NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
   cfg.validate();
-  NSA_CHECK(cfg.l_sel <= 128, "l_sel = ", cfg.l_sel, " exceeds 128, the CUDA v1 limit");
+  NSA_CHECK(head_dims_supported(cfg.dk, cfg.dv), "--device cuda: head dims (dk, dv) = (", cfg.dk,
+            ", ", cfg.dv,
+            ") are not built for the CUDA kernels; supported: ", supported_head_dims());
   const int64_t T = layout.total_tokens(), H = cfg.heads, G = cfg.groups;
   const std::vector<int64_t> cmp_off = layout.compressed_offsets(cfg);
   std::vector<int64_t> blk_off(layout.cu_seqlens.size(), 0), raw_start;
   std::vector<int32_t> seq_of_row(static_cast<size_t>(T));
-  std::vector<DkdvUnit> units[3];
+  std::vector<RowTile> row_tiles, cmp_units, sel_units;
+  const auto tile = [](int64_t n, int64_t rows, int64_t first) {
+    return RowTile{static_cast<int32_t>(n), static_cast<int32_t>(rows), first};
+  };
   int64_t max_len = 0;
   for (int64_t n = 0; n < layout.num_seqs(); ++n) {
     const int64_t start = layout.start(n), len = layout.length(n);
@@ -64,17 +70,17 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
     for (int64_t t = 0; t < len; ++t) seq_of_row[start + t] = static_cast<int32_t>(n);
     const int64_t nc = cfg.num_compressed(len);
     for (int64_t i = 0; i < nc; ++i) raw_start.push_back(start + i * cfg.d);
-    for (int64_t r = 0; r < len; r += kUnitRows) {
-      units[kWin].push_back(
-          {static_cast<int32_t>(n), static_cast<int32_t>(std::min(kUnitRows, len - r)), r});
+    for (int64_t r = 0; r < len; r += kQueryTileRows) {
+      row_tiles.push_back(tile(n, std::min(kQueryTileRows, len - r), r));
     }
-    for (int64_t r = 0; r < len; r += cfg.l_sel) {
-      units[kSel].push_back(
-          {static_cast<int32_t>(n), static_cast<int32_t>(std::min(cfg.l_sel, len - r)), r});
+    for (int64_t b = 0; b < len; b += cfg.l_sel) {  // selection blocks, in units of ≤ 64 rows
+      const int64_t block_end = std::min(len, b + cfg.l_sel);
+      for (int64_t r = b; r < block_end; r += kDkdvUnitRows) {
+        sel_units.push_back(tile(n, std::min(kDkdvUnitRows, block_end - r), r));
+      }
     }
-    for (int64_t i = 0; i < nc; i += kUnitRows) {
-      units[kCmp].push_back(
-          {static_cast<int32_t>(n), static_cast<int32_t>(std::min(kUnitRows, nc - i)), i});
+    for (int64_t i = 0; i < nc; i += kDkdvUnitRows) {
+      cmp_units.push_back(tile(n, std::min(kDkdvUnitRows, nc - i), i));
     }
   }
   upload(cu_seqlens_, layout.cu_seqlens);
@@ -82,9 +88,9 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
   upload(blk_offsets_, blk_off);
   upload(cmp_raw_start_, raw_start);
   upload(seq_of_row_, seq_of_row);
-  for (int c = 0; c < kNumBranches; ++c) upload(units_[c], units[c]);
-  unit_rows_[kCmp] = kUnitRows, unit_rows_[kWin] = kUnitRows, unit_rows_[kSel] = cfg.l_sel;
-  chunks_[kCmp] = kChunks, chunks_[kSel] = kChunks, chunks_[kWin] = 1;
+  upload(row_tiles_, row_tiles);
+  upload(cmp_units_, cmp_units);
+  upload(sel_units_, sel_units);
 
   const int64_t C = cmp_off.back();
   NsaParams& p = p_;
@@ -166,21 +172,27 @@ void NsaCudaLayer::forward(cudaStream_t stream) {
   } else {
     launch_compress_avg_forward(p_, stream);
   }
-  launch_nsa_forward(p_, stream);
+  const int64_t n_tiles = row_tiles_.size();
+  launch_compressed_forward(p_, row_tiles_.get(), n_tiles, stream);
+  launch_select_blocks(p_, row_tiles_.get(), n_tiles, stream);
+  launch_selected_forward(p_, stream);
+  launch_window_forward(p_, row_tiles_.get(), n_tiles, stream);
 }
 
 void NsaCudaLayer::backward(cudaStream_t stream) {
   const bool shared = cfg_.kv == KvMode::kShared;
   launch_nsa_backward_preprocess(p_, stream);
-  launch_nsa_backward_dq(p_, stream);
+  launch_nsa_backward_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
   sel_index_.build(p_, stream);
   sel_index_.attach(p_);
-  const DkdvBranch kinds[3] = {DkdvBranch::kCompressed, DkdvBranch::kSelected, DkdvBranch::kWindow};
-  for (int c : {kWin, kSel, kCmp}) {
-    const bool accumulate = shared && c == kSel;  // window wrote the shared buffer first
-    launch_nsa_backward_dkdv(p_, kinds[c], units_[c].get(), units_[c].size(), unit_rows_[c],
-                             chunks_[c], accumulate, partial_.get(), stream);
-  }
+  float* partial = partial_.get();
+  launch_nsa_backward_dkdv(p_, Branch::kWin, row_tiles_.get(), row_tiles_.size(), 1, false, partial,
+                           stream);
+  // With shared K/V the window wrote the gradient first; the selected branch adds to it.
+  launch_nsa_backward_dkdv(p_, Branch::kSel, sel_units_.get(), sel_units_.size(), kChunks, shared,
+                           partial, stream);
+  launch_nsa_backward_dkdv(p_, Branch::kCmp, cmp_units_.get(), cmp_units_.size(), kChunks, false,
+                           partial, stream);
   if (mlp_k_) {
     mlp_k_->backward(blas_, p_, p_.d_k_cmp, p_.d_k[0], shared, stream);
     mlp_v_->backward(blas_, p_, p_.d_v_cmp, p_.d_v[0], shared, stream);
@@ -237,11 +249,13 @@ size_t NsaCudaLayer::device_bytes() const {
   size_t total = cu_seqlens_.bytes() + cmp_offsets_.bytes() + blk_offsets_.bytes() +
                  cmp_raw_start_.bytes() + seq_of_row_.bytes() + sel_idx_.bytes() + q_.bytes() +
                  o_.bytes() + d_o_.bytes() + k_cmp_.bytes() + v_cmp_.bytes() + d_q_.bytes() +
-                 d_k_cmp_.bytes() + d_v_cmp_.bytes() + partial_.bytes() + sel_index_.device_bytes();
+                 d_k_cmp_.bytes() + d_v_cmp_.bytes() + partial_.bytes() +
+                 sel_index_.device_bytes() + row_tiles_.bytes() + cmp_units_.bytes() +
+                 sel_units_.bytes();
   for (int c = 0; c < kNumBranches; ++c) {
     total += k_[c].bytes() + v_[c].bytes() + gate_[c].bytes() + o_branch_[c].bytes() +
              lse_[c].bytes() + delta_[c].bytes() + d_gate_[c].bytes() + d_k_[c].bytes() +
-             d_v_[c].bytes() + units_[c].bytes();
+             d_v_[c].bytes();
   }
   if (mlp_k_) total += mlp_k_->device_bytes() + mlp_v_->device_bytes();
   return total;

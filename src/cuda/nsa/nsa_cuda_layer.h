@@ -22,7 +22,7 @@ namespace nsa::cuda {
 
 class NsaCudaLayer {
  public:
-  // Throws nsa::Error without a GPU, and for configs the v1 kernels do not cover (l_sel > 128).
+  // Throws nsa::Error without a GPU, and for head dims the kernels are not built for.
   NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout);
   ~NsaCudaLayer();
   NsaCudaLayer(const NsaCudaLayer&) = delete;
@@ -49,9 +49,9 @@ class NsaCudaLayer {
   DeviceBuffer<bf16> q_, k_[3], v_[3], gate_[3], o_, o_branch_[3], d_o_;
   DeviceBuffer<float> k_cmp_, v_cmp_, lse_[3], delta_[3], d_q_, d_gate_[3];
   DeviceBuffer<float> d_k_cmp_, d_v_cmp_, d_k_[3], d_v_[3], partial_;
-  DeviceBuffer<DkdvUnit> units_[3];  // per branch, indexed like kCmp / kSel / kWin
-  int64_t unit_rows_[3] = {0, 0, 0};
-  int64_t chunks_[3] = {1, 1, 1};
+  // 64-row query tiles (also the window's dK/dV units), compressed-token units, selection-block
+  // units (see nsa_backward_dkdv.h).
+  DeviceBuffer<RowTile> row_tiles_, cmp_units_, sel_units_;
   SelIndex sel_index_;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<CompressMlp> mlp_k_, mlp_v_;  // φ = mlp only

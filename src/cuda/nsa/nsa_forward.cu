@@ -1,193 +1,279 @@
-// NSA forward on the GPU, v1: one fused, group-centric kernel per (query row, group).
+// NSA forward attention on tensor cores (v2): the compressed and window branches as flash-style
+// tiles, the selected branch group-centric, and the gated combination.
 //
-// For query t of group g the CTA: loads the group's h query heads; runs the compressed branch for
-// each head (scores, softmax, output, log-sum-exp), summing each compressed token's probability
-// over the heads; maps the sums onto selection blocks; picks the top-n with the exact tie rule
-// (one warp, n_sel − forced rounds of arg-max); runs the selected and window branches for each
-// head over the chosen rows; and writes o = Σ_c g_c·o_c. Everything the group's heads share
-// (scores, block choice) is computed once. The S × S/d probability matrix never exists: a CTA
-// holds one head's probabilities (≤ S/d floats) at a time.
-//
-// Variants: v1 (this) – SIMT fp32 math on bf16 inputs, deterministic. Tensor-core tiles (heads as
-// the M dimension, as in the paper's kernel) are the next step.
-#include "attend.cuh"
+// Dense branches (compressed, window): a CTA owns 64 query rows of one head (4 warps × 16 rows)
+// and walks the branch's key range in tiles of 64 rows staged in shared memory: S = Q·Kᵀ on
+// tensor cores, the online softmax in registers (the exp2 domain), O += P·V with P never leaving
+// registers. Rows that see no key get o = 0 and lse = −inf.
+// Selected branch: a warp owns one query row of one group, its M = 16 rows are the group's heads
+// (all heads share every loaded K/V block, as in the paper's kernel); it walks the chosen blocks
+// in chunks of 32 rows staged in the warp's own shared memory.
+// The window kernel runs last and writes o = Σ_c g_c·o_c from the bf16 branch outputs.
 #include "common/cuda_check.h"
+#include "head_dims.h"
 #include "nsa_kernels.h"
+#include "tiles.cuh"
 
 namespace nsa::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+static_assert(kQueryTileRows == 16 * kWarps, "one warp per 16 query rows");
+constexpr int kKeyTile = 64;   // key rows per shared tile (dense branches)
+constexpr int kSelChunk = 32;  // key rows per staged chunk (selected branch)
 
-struct ForwardSmem {
-  int64_t q, o_acc, out, probs, gprob, bscore, red, sel, total_floats;
+// Online-softmax state of one warp's 16 rows (each thread: rows gid and gid + 8).
+template <int DV>
+struct SoftmaxAcc {
+  float o[DV / 8][4];
+  float m[2], l[2];
+
+  __device__ void init() {
+#pragma unroll
+    for (int nt = 0; nt < DV / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  // s: scores already scaled to the log2 domain, −inf where masked. Turns s into P and rescales o.
+  template <int NT>
+  __device__ void update(float s[][4]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+    }
+    float alpha[2], mn[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mn[r] = fmaxf(m[r], quad_max(mx[r]));
+      alpha[r] = mn[r] == -INFINITY ? 1.0f : exp2f(m[r] - mn[r]);
+      m[r] = mn[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const float pr = mn[r] == -INFINITY ? 0.0f : exp2f(s[nt][e] - mn[r]);
+        s[nt][e] = pr;
+        sum[r] += pr;
+      }
+    }
+#pragma unroll
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+#pragma unroll
+    for (int nt = 0; nt < DV / 8; ++nt) {
+      o[nt][0] *= alpha[0], o[nt][1] *= alpha[0];
+      o[nt][2] *= alpha[1], o[nt][3] *= alpha[1];
+    }
+  }
+
+  // Row r's (0: gid, 1: gid + 8) normaliser and natural-log lse; call after `finish`.
+  __device__ void finish() {
+    l[0] = quad_sum(l[0]);
+    l[1] = quad_sum(l[1]);
+  }
+  __device__ float inv(int r) const {
+    return l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  }
+  __device__ float lse(int r) const {
+    return l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
+  }
 };
 
-__host__ __device__ ForwardSmem forward_smem(const NsaParams& p) {
-  const int64_t max_nc = max_compressed_tokens(p), max_keys = max_branch_keys(p);
-  const int64_t max_nb = (p.max_len + p.l_sel - 1) / p.l_sel + 1;
-  ForwardSmem s;
-  s.q = 0;
-  s.o_acc = s.q + p.hpg * p.dk;
-  s.out = s.o_acc + p.hpg * p.dv;
-  s.probs = s.out + p.dv;
-  s.gprob = s.probs + max_keys;
-  s.bscore = s.gprob + max_nc;
-  s.red = s.bscore + max_nb;
-  s.sel = s.red + 33;
-  s.total_floats = s.sel + p.n_sel;
-  return s;
+// Writes one row half of a warp's result: o_branch (bf16) and lse; with `combine`, also
+// o = g_cmp·o_cmp + g_sel·o_sel + g_win·(this).
+template <int DV>
+__device__ void store_row(const NsaParams& p, const SoftmaxAcc<DV>& acc, int r, int64_t th,
+                          int branch, bool combine) {
+  const int tq = threadIdx.x & 3;
+  const float inv = acc.inv(r);
+  bf16* ob = p.o_branch[branch] + th * DV;
+  float gates[3];
+  if (combine) {
+    for (int c = 0; c < 3; ++c) gates[c] = __bfloat162float(p.gate[c][th]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < DV / 8; ++nt) {
+    const int col = nt * 8 + 2 * tq;
+    const float x0 = acc.o[nt][2 * r] * inv, x1 = acc.o[nt][2 * r + 1] * inv;
+    *reinterpret_cast<__nv_bfloat162*>(ob + col) = __floats2bfloat162_rn(x0, x1);
+    if (combine) {
+      const __nv_bfloat162 c0 =
+          *reinterpret_cast<const __nv_bfloat162*>(p.o_branch[0] + th * DV + col);
+      const __nv_bfloat162 c1 =
+          *reinterpret_cast<const __nv_bfloat162*>(p.o_branch[1] + th * DV + col);
+      const float y0 = gates[0] * __low2float(c0) + gates[1] * __low2float(c1) + gates[2] * x0;
+      const float y1 = gates[0] * __high2float(c0) + gates[1] * __high2float(c1) + gates[2] * x1;
+      *reinterpret_cast<__nv_bfloat162*>(p.o + th * DV + col) = __floats2bfloat162_rn(y0, y1);
+    }
+  }
+  if (tq == 0) p.lse[branch][th] = acc.lse(r);
 }
 
-__global__ void __launch_bounds__(kThreads) nsa_forward_kernel(const NsaParams p) {
-  extern __shared__ float smem[];
-  const ForwardSmem L = forward_smem(p);
-  float* q_s = smem + L.q;
-  float* o_acc = smem + L.o_acc;
-  float* out = smem + L.out;
-  float* probs = smem + L.probs;
-  float* gprob = smem + L.gprob;
-  float* bscore = smem + L.bscore;
-  float* red = smem + L.red;
-  int32_t* sel = reinterpret_cast<int32_t*>(smem + L.sel);
+template <int DK, int DV, Branch B>
+__global__ void __launch_bounds__(kThreads)
+    dense_forward_kernel(const NsaParams p, const RowTile* __restrict__ tiles) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* ks = reinterpret_cast<bf16*>(smem);
+  bf16* vs = ks + kKeyTile * tile_stride(DK);
 
-  const int64_t row = blockIdx.x, g = blockIdx.y;
-  const int64_t n = p.seq_of_row[row], start = p.cu_seqlens[n], t = row - start;
-  const int64_t hpg = p.hpg, dk = p.dk, dv = p.dv, G = p.G, H = p.H;
-  const int64_t h0 = g * hpg;
+  const RowTile tile = tiles[blockIdx.x];
+  const int64_t h = blockIdx.y, g = h / p.hpg, n = tile.seq, start = p.cu_seqlens[n];
+  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+  const int r_lo = warp * 16 + gid;  // this thread's rows in the tile: r_lo and r_lo + 8
+  const int64_t t0 = tile.first + r_lo;
 
-  for (int64_t i = threadIdx.x; i < hpg * dk; i += blockDim.x) {
-    q_s[i] = __bfloat162float(p.q[(row * H + h0) * dk + i]);
-  }
-  for (int64_t i = threadIdx.x; i < hpg * dv; i += blockDim.x) o_acc[i] = 0.0f;
-  const int64_t nvis = num_visible(p, t);
-  for (int64_t i = threadIdx.x; i < nvis; i += blockDim.x) gprob[i] = 0.0f;
-  __syncthreads();
-
-  // Compressed branch, head by head; gprob[i] accumulates over heads in ascending order.
-  const float* kc = p.k_cmp + (p.cmp_offsets[n] * G + g) * dk;
-  const float* vc = p.v_cmp + (p.cmp_offsets[n] * G + g) * dv;
-  for (int64_t hh = 0; hh < hpg; ++hh) {
-    const int64_t th = row * H + h0 + hh;
-    const float lse = attend_head(q_s + hh * dk, kc, vc, G * dk, G * dv, nvis, CompressedKeys{}, dk,
-                                  dv, p.scale, probs, red, out);
-    const float gate = __bfloat162float(p.gate[0][th]);
-    for (int64_t j = threadIdx.x; j < nvis; j += blockDim.x) gprob[j] += probs[j];
-    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      p.o_branch[0][th * dv + c] = __float2bfloat16(out[c]);
-      o_acc[hh * dv + c] += gate * out[c];
+  uint32_t qf[DK / 16][4];
+  load_a_rows<DK>(qf, [&](int r) -> const bf16* {
+    return warp * 16 + r < tile.rows ? p.q + ((start + tile.first + warp * 16 + r) * p.H + h) * DK
+                                     : nullptr;
+  });
+  const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
+  const auto kv = [&] {
+    if constexpr (B == Branch::kCmp) {
+      return compressed_rows(p, n, g);
+    } else {
+      return raw_rows(p, static_cast<int>(B), n, g);
     }
-    if (threadIdx.x == 0) p.lse[0][th] = lse;
+  }();
+  const float sl2 = p.scale * kLog2e;
+  SoftmaxAcc<DV> acc;
+  acc.init();
+
+  for (int64_t k0 = keys.begin; k0 < keys.end; k0 += kKeyTile) {
+    const int64_t nk = keys.end - k0 < kKeyTile ? keys.end - k0 : kKeyTile;
+    __syncthreads();  // the previous tile is consumed
+    load_tile<DK>(
+        ks, kKeyTile, [&](int i) { return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr; },
+        threadIdx.x, kThreads);
+    load_tile<DV>(
+        vs, kKeyTile, [&](int i) { return i < nk ? kv.v + (k0 + i) * kv.v_stride : nullptr; },
+        threadIdx.x, kThreads);
     __syncthreads();
+    float s[kKeyTile / 8][4] = {};
+    mma_a_bt<DK, kKeyTile / 8>(s, qf, ks);
+#pragma unroll
+    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = r_lo + (e >> 1) * 8;
+        const int64_t t = t0 + (e >> 1) * 8, j = k0 + nt * 8 + 2 * tq + (e & 1);
+        const bool vis = r < tile.rows && j < keys.end && key_visible<B>(p, t, j);
+        s[nt][e] = vis ? s[nt][e] * sl2 : -INFINITY;
+      }
+    }
+    acc.template update<kKeyTile / 8>(s);
+    mma_c_b<DV, kKeyTile / 16>(acc.o, s, vs);
   }
+  acc.finish();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (r_lo + 8 * r < tile.rows) {
+      store_row<DV>(p, acc, r, (start + t0 + 8 * r) * p.H + h, static_cast<int>(B),
+                    B == Branch::kWin);
+    }
+  }
+}
 
-  // Block scores: block j sums (P[i]·overlap)/l over overlapping tokens i in ascending order.
-  const int64_t c_blk = t / p.l_sel;
-  const float inv_l = 1.0f / static_cast<float>(p.l);
-  for (int64_t j = threadIdx.x; j <= c_blk; j += blockDim.x) {
-    const int64_t lo_row = j * p.l_sel, hi_row = (j + 1) * p.l_sel;
-    int64_t i = lo_row - p.l + 1 > 0 ? (lo_row - p.l + 1 + p.d - 1) / p.d : 0;
-    float score = 0.0f;
-    for (; i < nvis && i * p.d < hi_row; ++i) {
-      const int64_t a = i * p.d, b = a + p.l;
-      const int64_t overlap = (b < hi_row ? b : hi_row) - (a > lo_row ? a : lo_row);
-      if (overlap > 0) score += gprob[i] * static_cast<float>(overlap) * inv_l;
-    }
-    bscore[j] = score;
-  }
-  __syncthreads();
+// Selected branch: warp w of CTA x serves query row 4x + w of group blockIdx.y.
+template <int DK, int DV>
+__global__ void __launch_bounds__(kThreads) selected_forward_kernel(const NsaParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
+  bf16* ks = reinterpret_cast<bf16*>(smem) + warp * kSelChunk * (tile_stride(DK) + tile_stride(DV));
+  bf16* vs = ks + kSelChunk * tile_stride(DK);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp, g = blockIdx.y;
+  if (row >= p.T) return;  // warp-uniform; this kernel has no CTA barrier
+  const int64_t n = p.seq_of_row[row], t = row - p.cu_seqlens[n];
+  const KvRows<bf16> kv = raw_rows(p, 1, n, g);
+  const int32_t* blocks = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const float sl2 = p.scale * kLog2e;
 
-  // Top-n (warp 0): forced 0, c−1, c; then arg-max rounds over candidates 1..c−2 by
-  // (score desc, index asc). A chosen candidate's score is set to −1 (scores are ≥ 0).
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    int n_chosen = 0;
-    if (lane == 0) {
-      sel[n_chosen] = 0;
-      if (c_blk - 1 > 0) sel[++n_chosen] = static_cast<int32_t>(c_blk - 1);
-      if (c_blk > 0) sel[++n_chosen] = static_cast<int32_t>(c_blk);
+  for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
+    const int64_t nh = p.hpg - h0 < 16 ? p.hpg - h0 : 16;
+    const int64_t th0 = row * p.H + g * p.hpg + h0;
+    uint32_t qf[DK / 16][4];
+    load_a_rows<DK>(qf,
+                    [&](int r) -> const bf16* { return r < nh ? p.q + (th0 + r) * DK : nullptr; });
+    SoftmaxAcc<DV> acc;
+    acc.init();
+    for (int64_t k = 0; k < p.n_sel; ++k) {
+      const int64_t b = blocks[k];
+      if (b < 0) break;
+      const int64_t end = (b + 1) * p.l_sel < t + 1 ? (b + 1) * p.l_sel : t + 1;
+      for (int64_t r0 = b * p.l_sel; r0 < end; r0 += kSelChunk) {
+        const int64_t nk = end - r0 < kSelChunk ? end - r0 : kSelChunk;
+        __syncwarp();
+        load_tile<DK>(
+            ks, kSelChunk, [&](int i) { return i < nk ? kv.k + (r0 + i) * kv.k_stride : nullptr; },
+            lane, 32);
+        load_tile<DV>(
+            vs, kSelChunk, [&](int i) { return i < nk ? kv.v + (r0 + i) * kv.v_stride : nullptr; },
+            lane, 32);
+        __syncwarp();
+        float s[kSelChunk / 8][4] = {};
+        mma_a_bt<DK, kSelChunk / 8>(s, qf, ks);
+#pragma unroll
+        for (int nt = 0; nt < kSelChunk / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = nt * 8 + 2 * (lane & 3) + (e & 1);
+            s[nt][e] = j < nk ? s[nt][e] * sl2 : -INFINITY;
+          }
+        }
+        acc.template update<kSelChunk / 8>(s);
+        mma_c_b<DV, kSelChunk / 16>(acc.o, s, vs);
+      }
     }
-    n_chosen = 1 + (c_blk - 1 > 0) + (c_blk > 0);
-    while (n_chosen < p.n_sel) {
-      float best = -1.0f;
-      int64_t best_j = INT64_MAX;
-      for (int64_t j = 1 + lane; j <= c_blk - 2; j += 32) {
-        const float s = bscore[j];
-        if (s >= 0.0f && (s > best || (s == best && j < best_j))) best = s, best_j = j;
-      }
-      for (int o = 16; o > 0; o >>= 1) {
-        const float other = __shfl_xor_sync(0xffffffffu, best, o);
-        const int64_t other_j = __shfl_xor_sync(0xffffffffu, best_j, o);
-        if (other > best || (other == best && other_j < best_j)) best = other, best_j = other_j;
-      }
-      if (best_j == INT64_MAX) break;
-      if (lane == 0) {
-        sel[n_chosen] = static_cast<int32_t>(best_j);
-        bscore[best_j] = -1.0f;
-      }
-      ++n_chosen;
-      __syncwarp();
-    }
-    if (lane == 0) {
-      for (int a = 1; a < n_chosen; ++a) {  // insertion sort: at most n_sel entries
-        const int32_t x = sel[a];
-        int b = a - 1;
-        while (b >= 0 && sel[b] > x) sel[b + 1] = sel[b], --b;
-        sel[b + 1] = x;
-      }
-      int32_t* dst = p.sel_idx + (row * G + g) * p.n_sel;
-      for (int a = 0; a < p.n_sel; ++a) dst[a] = a < n_chosen ? sel[a] : -1;
-      red[32] = static_cast<float>(n_chosen);
+    acc.finish();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (gid + 8 * r < nh) store_row<DV>(p, acc, r, th0 + gid + 8 * r, 1, false);
     }
   }
-  __syncthreads();
-  const int64_t n_blocks = static_cast<int64_t>(red[32]);
-  const int64_t n_sel_keys = (n_blocks - 1) * p.l_sel + (t - c_blk * p.l_sel + 1);
-  const int64_t win_first = t - p.w + 1 > 0 ? t - p.w + 1 : 0;
+}
 
-  const int64_t raw = start * G + g;
-  for (int64_t hh = 0; hh < hpg; ++hh) {
-    const int64_t th = row * H + h0 + hh;
-    const float* qh = q_s + hh * dk;
-    const float lse_sel =
-        attend_head(qh, p.k[1] + raw * dk, p.v[1] + raw * dv, G * dk, G * dv, n_sel_keys,
-                    SelectedKeys{sel, p.l_sel}, dk, dv, p.scale, probs, red, out);
-    const float g_sel = __bfloat162float(p.gate[1][th]);
-    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      p.o_branch[1][th * dv + c] = __float2bfloat16(out[c]);
-      o_acc[hh * dv + c] += g_sel * out[c];
-    }
-    __syncthreads();
-    const float lse_win =
-        attend_head(qh, p.k[2] + raw * dk, p.v[2] + raw * dv, G * dk, G * dv, t - win_first + 1,
-                    WindowKeys{win_first}, dk, dv, p.scale, probs, red, out);
-    const float g_win = __bfloat162float(p.gate[2][th]);
-    for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-      p.o_branch[2][th * dv + c] = __float2bfloat16(out[c]);
-      p.o[th * dv + c] = __float2bfloat16(o_acc[hh * dv + c] + g_win * out[c]);
-    }
-    if (threadIdx.x == 0) p.lse[1][th] = lse_sel, p.lse[2][th] = lse_win;
-    __syncthreads();
-  }
+template <Branch B>
+void launch_dense(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, cudaStream_t stream) {
+  if (n_tiles == 0) return;
+  dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
+    const auto kernel = dense_forward_kernel<DK(), DV(), B>;
+    const size_t smem = kKeyTile * (tile_stride(DK()) + tile_stride(DV())) * sizeof(bf16);
+    set_kernel_smem(kernel, smem);
+    kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H)), kThreads, smem,
+             stream>>>(p, tiles);
+    NSA_CUDA_LAUNCH_CHECK();
+  });
 }
 
 }  // namespace
 
-size_t nsa_forward_smem_bytes(const NsaParams& p) {
-  return static_cast<size_t>(forward_smem(p).total_floats) * sizeof(float);
+void launch_compressed_forward(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                               cudaStream_t stream) {
+  launch_dense<Branch::kCmp>(p, tiles, n_tiles, stream);
 }
 
-void launch_nsa_forward(const NsaParams& p, cudaStream_t stream) {
-  const size_t smem = nsa_forward_smem_bytes(p);
-  NSA_CHECK(smem <= kMaxSmemBytes, "CUDA NSA forward needs ", smem,
-            " bytes of shared memory for max sequence length ", p.max_len, " (limit ",
-            kMaxSmemBytes, "): sequence too long for the v1 kernel");
-  NSA_CUDA_CHECK(cudaFuncSetAttribute(
-      nsa_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+void launch_window_forward(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                           cudaStream_t stream) {
+  launch_dense<Branch::kWin>(p, tiles, n_tiles, stream);
+}
+
+void launch_selected_forward(const NsaParams& p, cudaStream_t stream) {
   if (p.T == 0) return;
-  nsa_forward_kernel<<<dim3(static_cast<unsigned>(p.T), static_cast<unsigned>(p.G)), kThreads, smem,
-                       stream>>>(p);
-  NSA_CUDA_LAUNCH_CHECK();
+  dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
+    const auto kernel = selected_forward_kernel<DK(), DV()>;
+    const size_t smem = kWarps * kSelChunk * (tile_stride(DK()) + tile_stride(DV())) * sizeof(bf16);
+    set_kernel_smem(kernel, smem);
+    const unsigned rows = static_cast<unsigned>((p.T + kWarps - 1) / kWarps);
+    kernel<<<dim3(rows, static_cast<unsigned>(p.G)), kThreads, smem, stream>>>(p);
+    NSA_CUDA_LAUNCH_CHECK();
+  });
 }
 
 }  // namespace nsa::cuda

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "common/cuda_check.h"
 #include "nsa_params.h"
 
 namespace nsa::cuda {
@@ -13,17 +14,36 @@ namespace nsa::cuda {
 // Opt-in shared memory per block on Hopper (227 KiB).
 constexpr size_t kMaxSmemBytes = 227 * 1024;
 
+// Query rows per RowTile of the forward, selection and dq grids.
+constexpr int64_t kQueryTileRows = 64;
+
+template <typename Kernel>
+void set_kernel_smem(Kernel kernel, size_t bytes) {
+  NSA_CHECK(bytes <= kMaxSmemBytes, "CUDA NSA kernel needs ", bytes,
+            " bytes of shared memory (limit ", kMaxSmemBytes, ")");
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes)));
+}
+
 // Compression φ = avg: raw K/V of the cmp branch → p.k_cmp / p.v_cmp.
 void launch_compress_avg_forward(const NsaParams& p, cudaStream_t stream);
 // d_k_cmp / d_v_cmp → raw gradients p.d_k[0] / p.d_v[0] (accumulate when `accumulate`).
 void launch_compress_avg_backward(const NsaParams& p, bool accumulate, cudaStream_t stream);
 
-size_t nsa_forward_smem_bytes(const NsaParams& p);
-void launch_nsa_forward(const NsaParams& p, cudaStream_t stream);
+// Forward, in this order: compressed branch (o_cmp, lse_cmp), block selection (sel_idx),
+// selected branch, window branch (which also writes o). `tiles`: kQueryTileRows-row query tiles.
+void launch_compressed_forward(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                               cudaStream_t stream);
+void launch_select_blocks(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                          cudaStream_t stream);
+void launch_selected_forward(const NsaParams& p, cudaStream_t stream);
+void launch_window_forward(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                           cudaStream_t stream);
 
 // delta_c = g_c · (dO·o_c) and d_gate_c = dO·o_c for every (row, head, branch).
 void launch_nsa_backward_preprocess(const NsaParams& p, cudaStream_t stream);
-// dq of all three branches, one CTA per (row, group).
-void launch_nsa_backward_dq(const NsaParams& p, cudaStream_t stream);
+// dq of all three branches (compressed writes, selected and window add).
+void launch_nsa_backward_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                            cudaStream_t stream);
 
 }  // namespace nsa::cuda

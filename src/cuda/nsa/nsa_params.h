@@ -11,6 +11,17 @@ namespace nsa::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// The three branches, indexed like kCmp / kSel / kWin of nsa/config.h.
+enum class Branch { kCmp = 0, kSel = 1, kWin = 2 };
+
+// A run of consecutive rows of one sequence: query rows, raw key rows or compressed tokens
+// (`first` relative to the sequence). Kernels take tables of these as their grid.
+struct RowTile {
+  int32_t seq;
+  int32_t rows;
+  int64_t first;
+};
+
 struct NsaParams {
   // Shape and hyper-parameters.
   int64_t T, H, G, hpg, dk, dv;

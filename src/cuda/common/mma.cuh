@@ -1,0 +1,96 @@
+// Warp-level tensor-core tiles: mma.sync m16n8k16 (bf16 × bf16 → fp32) and the fragment loads
+// the attention kernels need, from bf16 tiles in shared memory.
+//
+// Fragment layout (PTX ISA, m16n8k16, bf16): with gid = lane / 4 and tq = lane % 4,
+//   A (16 × 16, row-major): a0 = (gid, 2tq..+1), a1 = (gid+8, 2tq..+1), a2 = (gid, 2tq+8..+9),
+//                           a3 = (gid+8, 2tq+8..+9)
+//   B (16 × 8):             b0 = (k 2tq..+1, n gid),  b1 = (k 2tq+8..+9, n gid)
+//   C (16 × 8, fp32):       c0,c1 = (gid, 2tq..+1),  c2,c3 = (gid+8, 2tq..+1)
+// so the C fragments of two adjacent 8-column tiles are, packed to bf16, the A fragment of one
+// 16-wide k step (the flash-attention register trick: P = softmax(S) never leaves registers).
+// Shared tiles are row-major with a row stride of cols + 8 elements (`tile_stride`), which makes
+// every fragment load below free of bank conflicts.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace nsa::cuda {
+
+__host__ __device__ constexpr int tile_stride(int cols) {
+  return cols + 8;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// c += a · b for one m16n8k16 tile.
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// A fragment of rows r0.., columns k0.. of a row-major tile X (stride in elements).
+__device__ __forceinline__ void load_a(uint32_t a[4], const __nv_bfloat16* X, int stride, int r0,
+                                       int k0) {
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+  const __nv_bfloat16* p = X + (r0 + gid) * stride + k0 + 2 * tq;
+  a[0] = ld_u32(p);
+  a[1] = ld_u32(p + 8 * stride);
+  a[2] = ld_u32(p + 8);
+  a[3] = ld_u32(p + 8 * stride + 8);
+}
+
+// B fragment with B[k][n] = Y[n0 + n][k0 + k] (Y row-major: the "transposed" operand, e.g. K in
+// S = Q·Kᵀ).
+__device__ __forceinline__ void load_b_rows(uint32_t b[2], const __nv_bfloat16* Y, int stride,
+                                            int n0, int k0) {
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+  const __nv_bfloat16* p = Y + (n0 + gid) * stride + k0 + 2 * tq;
+  b[0] = ld_u32(p);
+  b[1] = ld_u32(p + 8);
+}
+
+// B fragment with B[k][n] = Z[k0 + k][n0 + n] (Z row-major, e.g. V in O = P·V).
+__device__ __forceinline__ void load_b_cols(uint32_t b[2], const __nv_bfloat16* Z, int stride,
+                                            int k0, int n0) {
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+  const __nv_bfloat16* p = Z + (k0 + 2 * tq) * stride + n0 + gid;
+  b[0] = pack_bf16(p[0], p[stride]);
+  b[1] = pack_bf16(p[8 * stride], p[9 * stride]);
+}
+
+// A fragment of one 16-wide k step from the C fragments of its two 8-column halves.
+__device__ __forceinline__ void c_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// Max / sum over the four lanes of a quad (the lanes sharing one fragment row).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace nsa::cuda

@@ -1,0 +1,195 @@
+// Block selection on tensor cores: importance scores fused with a running top-n, so the
+// S × S/d probability matrix (and the S × S/l_sel score matrix) never exists.
+//
+// A CTA owns 64 query rows of one group (4 warps × 16 rows) and walks the compressed keys in tiles
+// of 64. Per tile it recomputes every head's compressed-branch probabilities from the saved
+// log-sum-exp (S = Q·Kᵀ on tensor cores, p = exp(s − lse)) and sums them over the group's heads in
+// ascending head order, into a shared strip that keeps the last `halo` tokens of the previous tile.
+// Every selection block whose tokens are all in the strip then gets its score – the sum over its
+// overlapping tokens in ascending order, p·overlap/l, exactly as the CPU accumulates it – and one
+// thread per query row inserts it into that row's top list with the (score desc, index asc) rule.
+// After the last tile the forced blocks (0, c−1, c) join, the set is sorted and written.
+#include "common/cuda_check.h"
+#include "head_dims.h"
+#include "nsa_kernels.h"
+#include "tiles.cuh"
+
+namespace nsa::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = kQueryTileRows;  // query rows per CTA (one warp per 16)
+constexpr int kKeyTile = 64;           // compressed tokens per tile
+
+struct SelectSmem {
+  int64_t ks, strip, lse2, top_s, top_i, total;
+};
+
+// Byte offsets: K tile (bf16), probability strip, per-head lse (log2), top lists.
+__host__ __device__ inline SelectSmem select_smem(int dk, int64_t hpg, int64_t n_sel, int halo) {
+  SelectSmem s;
+  s.ks = 0;
+  s.strip = s.ks + kKeyTile * tile_stride(dk) * 2;
+  s.lse2 = s.strip + kRows * (halo + kKeyTile) * 4;
+  s.top_s = s.lse2 + hpg * kRows * 4;
+  s.top_i = s.top_s + kRows * n_sel * 4;
+  s.total = s.top_i + kRows * n_sel * 4;
+  return s;
+}
+
+// Tokens a selection block may need from before the current tile (see the file comment).
+inline int strip_halo(const NsaParams& p) {
+  return static_cast<int>((p.l_sel + p.l) / p.d + 1);
+}
+
+template <int DK>
+__global__ void __launch_bounds__(kThreads)
+    select_blocks_kernel(const NsaParams p, const RowTile* __restrict__ tiles, int halo) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const SelectSmem L = select_smem(DK, p.hpg, p.n_sel, halo);
+  bf16* ks = reinterpret_cast<bf16*>(smem + L.ks);
+  float* strip = reinterpret_cast<float*>(smem + L.strip);
+  float* lse2 = reinterpret_cast<float*>(smem + L.lse2);
+  float* top_s = reinterpret_cast<float*>(smem + L.top_s);
+  int32_t* top_i = reinterpret_cast<int32_t*>(smem + L.top_i);
+  const int width = halo + kKeyTile;
+
+  const RowTile tile = tiles[blockIdx.x];
+  const int64_t g = blockIdx.y, n = tile.seq, start = p.cu_seqlens[n], hpg = p.hpg;
+  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+  const int r_lo = warp * 16 + gid;
+
+  for (int i = threadIdx.x; i < hpg * kRows; i += kThreads) {
+    const int64_t hh = i / kRows, r = i % kRows;
+    lse2[i] = r < tile.rows ? p.lse[0][(start + tile.first + r) * p.H + g * hpg + hh] * kLog2e
+                            : -INFINITY;
+  }
+  for (int i = threadIdx.x; i < kRows * width; i += kThreads) strip[i] = 0.0f;
+
+  const int64_t last = tile.first + tile.rows - 1;
+  const KeyRange keys = dense_keys<Branch::kCmp>(p, tile.first, last);
+  const KvRows<float> kv = compressed_rows(p, n, g);
+  const float sl2 = p.scale * kLog2e, inv_l = 1.0f / static_cast<float>(p.l);
+
+  // The row this thread keeps the top list of (threads 0..63).
+  const int my_row = threadIdx.x;
+  const int64_t my_t = tile.first + my_row;
+  const bool has_row = my_row < tile.rows;
+  const int64_t my_c = my_t / p.l_sel, my_nv = num_visible(p, my_t);
+  const int64_t n_forced = 1 + (my_c - 1 > 0) + (my_c > 0);
+  const int64_t cap = p.n_sel - n_forced;
+  float* my_s = top_s + my_row * p.n_sel;
+  int32_t* my_i = top_i + my_row * p.n_sel;
+  int64_t count = 0;
+
+  int64_t jb = 0;  // blocks below jb are scored
+  for (int64_t k0 = 0;; k0 += kKeyTile) {
+    const bool final = k0 + kKeyTile >= keys.end;
+    __syncthreads();  // strip and K tile are free
+    if (k0 < keys.end) {
+      const int64_t nk = keys.end - k0 < kKeyTile ? keys.end - k0 : kKeyTile;
+      load_tile<DK>(
+          ks, kKeyTile, [&](int i) { return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr; },
+          threadIdx.x, kThreads);
+      __syncthreads();
+      float gp[kKeyTile / 8][4] = {};
+      for (int64_t hh = 0; hh < hpg; ++hh) {
+        uint32_t qf[DK / 16][4];
+        load_a_rows<DK>(qf, [&](int r) -> const bf16* {
+          return warp * 16 + r < tile.rows
+                     ? p.q + ((start + tile.first + warp * 16 + r) * p.H + g * hpg + hh) * DK
+                     : nullptr;
+        });
+        float s[kKeyTile / 8][4] = {};
+        mma_a_bt<DK, kKeyTile / 8>(s, qf, ks);
+        const float lo = lse2[hh * kRows + r_lo], hi = lse2[hh * kRows + r_lo + 8];
+#pragma unroll
+        for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t t = tile.first + r_lo + (e >> 1) * 8, j = k0 + nt * 8 + 2 * tq + (e & 1);
+            const bool vis = r_lo + (e >> 1) * 8 < tile.rows && j < keys.end &&
+                             key_visible<Branch::kCmp>(p, t, j);
+            gp[nt][e] += vis ? exp2f(s[nt][e] * sl2 - (e < 2 ? lo : hi)) : 0.0f;
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          strip[(r_lo + (e >> 1) * 8) * width + halo + nt * 8 + 2 * tq + (e & 1)] = gp[nt][e];
+        }
+      }
+    }
+    __syncthreads();
+
+    // Score the blocks completed by this tile (all remaining ones after the last tile).
+    const int64_t je = final ? last / p.l_sel + 1 : (k0 + kKeyTile) * p.d / p.l_sel;
+    if (has_row && cap > 0) {
+      const float* row_strip = strip + my_row * width + halo;  // token k0 + x at row_strip[x]
+      for (int64_t j = jb > 1 ? jb : 1; j < je && j <= my_c - 2; ++j) {
+        const int64_t lo_row = j * p.l_sel, hi_row = lo_row + p.l_sel;
+        int64_t i = lo_row - p.l + 1 > 0 ? (lo_row - p.l + 1 + p.d - 1) / p.d : 0;
+        float score = 0.0f;
+        for (; i < my_nv && i * p.d < hi_row; ++i) {
+          const int64_t a = i * p.d, b = a + p.l;
+          const int64_t overlap = (b < hi_row ? b : hi_row) - (a > lo_row ? a : lo_row);
+          if (overlap > 0) score += row_strip[i - k0] * static_cast<float>(overlap) * inv_l;
+        }
+        if (count == cap && !(score > my_s[count - 1])) continue;
+        int64_t pos = count < cap ? count++ : count - 1;
+        while (pos > 0 && score > my_s[pos - 1]) {
+          my_s[pos] = my_s[pos - 1], my_i[pos] = my_i[pos - 1];
+          --pos;
+        }
+        my_s[pos] = score, my_i[pos] = static_cast<int32_t>(j);
+      }
+    }
+    if (je > jb) jb = je;
+    if (final) break;
+    __syncthreads();
+    for (int i = threadIdx.x; i < kRows * halo; i += kThreads) {
+      const int r = i / halo, c = i % halo;
+      strip[r * width + c] = strip[r * width + kKeyTile + c];
+    }
+  }
+
+  if (has_row) {
+    int32_t* dst = p.sel_idx + ((start + my_t) * p.G + g) * p.n_sel;
+    // Forced blocks and the chosen candidates, sorted ascending into my_i (n_sel slots).
+    for (int64_t k = count - 1; k >= 0; --k) my_i[k + n_forced] = my_i[k];
+    my_i[0] = 0;
+    if (my_c - 1 > 0) my_i[1] = static_cast<int32_t>(my_c - 1);
+    if (my_c > 0) my_i[n_forced - 1] = static_cast<int32_t>(my_c);
+    const int64_t total = n_forced + count;
+    for (int64_t a = 1; a < total; ++a) {
+      const int32_t x = my_i[a];
+      int64_t b = a - 1;
+      while (b >= 0 && my_i[b] > x) my_i[b + 1] = my_i[b], --b;
+      my_i[b + 1] = x;
+    }
+    for (int64_t k = 0; k < p.n_sel; ++k) dst[k] = k < total ? my_i[k] : -1;
+  }
+}
+
+}  // namespace
+
+void launch_select_blocks(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                          cudaStream_t stream) {
+  if (n_tiles == 0) return;
+  const int halo = strip_halo(p);
+  NSA_CHECK(halo <= kKeyTile, "CUDA block selection: (l_sel + l) / d = ", (p.l_sel + p.l) / p.d,
+            " must be below ", kKeyTile);
+  dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto) {
+    const auto kernel = select_blocks_kernel<DK()>;
+    const size_t smem = static_cast<size_t>(select_smem(DK(), p.hpg, p.n_sel, halo).total);
+    set_kernel_smem(kernel, smem);
+    kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.G)), kThreads, smem,
+             stream>>>(p, tiles, halo);
+    NSA_CUDA_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace nsa::cuda
