@@ -83,6 +83,20 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float c0[4], const f
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
+// 16-byte asynchronous copy global → shared (cp.async, bypassing L1), its commit and wait.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+// Waits until at most N committed groups of this thread are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // Max / sum over the four lanes of a quad (the lanes sharing one fragment row).
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

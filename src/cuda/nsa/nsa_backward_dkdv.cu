@@ -23,16 +23,38 @@ constexpr int kThreads = 32 * kWarps;
 static_assert(kDkdvUnitRows == 16 * kWarps, "one warp per 16 key rows");
 
 // (query, head) pairs per tile: 32 for the widest heads keeps dK, dV, Sᵀ and dPᵀ in registers.
+// Pair tiles are double-buffered (cp.async) so the next tile loads while this one is used.
 template <int DK>
 constexpr int pair_tile() {
   return DK > 128 ? 32 : 64;
 }
 
+// One stage of the pair pipeline: Q and dO rows of QT (query, head) pairs and their statistics.
+template <int DK, int DV>
+struct PairStage {
+  static constexpr int QT = pair_tile<DK>();
+  static constexpr size_t kBytes = QT * sizeof(int64_t) +
+                                   QT * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
+                                   QT * 4 * sizeof(float);
+  int64_t* th;  // query row·H + head, −1 for padding pairs
+  bf16* q;
+  bf16* d_o;
+  float *lse2, *delta, *gate;
+  int32_t* t;  // query position in the sequence, −1 for padding pairs
+  __device__ explicit PairStage(unsigned char* base)
+      : th(reinterpret_cast<int64_t*>(base)),
+        q(reinterpret_cast<bf16*>(th + QT)),
+        d_o(q + QT * tile_stride(DK)),
+        lse2(reinterpret_cast<float*>(d_o + QT * tile_stride(DV))),
+        delta(lse2 + QT),
+        gate(delta + QT),
+        t(reinterpret_cast<int32_t*>(gate + QT)) {}
+};
+
 template <int DK, int DV>
 __host__ __device__ constexpr size_t dkdv_smem_bytes() {
-  constexpr int QT = pair_tile<DK>();
-  return (kDkdvUnitRows + QT) * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
-         QT * 4 * sizeof(float);
+  return kDkdvUnitRows * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
+         2 * PairStage<DK, DV>::kBytes;
 }
 
 // Which queries see unit u: positions [q_begin, q_end) of a row range (query row =
@@ -83,81 +105,78 @@ template <int DK, int DV, Branch B>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(const NsaParams p, const RowTile* __restrict__ units, int64_t chunks,
                 float* __restrict__ out_k, float* __restrict__ out_v, bool accumulate) {
-  constexpr int QT = pair_tile<DK>(), SK = tile_stride(DK), SV = tile_stride(DV);
+  using Stage = PairStage<DK, DV>;
+  constexpr int QT = Stage::QT, SK = tile_stride(DK), SV = tile_stride(DV);
   constexpr int c = static_cast<int>(B);
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
   bf16* vs = ks + kDkdvUnitRows * SK;
-  bf16* qs = vs + kDkdvUnitRows * SV;
-  bf16* dos = qs + QT * SK;
-  float* lse2 = reinterpret_cast<float*>(dos + QT * SV);
-  float* delta = lse2 + QT;
-  float* gate = delta + QT;
-  int32_t* trow = reinterpret_cast<int32_t*>(gate + QT);
+  unsigned char* stage_base = reinterpret_cast<unsigned char*>(vs + kDkdvUnitRows * SV);
 
-  const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G, H = p.H, hpg = p.hpg;
+  const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G, H = p.H;
+  const int hpg = static_cast<int>(p.hpg);
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
   const RowTile unit = units[blockIdx.x];
   const UnitQueries u = unit_queries<B>(p, unit, g);
-  const int64_t key_base =
-      B == Branch::kCmp ? p.cmp_offsets[unit.seq] + unit.first : u.seq_start + unit.first;
-  const auto kv = [&] {
-    if constexpr (B == Branch::kCmp) {
-      return KvRows<float>{p.k_cmp + (key_base * G + g) * DK, p.v_cmp + (key_base * G + g) * DV,
-                           G * DK, G * DV};
-    } else {
-      return KvRows<bf16>{p.k[c] + (key_base * G + g) * DK, p.v[c] + (key_base * G + g) * DV,
-                          G * DK, G * DV};
-    }
-  }();
+  const KvRows kv = branch_rows<B>(p, unit.seq, g);
   load_tile<DK>(
-      ks, kDkdvUnitRows, [&](int i) { return i < unit.rows ? kv.k + i * kv.k_stride : nullptr; },
+      ks, kDkdvUnitRows,
+      [&](int i) { return i < unit.rows ? kv.k + (unit.first + i) * kv.k_stride : nullptr; },
       threadIdx.x, kThreads);
   load_tile<DV>(
-      vs, kDkdvUnitRows, [&](int i) { return i < unit.rows ? kv.v + i * kv.v_stride : nullptr; },
+      vs, kDkdvUnitRows,
+      [&](int i) { return i < unit.rows ? kv.v + (unit.first + i) * kv.v_stride : nullptr; },
       threadIdx.x, kThreads);
 
   const int64_t total = u.q_end - u.q_begin;
   const int64_t qa = u.q_begin + total * z / chunks, qb = u.q_begin + total * (z + 1) / chunks;
-  const int64_t n_pairs = (qb - qa) * hpg;
+  const int n_pairs = static_cast<int>((qb - qa) * hpg);
+  // Pair i of the chunk: query row (global) and head; rows ascend with i.
+  const auto pair_row = [&](int i) -> int64_t {
+    const int64_t qi = qa + i / hpg;
+    return u.list ? static_cast<int64_t>(u.list[qi] & 0xffffffffu) : u.seq_start + qi;
+  };
+  // Fills a stage with pairs pb..pb+QT−1: indices and statistics first (one thread per pair),
+  // then Q and dO rows by cp.async (committed; the caller waits).
+  const auto issue = [&](int pb, const Stage& st) {
+    for (int i = threadIdx.x; i < QT; i += kThreads) {
+      const int64_t th =
+          pb + i < n_pairs ? pair_row(pb + i) * H + g * hpg + (pb + i) % hpg : int64_t{-1};
+      st.th[i] = th;
+      st.lse2[i] = th < 0 ? 0.0f : p.lse[c][th] * kLog2e;
+      st.delta[i] = th < 0 ? 0.0f : p.delta[c][th];
+      st.gate[i] = th < 0 ? 0.0f : __bfloat162float(p.gate[c][th]);
+      st.t[i] = th < 0 ? -1 : static_cast<int32_t>(th / H - u.seq_start);
+    }
+    __syncthreads();
+    load_tile<DK, true>(
+        st.q, QT, [&](int i) { return st.th[i] < 0 ? nullptr : p.q + st.th[i] * DK; }, threadIdx.x,
+        kThreads);
+    load_tile<DV, true>(
+        st.d_o, QT, [&](int i) { return st.th[i] < 0 ? nullptr : p.d_o + st.th[i] * DV; },
+        threadIdx.x, kThreads);
+    cp_async_commit();
+  };
+
   const int jl_lo = warp * 16 + gid;  // this thread's unit rows: jl_lo and jl_lo + 8
+  const int j0 = static_cast<int>(unit.first) + warp * 16;  // the warp's first key
+  const bool warp_full = warp * 16 + 16 <= unit.rows;
+  const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
   float dk[DK / 8][4] = {}, dv[DV / 8][4] = {};
-
-  for (int64_t pb = 0; pb < n_pairs; pb += QT) {
-    __syncthreads();  // the previous pair tile is consumed (and the K/V tiles are loaded)
-    const auto pair_row = [&](int i) -> int64_t {  // global query row·H + head, or −1
-      const int64_t idx = pb + i;
-      if (idx >= n_pairs) return -1;
-      const int64_t qi = qa + idx / hpg, hh = idx % hpg;
-      const int64_t row =
-          u.list ? static_cast<int64_t>(u.list[qi] & 0xffffffffu) : u.seq_start + qi;
-      return row * H + g * hpg + hh;
-    };
-    load_tile<DK>(
-        qs, QT,
-        [&](int i) {
-          const int64_t th = pair_row(i);
-          return th < 0 ? nullptr : p.q + th * DK;
-        },
-        threadIdx.x, kThreads);
-    load_tile<DV>(
-        dos, QT,
-        [&](int i) {
-          const int64_t th = pair_row(i);
-          return th < 0 ? nullptr : p.d_o + th * DV;
-        },
-        threadIdx.x, kThreads);
-    for (int i = threadIdx.x; i < QT; i += kThreads) {
-      const int64_t th = pair_row(i);
-      lse2[i] = th < 0 ? 0.0f : p.lse[c][th] * kLog2e;
-      delta[i] = th < 0 ? 0.0f : p.delta[c][th];
-      gate[i] = th < 0 ? 0.0f : __bfloat162float(p.gate[c][th]);
-      trow[i] = th < 0 ? -1 : static_cast<int32_t>(th / H - u.seq_start);
+  const int n_tiles = (n_pairs + QT - 1) / QT;
+  if (n_tiles > 0) issue(0, Stage(stage_base));
+  for (int it = 0; it < n_tiles; ++it) {
+    const Stage st(stage_base + (it & 1) * Stage::kBytes);
+    if (it + 1 < n_tiles) {
+      issue((it + 1) * QT, Stage(stage_base + ((it + 1) & 1) * Stage::kBytes));
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
 
-    float st[QT / 8][4] = {}, dpt[QT / 8][4] = {};
+    float sc[QT / 8][4] = {}, dpt[QT / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < DK / 16; ++kk) {
       uint32_t a[4];
@@ -165,8 +184,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int nt = 0; nt < QT / 8; ++nt) {
         uint32_t b[2];
-        load_b_rows(b, qs, SK, nt * 8, kk * 16);
-        mma_16816(st[nt], a, b);
+        load_b_rows(b, st.q, SK, nt * 8, kk * 16);
+        mma_16816(sc[nt], a, b);
       }
     }
 #pragma unroll
@@ -176,27 +195,33 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int nt = 0; nt < QT / 8; ++nt) {
         uint32_t b[2];
-        load_b_rows(b, dos, SV, nt * 8, kk * 16);
+        load_b_rows(b, st.d_o, SV, nt * 8, kk * 16);
         mma_16816(dpt[nt], a, b);
       }
     }
+    const int last = it * QT + QT <= n_pairs ? QT - 1 : -1;
+    const bool all = warp_full && last >= 0 && all_visible<B>(m, st.t[0], st.t[last], j0, j0 + 15);
 #pragma unroll
     for (int nt = 0; nt < QT / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int jl = jl_lo + (e >> 1) * 8, col = nt * 8 + 2 * tq + (e & 1);
-        const int64_t t = trow[col];
-        const bool vis = jl < unit.rows && t >= 0 && key_visible<B>(p, t, unit.first + jl);
-        const float pr = vis ? exp2f(st[nt][e] * sl2 - lse2[col]) : 0.0f;
-        st[nt][e] = pr * gate[col];
-        dpt[nt][e] = pr * (gate[col] * dpt[nt][e] - delta[col]);
+        const int t = st.t[col];
+        const bool vis = all || (jl < unit.rows && t >= 0 &&
+                                 key_visible<B>(m, t, static_cast<int>(unit.first) + jl));
+        const float pr = vis ? exp2f(sc[nt][e] * sl2 - st.lse2[col]) : 0.0f;
+        sc[nt][e] = pr * st.gate[col];
+        dpt[nt][e] = pr * (st.gate[col] * dpt[nt][e] - st.delta[col]);
       }
     }
-    mma_c_b<DV, QT / 16>(dv, st, dos);
-    mma_c_b<DK, QT / 16>(dk, dpt, qs);
+    mma_c_b<DV, QT / 16>(dv, sc, st.d_o);
+    mma_c_b<DK, QT / 16>(dk, dpt, st.q);
+    __syncthreads();  // stage it & 1 is refilled by the next iteration's issue
   }
 
   // Chunked: write partial z (plain store); otherwise write or accumulate the result.
+  const int64_t key_base =
+      B == Branch::kCmp ? p.cmp_offsets[unit.seq] + unit.first : u.seq_start + unit.first;
   const int64_t out_rows = B == Branch::kCmp ? p.C : p.T;
   float* dst_k = out_k + z * out_rows * G * DK;
   float* dst_v = out_v + z * out_rows * G * DV;

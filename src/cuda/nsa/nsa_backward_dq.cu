@@ -17,7 +17,6 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kSelChunk = 32;  // key rows per staged chunk (selected branch)
 static_assert(kQueryTileRows == 16 * kWarps, "one warp per 16 query rows");
 
 // Key rows per shared tile: 32 for the widest heads keeps dq, Q, dO, S and dP in registers.
@@ -26,16 +25,29 @@ constexpr int dq_key_tile() {
   return DK > 128 ? 32 : 64;
 }
 
+// One warp per (row, head): bf16 pairs along the channels, then a warp sum.
 __global__ void preprocess_kernel(const NsaParams p) {
-  const int64_t th = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (th >= p.T * p.H) return;
-  const bf16* d_o = p.d_o + th * p.dv;
+  const int64_t th = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (th >= p.T * p.H) return;  // warp-uniform
+  const auto* d_o = reinterpret_cast<const __nv_bfloat162*>(p.d_o + th * p.dv);
+  float acc[3] = {0.0f, 0.0f, 0.0f};
+  for (int64_t e = lane; e < p.dv / 2; e += 32) {
+    const float2 x = __bfloat1622float2(d_o[e]);
+    for (int c = 0; c < 3; ++c) {
+      const float2 y =
+          __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(p.o_branch[c] + th * p.dv)[e]);
+      acc[c] += x.x * y.x + x.y * y.y;
+    }
+  }
   for (int c = 0; c < 3; ++c) {
-    const bf16* o = p.o_branch[c] + th * p.dv;
-    float acc = 0.0f;
-    for (int64_t e = 0; e < p.dv; ++e) acc += __bfloat162float(d_o[e]) * __bfloat162float(o[e]);
-    p.d_gate[c][th] = acc;
-    p.delta[c][th] = __bfloat162float(p.gate[c][th]) * acc;
+    for (int o = 16; o > 0; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+  }
+  if (lane == 0) {
+    for (int c = 0; c < 3; ++c) {
+      p.d_gate[c][th] = acc[c];
+      p.delta[c][th] = __bfloat162float(p.gate[c][th]) * acc[c];
+    }
   }
 }
 
@@ -55,16 +67,16 @@ struct RowStats {
   }
 };
 
-// s := dS from S (raw scores) and dP, where `visible(e)` says which elements count.
-template <int NT, typename Visible>
-__device__ __forceinline__ void scores_to_ds(float s[][4], const float dp[][4], const RowStats& st,
-                                             float sl2, Visible visible) {
+// s := dS from S (scaled to the log2 domain, −inf where masked) and dP.
+template <int NT>
+__device__ __forceinline__ void scores_to_ds(float s[][4], const float dp[][4],
+                                             const RowStats& st) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1;
-      const float pr = visible(nt, e) ? exp2f(s[nt][e] * sl2 - st.lse2[r]) : 0.0f;
+      const float pr = s[nt][e] == -INFINITY ? 0.0f : exp2f(s[nt][e] - st.lse2[r]);
       s[nt][e] = pr * (st.gate[r] * dp[nt][e] - st.delta[r]);
     }
   }
@@ -90,18 +102,17 @@ __global__ void __launch_bounds__(kThreads)
     dense_dq_kernel(const NsaParams p, const RowTile* __restrict__ tiles, bool accumulate) {
   constexpr int KT = dq_key_tile<DK>();
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem);
-  bf16* vs = ks + KT * tile_stride(DK);
-
   const RowTile tile = tiles[blockIdx.x];
   const int64_t h = blockIdx.y, g = h / p.hpg, n = tile.seq, start = p.cu_seqlens[n];
-  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
   const int r_lo = warp * 16 + gid;
-  const int64_t t0 = tile.first + r_lo, th_lo = (start + t0) * p.H + h, th_hi = th_lo + 8 * p.H;
-  const int64_t H = p.H, row0 = start + tile.first + warp * 16, valid = tile.rows - warp * 16;
+  const int warp_t0 = static_cast<int>(tile.first) + warp * 16, warp_rows = tile.rows - warp * 16;
+  const int64_t th_lo = (start + tile.first + r_lo) * p.H + h, th_hi = th_lo + 8 * p.H;
+  const int64_t H = p.H, row0 = start + warp_t0;
   const auto row_of = [=](const bf16* base, int d) {
-    return
-        [=](int r) -> const bf16* { return r < valid ? base + ((row0 + r) * H + h) * d : nullptr; };
+    return [=](int r) -> const bf16* {
+      return r < warp_rows ? base + ((row0 + r) * H + h) * d : nullptr;
+    };
   };
   uint32_t qf[DK / 16][4], dof[DV / 16][4];
   load_a_rows<DK>(qf, row_of(p.q, DK));
@@ -110,34 +121,26 @@ __global__ void __launch_bounds__(kThreads)
   st.load(p, static_cast<int>(B), th_lo, th_hi, r_lo < tile.rows, r_lo + 8 < tile.rows);
 
   const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
-  const auto kv = [&] {
-    if constexpr (B == Branch::kCmp) {
-      return compressed_rows(p, n, g);
-    } else {
-      return raw_rows(p, static_cast<int>(B), n, g);
-    }
-  }();
+  const auto pipe =
+      make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), [keys](int64_t it) {
+        const int64_t k0 = keys.begin + it * KT;
+        return KeyChunk{k0, keys.end - k0 < KT ? keys.end - k0 : KT};
+      });
+  const int64_t n_chunks = (keys.end - keys.begin + KT - 1) / KT;
+  const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
   float dq[DK / 8][4] = {};
-  for (int64_t k0 = keys.begin; k0 < keys.end; k0 += KT) {
-    const int64_t nk = keys.end - k0 < KT ? keys.end - k0 : KT;
-    __syncthreads();
-    load_tile<DK>(
-        ks, KT, [&](int i) { return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr; },
-        threadIdx.x, kThreads);
-    load_tile<DV>(
-        vs, KT, [&](int i) { return i < nk ? kv.v + (k0 + i) * kv.v_stride : nullptr; },
-        threadIdx.x, kThreads);
-    __syncthreads();
+  if (n_chunks > 0) pipe.issue(0);
+  for (int64_t it = 0; it < n_chunks; ++it) {
+    const KeyChunk c = pipe.acquire(it, n_chunks);
     float s[KT / 8][4] = {}, dp[KT / 8][4] = {};
-    mma_a_bt<DK, KT / 8>(s, qf, ks);
-    mma_a_bt<DV, KT / 8>(dp, dof, vs);
-    scores_to_ds<KT / 8>(s, dp, st, sl2, [&](int nt, int e) {
-      const int r = r_lo + (e >> 1) * 8;
-      const int64_t j = k0 + nt * 8 + 2 * tq + (e & 1);
-      return r < tile.rows && j < keys.end && key_visible<B>(p, t0 + (e >> 1) * 8, j);
-    });
-    mma_c_b<DK, KT / 16>(dq, s, ks);
+    mma_a_bt<DK, KT / 8>(s, qf, pipe.k(it));
+    mma_a_bt<DV, KT / 8>(dp, dof, pipe.v(it));
+    scale_and_mask<B, KT / 8>(s, m, warp_t0, warp_rows, static_cast<int>(c.k0),
+                              static_cast<int>(c.nk), sl2);
+    scores_to_ds<KT / 8>(s, dp, st);
+    mma_c_b<DK, KT / 16>(dq, s, pipe.k(it));
+    pipe.release();
   }
   if (r_lo < tile.rows) store_dq<DK>(p, dq, 0, th_lo, accumulate);
   if (r_lo + 8 < tile.rows) store_dq<DK>(p, dq, 1, th_hi, accumulate);
@@ -146,15 +149,18 @@ __global__ void __launch_bounds__(kThreads)
 // Selected branch: warp w of CTA x serves query row 4x + w of group blockIdx.y; adds to d_q.
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p) {
+  using Pipe = KvPipeline<DK, DV, kSelChunkRows, true, SelectedChunks>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
-  bf16* ks = reinterpret_cast<bf16*>(smem) + warp * kSelChunk * (tile_stride(DK) + tile_stride(DV));
-  bf16* vs = ks + kSelChunk * tile_stride(DK);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp, g = blockIdx.y;
   if (row >= p.T) return;  // warp-uniform; this kernel has no CTA barrier
   const int64_t n = p.seq_of_row[row], t = row - p.cu_seqlens[n];
-  const KvRows<bf16> kv = raw_rows(p, 1, n, g);
   const int32_t* blocks = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const int64_t per_block = (p.l_sel + kSelChunkRows - 1) / kSelChunkRows;
+  const int64_t n_chunks = count_blocks(blocks, p.n_sel) * per_block;
+  const Pipe pipe =
+      make_pipeline<DK, DV, kSelChunkRows, true>(smem + warp * Pipe::kBytes, raw_rows(p, 1, n, g),
+                                                 SelectedChunks{blocks, p.l_sel, t, per_block});
   const float sl2 = p.scale * kLog2e;
 
   for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
@@ -168,27 +174,25 @@ __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p
     RowStats st;
     st.load(p, 1, th0 + gid, th0 + gid + 8, gid < nh, gid + 8 < nh);
     float dq[DK / 8][4] = {};
-    for (int64_t k = 0; k < p.n_sel; ++k) {
-      const int64_t b = blocks[k];
-      if (b < 0) break;
-      const int64_t end = (b + 1) * p.l_sel < t + 1 ? (b + 1) * p.l_sel : t + 1;
-      for (int64_t r0 = b * p.l_sel; r0 < end; r0 += kSelChunk) {
-        const int64_t nk = end - r0 < kSelChunk ? end - r0 : kSelChunk;
-        __syncwarp();
-        load_tile<DK>(
-            ks, kSelChunk, [&](int i) { return i < nk ? kv.k + (r0 + i) * kv.k_stride : nullptr; },
-            lane, 32);
-        load_tile<DV>(
-            vs, kSelChunk, [&](int i) { return i < nk ? kv.v + (r0 + i) * kv.v_stride : nullptr; },
-            lane, 32);
-        __syncwarp();
-        float s[kSelChunk / 8][4] = {}, dp[kSelChunk / 8][4] = {};
-        mma_a_bt<DK, kSelChunk / 8>(s, qf, ks);
-        mma_a_bt<DV, kSelChunk / 8>(dp, dof, vs);
-        scores_to_ds<kSelChunk / 8>(
-            s, dp, st, sl2, [&](int nt, int e) { return nt * 8 + 2 * (lane & 3) + (e & 1) < nk; });
-        mma_c_b<DK, kSelChunk / 16>(dq, s, ks);
+    if (n_chunks > 0) pipe.issue(0);
+    for (int64_t it = 0; it < n_chunks; ++it) {
+      const KeyChunk c = pipe.acquire(it, n_chunks);
+      if (c.nk > 0) {
+        float s[kSelChunkRows / 8][4] = {}, dp[kSelChunkRows / 8][4] = {};
+        mma_a_bt<DK, kSelChunkRows / 8>(s, qf, pipe.k(it));
+        mma_a_bt<DV, kSelChunkRows / 8>(dp, dof, pipe.v(it));
+#pragma unroll
+        for (int nt = 0; nt < kSelChunkRows / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = nt * 8 + 2 * (lane & 3) + (e & 1);
+            s[nt][e] = j < c.nk ? s[nt][e] * sl2 : -INFINITY;
+          }
+        }
+        scores_to_ds<kSelChunkRows / 8>(s, dp, st);
+        mma_c_b<DK, kSelChunkRows / 16>(dq, s, pipe.k(it));
       }
+      pipe.release();
     }
     if (gid < nh) store_dq<DK>(p, dq, 0, th0 + gid, true);
     if (gid + 8 < nh) store_dq<DK>(p, dq, 1, th0 + gid + 8, true);
@@ -201,8 +205,7 @@ void launch_dense_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, 
   if (n_tiles == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = dense_dq_kernel<DK(), DV(), B>;
-    const size_t smem =
-        dq_key_tile<DK()>() * (tile_stride(DK()) + tile_stride(DV())) * sizeof(bf16);
+    const size_t smem = KvPipeline<DK(), DV(), dq_key_tile<DK()>(), false, int>::kBytes;
     set_kernel_smem(kernel, smem);
     kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H)), kThreads, smem,
              stream>>>(p, tiles, accumulate);
@@ -214,8 +217,8 @@ void launch_dense_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, 
 
 void launch_nsa_backward_preprocess(const NsaParams& p, cudaStream_t stream) {
   if (p.T == 0) return;
-  const int64_t n = p.T * p.H;
-  preprocess_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p);
+  const int64_t warps = p.T * p.H;  // dv is even for every built head size
+  preprocess_kernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(p);
   NSA_CUDA_LAUNCH_CHECK();
 }
 
@@ -225,7 +228,7 @@ void launch_nsa_backward_dq(const NsaParams& p, const RowTile* tiles, int64_t n_
   launch_dense_dq<Branch::kCmp>(p, tiles, n_tiles, false, stream);
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = selected_dq_kernel<DK(), DV()>;
-    const size_t smem = kWarps * kSelChunk * (tile_stride(DK()) + tile_stride(DV())) * sizeof(bf16);
+    const size_t smem = kWarps * KvPipeline<DK(), DV(), kSelChunkRows, true, int>::kBytes;
     set_kernel_smem(kernel, smem);
     const unsigned rows = static_cast<unsigned>((p.T + kWarps - 1) / kWarps);
     kernel<<<dim3(rows, static_cast<unsigned>(p.G)), kThreads, smem, stream>>>(p);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/convert.h"
 #include "device.h"
 #include "head_dims.h"
 #include "nsa_cuda_layer.h"
@@ -108,12 +109,15 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
   d_q_.resize(T * H * cfg.dk);
   k_cmp_.resize(C * G * cfg.dk);
   v_cmp_.resize(C * G * cfg.dv);
+  k_cmp_bf16_.resize(C * G * cfg.dk);
+  v_cmp_bf16_.resize(C * G * cfg.dv);
   d_k_cmp_.resize(C * G * cfg.dk);
   d_v_cmp_.resize(C * G * cfg.dv);
   sel_idx_.resize(T * G * cfg.n_sel);
   partial_.resize(kChunks * std::max(T, C) * G * (cfg.dk + cfg.dv));
   p.q = q_.get(), p.o = o_.get(), p.d_o = d_o_.get(), p.d_q = d_q_.get();
   p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get(), p.d_k_cmp = d_k_cmp_.get();
+  p.k_cmp_bf16 = k_cmp_bf16_.get(), p.v_cmp_bf16 = v_cmp_bf16_.get();
   p.d_v_cmp = d_v_cmp_.get(), p.sel_idx = sel_idx_.get();
   for (int c = 0; c < kNumBranches; ++c) {
     const int kv = cfg.kv_index(c);
@@ -172,6 +176,8 @@ void NsaCudaLayer::forward(cudaStream_t stream) {
   } else {
     launch_compress_avg_forward(p_, stream);
   }
+  launch_f32_to_bf16(p_.k_cmp, p_.k_cmp_bf16, k_cmp_.size(), stream);
+  launch_f32_to_bf16(p_.v_cmp, p_.v_cmp_bf16, v_cmp_.size(), stream);
   const int64_t n_tiles = row_tiles_.size();
   launch_compressed_forward(p_, row_tiles_.get(), n_tiles, stream);
   launch_select_blocks(p_, row_tiles_.get(), n_tiles, stream);
@@ -203,7 +209,8 @@ void NsaCudaLayer::backward(cudaStream_t stream) {
 
 void NsaCudaLayer::poison_outputs() {
   o_.poison(), k_cmp_.poison(), v_cmp_.poison(), d_q_.poison(), d_k_cmp_.poison();
-  d_v_cmp_.poison(), sel_idx_.poison(), partial_.poison();
+  d_v_cmp_.poison(), sel_idx_.poison(), partial_.poison(), k_cmp_bf16_.poison(),
+      v_cmp_bf16_.poison();
   for (int c = 0; c < kNumBranches; ++c) {
     o_branch_[c].poison(), lse_[c].poison(), delta_[c].poison(), d_gate_[c].poison();
     d_k_[c].poison(), d_v_[c].poison();
@@ -249,9 +256,9 @@ size_t NsaCudaLayer::device_bytes() const {
   size_t total = cu_seqlens_.bytes() + cmp_offsets_.bytes() + blk_offsets_.bytes() +
                  cmp_raw_start_.bytes() + seq_of_row_.bytes() + sel_idx_.bytes() + q_.bytes() +
                  o_.bytes() + d_o_.bytes() + k_cmp_.bytes() + v_cmp_.bytes() + d_q_.bytes() +
-                 d_k_cmp_.bytes() + d_v_cmp_.bytes() + partial_.bytes() +
-                 sel_index_.device_bytes() + row_tiles_.bytes() + cmp_units_.bytes() +
-                 sel_units_.bytes();
+                 d_k_cmp_.bytes() + d_v_cmp_.bytes() + k_cmp_bf16_.bytes() + v_cmp_bf16_.bytes() +
+                 partial_.bytes() + sel_index_.device_bytes() + row_tiles_.bytes() +
+                 cmp_units_.bytes() + sel_units_.bytes();
   for (int c = 0; c < kNumBranches; ++c) {
     total += k_[c].bytes() + v_[c].bytes() + gate_[c].bytes() + o_branch_[c].bytes() +
              lse_[c].bytes() + delta_[c].bytes() + d_gate_[c].bytes() + d_k_[c].bytes() +

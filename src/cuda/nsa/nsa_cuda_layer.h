@@ -46,7 +46,7 @@ class NsaCudaLayer {
   NsaParams p_{};
   DeviceBuffer<int64_t> cu_seqlens_, cmp_offsets_, blk_offsets_, cmp_raw_start_;
   DeviceBuffer<int32_t> seq_of_row_, sel_idx_;
-  DeviceBuffer<bf16> q_, k_[3], v_[3], gate_[3], o_, o_branch_[3], d_o_;
+  DeviceBuffer<bf16> q_, k_[3], v_[3], gate_[3], o_, o_branch_[3], d_o_, k_cmp_bf16_, v_cmp_bf16_;
   DeviceBuffer<float> k_cmp_, v_cmp_, lse_[3], delta_[3], d_q_, d_gate_[3];
   DeviceBuffer<float> d_k_cmp_, d_v_cmp_, d_k_[3], d_v_[3], partial_;
   // 64-row query tiles (also the window's dK/dV units), compressed-token units, selection-block

@@ -20,8 +20,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 static_assert(kQueryTileRows == 16 * kWarps, "one warp per 16 query rows");
-constexpr int kKeyTile = 64;   // key rows per shared tile (dense branches)
-constexpr int kSelChunk = 32;  // key rows per staged chunk (selected branch)
+constexpr int kKeyTile = 64;  // key rows per shared tile (dense branches)
 
 // Online-softmax state of one warp's 16 rows (each thread: rows gid and gid + 8).
 template <int DV>
@@ -120,62 +119,43 @@ template <int DK, int DV, Branch B>
 __global__ void __launch_bounds__(kThreads)
     dense_forward_kernel(const NsaParams p, const RowTile* __restrict__ tiles) {
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem);
-  bf16* vs = ks + kKeyTile * tile_stride(DK);
-
   const RowTile tile = tiles[blockIdx.x];
   const int64_t h = blockIdx.y, g = h / p.hpg, n = tile.seq, start = p.cu_seqlens[n];
-  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
   const int r_lo = warp * 16 + gid;  // this thread's rows in the tile: r_lo and r_lo + 8
-  const int64_t t0 = tile.first + r_lo;
+  const int warp_t0 = static_cast<int>(tile.first) + warp * 16, warp_rows = tile.rows - warp * 16;
 
   uint32_t qf[DK / 16][4];
   load_a_rows<DK>(qf, [&](int r) -> const bf16* {
-    return warp * 16 + r < tile.rows ? p.q + ((start + tile.first + warp * 16 + r) * p.H + h) * DK
-                                     : nullptr;
+    return r < warp_rows ? p.q + ((start + warp_t0 + r) * p.H + h) * DK : nullptr;
   });
   const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
-  const auto kv = [&] {
-    if constexpr (B == Branch::kCmp) {
-      return compressed_rows(p, n, g);
-    } else {
-      return raw_rows(p, static_cast<int>(B), n, g);
-    }
-  }();
+  const auto pipe =
+      make_pipeline<DK, DV, kKeyTile, false>(smem, branch_rows<B>(p, n, g), [keys](int64_t it) {
+        const int64_t k0 = keys.begin + it * kKeyTile;
+        return KeyChunk{k0, keys.end - k0 < kKeyTile ? keys.end - k0 : kKeyTile};
+      });
+  const int64_t n_chunks = (keys.end - keys.begin + kKeyTile - 1) / kKeyTile;
+  const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
   SoftmaxAcc<DV> acc;
   acc.init();
-
-  for (int64_t k0 = keys.begin; k0 < keys.end; k0 += kKeyTile) {
-    const int64_t nk = keys.end - k0 < kKeyTile ? keys.end - k0 : kKeyTile;
-    __syncthreads();  // the previous tile is consumed
-    load_tile<DK>(
-        ks, kKeyTile, [&](int i) { return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr; },
-        threadIdx.x, kThreads);
-    load_tile<DV>(
-        vs, kKeyTile, [&](int i) { return i < nk ? kv.v + (k0 + i) * kv.v_stride : nullptr; },
-        threadIdx.x, kThreads);
-    __syncthreads();
+  if (n_chunks > 0) pipe.issue(0);
+  for (int64_t it = 0; it < n_chunks; ++it) {
+    const KeyChunk c = pipe.acquire(it, n_chunks);
     float s[kKeyTile / 8][4] = {};
-    mma_a_bt<DK, kKeyTile / 8>(s, qf, ks);
-#pragma unroll
-    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = r_lo + (e >> 1) * 8;
-        const int64_t t = t0 + (e >> 1) * 8, j = k0 + nt * 8 + 2 * tq + (e & 1);
-        const bool vis = r < tile.rows && j < keys.end && key_visible<B>(p, t, j);
-        s[nt][e] = vis ? s[nt][e] * sl2 : -INFINITY;
-      }
-    }
+    mma_a_bt<DK, kKeyTile / 8>(s, qf, pipe.k(it));
+    scale_and_mask<B, kKeyTile / 8>(s, m, warp_t0, warp_rows, static_cast<int>(c.k0),
+                                    static_cast<int>(c.nk), sl2);
     acc.template update<kKeyTile / 8>(s);
-    mma_c_b<DV, kKeyTile / 16>(acc.o, s, vs);
+    mma_c_b<DV, kKeyTile / 16>(acc.o, s, pipe.v(it));
+    pipe.release();
   }
   acc.finish();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (r_lo + 8 * r < tile.rows) {
-      store_row<DV>(p, acc, r, (start + t0 + 8 * r) * p.H + h, static_cast<int>(B),
+      store_row<DV>(p, acc, r, (start + tile.first + r_lo + 8 * r) * p.H + h, static_cast<int>(B),
                     B == Branch::kWin);
     }
   }
@@ -184,15 +164,18 @@ __global__ void __launch_bounds__(kThreads)
 // Selected branch: warp w of CTA x serves query row 4x + w of group blockIdx.y.
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads) selected_forward_kernel(const NsaParams p) {
+  using Pipe = KvPipeline<DK, DV, kSelChunkRows, true, SelectedChunks>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
-  bf16* ks = reinterpret_cast<bf16*>(smem) + warp * kSelChunk * (tile_stride(DK) + tile_stride(DV));
-  bf16* vs = ks + kSelChunk * tile_stride(DK);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp, g = blockIdx.y;
   if (row >= p.T) return;  // warp-uniform; this kernel has no CTA barrier
   const int64_t n = p.seq_of_row[row], t = row - p.cu_seqlens[n];
-  const KvRows<bf16> kv = raw_rows(p, 1, n, g);
   const int32_t* blocks = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const int64_t per_block = (p.l_sel + kSelChunkRows - 1) / kSelChunkRows;
+  const int64_t n_chunks = count_blocks(blocks, p.n_sel) * per_block;
+  const Pipe pipe =
+      make_pipeline<DK, DV, kSelChunkRows, true>(smem + warp * Pipe::kBytes, raw_rows(p, 1, n, g),
+                                                 SelectedChunks{blocks, p.l_sel, t, per_block});
   const float sl2 = p.scale * kLog2e;
 
   for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
@@ -203,33 +186,24 @@ __global__ void __launch_bounds__(kThreads) selected_forward_kernel(const NsaPar
                     [&](int r) -> const bf16* { return r < nh ? p.q + (th0 + r) * DK : nullptr; });
     SoftmaxAcc<DV> acc;
     acc.init();
-    for (int64_t k = 0; k < p.n_sel; ++k) {
-      const int64_t b = blocks[k];
-      if (b < 0) break;
-      const int64_t end = (b + 1) * p.l_sel < t + 1 ? (b + 1) * p.l_sel : t + 1;
-      for (int64_t r0 = b * p.l_sel; r0 < end; r0 += kSelChunk) {
-        const int64_t nk = end - r0 < kSelChunk ? end - r0 : kSelChunk;
-        __syncwarp();
-        load_tile<DK>(
-            ks, kSelChunk, [&](int i) { return i < nk ? kv.k + (r0 + i) * kv.k_stride : nullptr; },
-            lane, 32);
-        load_tile<DV>(
-            vs, kSelChunk, [&](int i) { return i < nk ? kv.v + (r0 + i) * kv.v_stride : nullptr; },
-            lane, 32);
-        __syncwarp();
-        float s[kSelChunk / 8][4] = {};
-        mma_a_bt<DK, kSelChunk / 8>(s, qf, ks);
+    if (n_chunks > 0) pipe.issue(0);
+    for (int64_t it = 0; it < n_chunks; ++it) {
+      const KeyChunk c = pipe.acquire(it, n_chunks);
+      if (c.nk > 0) {
+        float s[kSelChunkRows / 8][4] = {};
+        mma_a_bt<DK, kSelChunkRows / 8>(s, qf, pipe.k(it));
 #pragma unroll
-        for (int nt = 0; nt < kSelChunk / 8; ++nt) {
+        for (int nt = 0; nt < kSelChunkRows / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int j = nt * 8 + 2 * (lane & 3) + (e & 1);
-            s[nt][e] = j < nk ? s[nt][e] * sl2 : -INFINITY;
+            s[nt][e] = j < c.nk ? s[nt][e] * sl2 : -INFINITY;
           }
         }
-        acc.template update<kSelChunk / 8>(s);
-        mma_c_b<DV, kSelChunk / 16>(acc.o, s, vs);
+        acc.template update<kSelChunkRows / 8>(s);
+        mma_c_b<DV, kSelChunkRows / 16>(acc.o, s, pipe.v(it));
       }
+      pipe.release();
     }
     acc.finish();
 #pragma unroll
@@ -244,7 +218,7 @@ void launch_dense(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, cud
   if (n_tiles == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = dense_forward_kernel<DK(), DV(), B>;
-    const size_t smem = kKeyTile * (tile_stride(DK()) + tile_stride(DV())) * sizeof(bf16);
+    const size_t smem = KvPipeline<DK(), DV(), kKeyTile, false, int>::kBytes;
     set_kernel_smem(kernel, smem);
     kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H)), kThreads, smem,
              stream>>>(p, tiles);
@@ -268,7 +242,7 @@ void launch_selected_forward(const NsaParams& p, cudaStream_t stream) {
   if (p.T == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = selected_forward_kernel<DK(), DV()>;
-    const size_t smem = kWarps * kSelChunk * (tile_stride(DK()) + tile_stride(DV())) * sizeof(bf16);
+    const size_t smem = kWarps * KvPipeline<DK(), DV(), kSelChunkRows, true, int>::kBytes;
     set_kernel_smem(kernel, smem);
     const unsigned rows = static_cast<unsigned>((p.T + kWarps - 1) / kWarps);
     kernel<<<dim3(rows, static_cast<unsigned>(p.G)), kThreads, smem, stream>>>(p);

@@ -41,9 +41,12 @@ struct NsaParams {
   const bf16* k[3];
   const bf16* v[3];
   const bf16* gate[3];
-  // Compressed K/V (fp32, produced by the compression op).
+  // Compressed K/V (fp32, produced by the compression op) and their bf16 copies (the attention
+  // kernels' operands).
   float* k_cmp;
   float* v_cmp;
+  bf16* k_cmp_bf16;
+  bf16* v_cmp_bf16;
 
   // Forward outputs / saved state.
   bf16* o;            // [T, H, dv]

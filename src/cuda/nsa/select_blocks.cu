@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(kThreads)
 
   const int64_t last = tile.first + tile.rows - 1;
   const KeyRange keys = dense_keys<Branch::kCmp>(p, tile.first, last);
-  const KvRows<float> kv = compressed_rows(p, n, g);
+  const KvRows kv = compressed_rows(p, n, g);
+  const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e, inv_l = 1.0f / static_cast<float>(p.l);
 
   // The row this thread keeps the top list of (threads 0..63).
@@ -110,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
           for (int e = 0; e < 4; ++e) {
             const int64_t t = tile.first + r_lo + (e >> 1) * 8, j = k0 + nt * 8 + 2 * tq + (e & 1);
             const bool vis = r_lo + (e >> 1) * 8 < tile.rows && j < keys.end &&
-                             key_visible<Branch::kCmp>(p, t, j);
+                             key_visible<Branch::kCmp>(m, static_cast<int>(t), static_cast<int>(j));
             gp[nt][e] += vis ? exp2f(s[nt][e] * sl2 - (e < 2 ? lo : hi)) : 0.0f;
           }
         }

@@ -1,0 +1,13 @@
+// Element-wise fp32 → bf16 conversion on the device (round to nearest even).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nsa::cuda {
+
+void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream);
+
+}  // namespace nsa::cuda
