@@ -45,34 +45,43 @@ __device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-// A fragment of rows r0.., columns k0.. of a row-major tile X (stride in elements).
+// ldmatrix: four 8 × 8 b16 matrices from shared memory; lane l gives the address of row l % 8 of
+// matrix l / 8. Without .trans thread T receives (row T/4, columns 2(T%4)..+1) of each matrix;
+// with .trans (rows 2(T%4)..+1, column T/4).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const __nv_bfloat16* row_addr) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16* row_addr) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// A fragment of rows r0.., columns k0.. of a row-major shared tile X (stride in elements).
 __device__ __forceinline__ void load_a(uint32_t a[4], const __nv_bfloat16* X, int stride, int r0,
                                        int k0) {
-  const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
-  const __nv_bfloat16* p = X + (r0 + gid) * stride + k0 + 2 * tq;
-  a[0] = ld_u32(p);
-  a[1] = ld_u32(p + 8 * stride);
-  a[2] = ld_u32(p + 8);
-  a[3] = ld_u32(p + 8 * stride + 8);
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  ldmatrix_x4(a, X + (r0 + (m & 1) * 8 + r) * stride + k0 + (m >> 1) * 8);
 }
 
-// B fragment with B[k][n] = Y[n0 + n][k0 + k] (Y row-major: the "transposed" operand, e.g. K in
-// S = Q·Kᵀ).
-__device__ __forceinline__ void load_b_rows(uint32_t b[2], const __nv_bfloat16* Y, int stride,
-                                            int n0, int k0) {
-  const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
-  const __nv_bfloat16* p = Y + (n0 + gid) * stride + k0 + 2 * tq;
-  b[0] = ld_u32(p);
-  b[1] = ld_u32(p + 8);
+// B fragments of two adjacent n-tiles (n0, n0 + 8) with B[k][n] = Y[n][k0 + k] (Y row-major in
+// shared memory: the "transposed" operand, e.g. K in S = Q·Kᵀ). b[0..1]: tile n0, b[2..3]: n0 + 8.
+__device__ __forceinline__ void load_b_rows_x2(uint32_t b[4], const __nv_bfloat16* Y, int stride,
+                                               int n0, int k0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  ldmatrix_x4(b, Y + (n0 + (m >> 1) * 8 + r) * stride + k0 + (m & 1) * 8);
 }
 
-// B fragment with B[k][n] = Z[k0 + k][n0 + n] (Z row-major, e.g. V in O = P·V).
-__device__ __forceinline__ void load_b_cols(uint32_t b[2], const __nv_bfloat16* Z, int stride,
-                                            int k0, int n0) {
-  const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
-  const __nv_bfloat16* p = Z + (k0 + 2 * tq) * stride + n0 + gid;
-  b[0] = pack_bf16(p[0], p[stride]);
-  b[1] = pack_bf16(p[8 * stride], p[9 * stride]);
+// B fragments of two adjacent n-tiles with B[k][n] = Z[k0 + k][n] (Z row-major in shared memory,
+// e.g. V in O = P·V). b[0..1]: tile n0, b[2..3]: n0 + 8.
+__device__ __forceinline__ void load_b_cols_x2(uint32_t b[4], const __nv_bfloat16* Z, int stride,
+                                               int k0, int n0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  ldmatrix_x4_trans(b, Z + (k0 + (m & 1) * 8 + r) * stride + n0 + (m >> 1) * 8);
 }
 
 // A fragment of one 16-wide k step from the C fragments of its two 8-column halves.

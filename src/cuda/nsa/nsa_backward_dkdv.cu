@@ -13,6 +13,7 @@
 #include "head_dims.h"
 #include "nsa_backward_dkdv.h"
 #include "nsa_kernels.h"
+#include "pair_tiles.cuh"
 #include "tiles.cuh"
 
 namespace nsa::cuda {
@@ -22,70 +23,10 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 static_assert(kDkdvUnitRows == 16 * kWarps, "one warp per 16 key rows");
 
-// (query, head) pairs per tile: 32 for the widest heads keeps dK, dV, Sᵀ and dPᵀ in registers.
-// Pair tiles are double-buffered (cp.async) so the next tile loads while this one is used.
-template <int DK>
-constexpr int pair_tile() {
-  return DK > 128 ? 32 : 64;
-}
-
-// One stage of the pair pipeline: Q and dO rows of QT (query, head) pairs and their statistics.
-template <int DK, int DV>
-struct PairStage {
-  static constexpr int QT = pair_tile<DK>();
-  static constexpr size_t kBytes = QT * sizeof(int64_t) +
-                                   QT * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
-                                   QT * 4 * sizeof(float);
-  int64_t* th;  // query row·H + head, −1 for padding pairs
-  bf16* q;
-  bf16* d_o;
-  float *lse2, *delta, *gate;
-  int32_t* t;  // query position in the sequence, −1 for padding pairs
-  __device__ explicit PairStage(unsigned char* base)
-      : th(reinterpret_cast<int64_t*>(base)),
-        q(reinterpret_cast<bf16*>(th + QT)),
-        d_o(q + QT * tile_stride(DK)),
-        lse2(reinterpret_cast<float*>(d_o + QT * tile_stride(DV))),
-        delta(lse2 + QT),
-        gate(delta + QT),
-        t(reinterpret_cast<int32_t*>(gate + QT)) {}
-};
-
 template <int DK, int DV>
 __host__ __device__ constexpr size_t dkdv_smem_bytes() {
   return kDkdvUnitRows * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
-         2 * PairStage<DK, DV>::kBytes;
-}
-
-// Which queries see unit u: positions [q_begin, q_end) of a row range (query row =
-// seq_start + position) or of the selected branch's entry list.
-struct UnitQueries {
-  int64_t seq_start, q_begin, q_end;
-  const uint64_t* list;
-};
-
-template <Branch B>
-__device__ UnitQueries unit_queries(const NsaParams& p, const RowTile& unit, int64_t g) {
-  UnitQueries u;
-  const int64_t n = unit.seq;
-  u.seq_start = p.cu_seqlens[n];
-  const int64_t len = p.cu_seqlens[n + 1] - u.seq_start;
-  u.list = nullptr;
-  if constexpr (B == Branch::kWin) {
-    u.q_begin = unit.first;
-    const int64_t last = unit.first + unit.rows - 1 + p.w - 1;
-    u.q_end = last + 1 < len ? last + 1 : len;
-  } else if constexpr (B == Branch::kCmp) {
-    u.q_begin = unit.first * p.d + p.l - 1;
-    u.q_end = len;
-  } else {
-    const int64_t seg = g * p.TB + p.blk_offsets[n] + unit.first / p.l_sel;
-    u.q_begin = p.sel_seg_start[seg];
-    u.q_end = p.sel_seg_end[seg];
-    u.list = p.sel_entries;
-  }
-  if (u.q_end < u.q_begin) u.q_end = u.q_begin;
-  return u;
+         2 * PairStage<DK, DV, true>::kBytes;
 }
 
 // out row (=, or +=) x for one row half of a warp's 16 × D accumulator.
@@ -105,7 +46,7 @@ template <int DK, int DV, Branch B>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(const NsaParams p, const RowTile* __restrict__ units, int64_t chunks,
                 float* __restrict__ out_k, float* __restrict__ out_v, bool accumulate) {
-  using Stage = PairStage<DK, DV>;
+  using Stage = PairStage<DK, DV, true>;
   constexpr int QT = Stage::QT, SK = tile_stride(DK), SV = tile_stride(DV);
   constexpr int c = static_cast<int>(B);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -113,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* vs = ks + kDkdvUnitRows * SK;
   unsigned char* stage_base = reinterpret_cast<unsigned char*>(vs + kDkdvUnitRows * SV);
 
-  const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G, H = p.H;
+  const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G;
   const int hpg = static_cast<int>(p.hpg);
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
   const RowTile unit = units[blockIdx.x];
@@ -128,35 +69,9 @@ __global__ void __launch_bounds__(kThreads)
       [&](int i) { return i < unit.rows ? kv.v + (unit.first + i) * kv.v_stride : nullptr; },
       threadIdx.x, kThreads);
 
-  const int64_t total = u.q_end - u.q_begin;
-  const int64_t qa = u.q_begin + total * z / chunks, qb = u.q_begin + total * (z + 1) / chunks;
-  const int n_pairs = static_cast<int>((qb - qa) * hpg);
-  // Pair i of the chunk: query row (global) and head; rows ascend with i.
-  const auto pair_row = [&](int i) -> int64_t {
-    const int64_t qi = qa + i / hpg;
-    return u.list ? static_cast<int64_t>(u.list[qi] & 0xffffffffu) : u.seq_start + qi;
-  };
-  // Fills a stage with pairs pb..pb+QT−1: indices and statistics first (one thread per pair),
-  // then Q and dO rows by cp.async (committed; the caller waits).
-  const auto issue = [&](int pb, const Stage& st) {
-    for (int i = threadIdx.x; i < QT; i += kThreads) {
-      const int64_t th =
-          pb + i < n_pairs ? pair_row(pb + i) * H + g * hpg + (pb + i) % hpg : int64_t{-1};
-      st.th[i] = th;
-      st.lse2[i] = th < 0 ? 0.0f : p.lse[c][th] * kLog2e;
-      st.delta[i] = th < 0 ? 0.0f : p.delta[c][th];
-      st.gate[i] = th < 0 ? 0.0f : __bfloat162float(p.gate[c][th]);
-      st.t[i] = th < 0 ? -1 : static_cast<int32_t>(th / H - u.seq_start);
-    }
-    __syncthreads();
-    load_tile<DK, true>(
-        st.q, QT, [&](int i) { return st.th[i] < 0 ? nullptr : p.q + st.th[i] * DK; }, threadIdx.x,
-        kThreads);
-    load_tile<DV, true>(
-        st.d_o, QT, [&](int i) { return st.th[i] < 0 ? nullptr : p.d_o + st.th[i] * DV; },
-        threadIdx.x, kThreads);
-    cp_async_commit();
-  };
+  const PairList pairs = chunk_pairs(u, z, chunks, hpg);
+  const int n_pairs = pairs.n;
+  const auto issue = [&](int pb, const Stage& st) { fill_pair_stage<c>(p, pairs, g, pb, st); };
 
   const int jl_lo = warp * 16 + gid;  // this thread's unit rows: jl_lo and jl_lo + 8
   const int j0 = static_cast<int>(unit.first) + warp * 16;  // the warp's first key
@@ -177,28 +92,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     float sc[QT / 8][4] = {}, dpt[QT / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < DK / 16; ++kk) {
-      uint32_t a[4];
-      load_a(a, ks, SK, warp * 16, kk * 16);
-#pragma unroll
-      for (int nt = 0; nt < QT / 8; ++nt) {
-        uint32_t b[2];
-        load_b_rows(b, st.q, SK, nt * 8, kk * 16);
-        mma_16816(sc[nt], a, b);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < DV / 16; ++kk) {
-      uint32_t a[4];
-      load_a(a, vs, SV, warp * 16, kk * 16);
-#pragma unroll
-      for (int nt = 0; nt < QT / 8; ++nt) {
-        uint32_t b[2];
-        load_b_rows(b, st.d_o, SV, nt * 8, kk * 16);
-        mma_16816(dpt[nt], a, b);
-      }
-    }
+    mma_smem_a_bt<DK, QT / 8>(sc, ks, warp * 16, st.q);
+    mma_smem_a_bt<DV, QT / 8>(dpt, vs, warp * 16, st.d_o);
     const int last = it * QT + QT <= n_pairs ? QT - 1 : -1;
     const bool all = warp_full && last >= 0 && all_visible<B>(m, st.t[0], st.t[last], j0, j0 + 15);
 #pragma unroll

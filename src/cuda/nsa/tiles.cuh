@@ -236,32 +236,53 @@ __device__ __forceinline__ void load_a_rows(uint32_t a[][4], RowPtr row_ptr) {
   }
 }
 
-// S (16 × 8·NT, fp32) += A (16 × D, fragments) · Yᵀ, Y a row-major tile of 8·NT rows.
+// S (16 × 8·NT, fp32) += A (16 × D, fragments) · Yᵀ, Y a row-major shared tile of 8·NT rows.
 template <int D, int NT>
 __device__ __forceinline__ void mma_a_bt(float s[][4], const uint32_t a[][4], const bf16* Y) {
+  static_assert(NT % 2 == 0, "n-tiles are loaded in pairs");
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      uint32_t b[2];
-      load_b_rows(b, Y, tile_stride(D), nt * 8, kk * 16);
+    for (int nt = 0; nt < NT; nt += 2) {
+      uint32_t b[4];
+      load_b_rows_x2(b, Y, tile_stride(D), nt * 8, kk * 16);
       mma_16816(s[nt], a[kk], b);
+      mma_16816(s[nt + 1], a[kk], b + 2);
     }
   }
 }
 
-// O (16 × D, fp32) += P (16 × 16·KS, C fragments) · Z, Z a row-major tile of 16·KS rows × D.
+// The same with A = rows r0..r0+15 of a row-major shared tile X (16 × D).
+template <int D, int NT>
+__device__ __forceinline__ void mma_smem_a_bt(float s[][4], const bf16* X, int r0, const bf16* Y) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[1][4];
+    load_a(a[0], X, tile_stride(D), r0, kk * 16);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt += 2) {
+      uint32_t b[4];
+      load_b_rows_x2(b, Y, tile_stride(D), nt * 8, kk * 16);
+      mma_16816(s[nt], a[0], b);
+      mma_16816(s[nt + 1], a[0], b + 2);
+    }
+  }
+}
+
+// O (16 × D, fp32) += P (16 × 16·KS, C fragments) · Z, Z a row-major shared tile of 16·KS rows × D.
 template <int D, int KS>
 __device__ __forceinline__ void mma_c_b(float o[][4], const float pc[][4], const bf16* Z) {
+  static_assert(D % 16 == 0, "n-tiles are loaded in pairs");
 #pragma unroll
   for (int kk = 0; kk < KS; ++kk) {
     uint32_t a[4];
     c_to_a(a, pc[2 * kk], pc[2 * kk + 1]);
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      uint32_t b[2];
-      load_b_cols(b, Z, tile_stride(D), kk * 16, nt * 8);
+    for (int nt = 0; nt < D / 8; nt += 2) {
+      uint32_t b[4];
+      load_b_cols_x2(b, Z, tile_stride(D), kk * 16, nt * 8);
       mma_16816(o[nt], a, b);
+      mma_16816(o[nt + 1], a, b + 2);
     }
   }
 }

@@ -1,0 +1,120 @@
+// (query, head) pair tiles: how the key-centric kernels (dK/dV of every branch, the selected
+// branch's forward) walk the queries that see a unit of key rows. The queries – a row range for
+// the window and compressed branches, the inverted selection index's entry list for the selected
+// branch – are flattened with the group's heads into pairs (ascending rows, then heads) and staged
+// QT at a time in shared memory, double-buffered with cp.async.
+#pragma once
+
+#include "tiles.cuh"
+
+namespace nsa::cuda {
+
+// Pairs per tile: 32 for the widest heads keeps the kernels' accumulators in registers.
+template <int DK>
+constexpr int pair_tile() {
+  return DK > 128 ? 32 : 64;
+}
+
+// Which queries see unit u: positions [q_begin, q_end) of a row range (query row =
+// seq_start + position) or of the selected branch's entry list.
+struct UnitQueries {
+  int64_t seq_start, q_begin, q_end;
+  const uint64_t* list;
+};
+
+template <Branch B>
+__device__ UnitQueries unit_queries(const NsaParams& p, const RowTile& unit, int64_t g) {
+  UnitQueries u;
+  const int64_t n = unit.seq;
+  u.seq_start = p.cu_seqlens[n];
+  const int64_t len = p.cu_seqlens[n + 1] - u.seq_start;
+  u.list = nullptr;
+  if constexpr (B == Branch::kWin) {
+    u.q_begin = unit.first;
+    const int64_t last = unit.first + unit.rows - 1 + p.w - 1;
+    u.q_end = last + 1 < len ? last + 1 : len;
+  } else if constexpr (B == Branch::kCmp) {
+    u.q_begin = unit.first * p.d + p.l - 1;
+    u.q_end = len;
+  } else {
+    const int64_t seg = g * p.TB + p.blk_offsets[n] + unit.first / p.l_sel;
+    u.q_begin = p.sel_seg_start[seg];
+    u.q_end = p.sel_seg_end[seg];
+    u.list = p.sel_entries;
+  }
+  if (u.q_end < u.q_begin) u.q_end = u.q_begin;
+  return u;
+}
+
+// The pairs of chunk z (of `chunks`) of a unit's queries.
+struct PairList {
+  UnitQueries u;
+  int64_t qa;  // first query position of the chunk
+  int n, hpg;  // pairs, heads per group
+  // Pair i: its query row (global); rows ascend with i.
+  __device__ int64_t row(int i) const {
+    const int64_t qi = qa + i / hpg;
+    return u.list ? static_cast<int64_t>(u.list[qi] & 0xffffffffu) : u.seq_start + qi;
+  }
+};
+
+__device__ __forceinline__ PairList chunk_pairs(const UnitQueries& u, int64_t z, int64_t chunks,
+                                                int hpg) {
+  const int64_t total = u.q_end - u.q_begin;
+  const int64_t qa = u.q_begin + total * z / chunks, qb = u.q_begin + total * (z + 1) / chunks;
+  return {u, qa, static_cast<int>((qb - qa) * hpg), hpg};
+}
+
+// One stage: indices, Q rows and (kGrad) dO rows with the branch statistics of QT pairs.
+template <int DK, int DV, bool kGrad>
+struct PairStage {
+  static constexpr int QT = pair_tile<DK>();
+  static constexpr size_t kBytes = QT * sizeof(int64_t) + QT * tile_stride(DK) * sizeof(bf16) +
+                                   (kGrad ? QT * tile_stride(DV) * sizeof(bf16) : 0) +
+                                   QT * 4 * sizeof(float);
+  int64_t* th;  // query row·H + head, −1 for padding pairs
+  bf16* q;
+  bf16* d_o;                   // kGrad only
+  float *lse2, *delta, *gate;  // kGrad only
+  int32_t* t;                  // query position in the sequence, −1 for padding pairs
+  __device__ explicit PairStage(unsigned char* base)
+      : th(reinterpret_cast<int64_t*>(base)),
+        q(reinterpret_cast<bf16*>(th + QT)),
+        d_o(q + QT * tile_stride(DK)),
+        lse2(reinterpret_cast<float*>(d_o + (kGrad ? QT * tile_stride(DV) : 0))),
+        delta(lse2 + QT),
+        gate(delta + QT),
+        t(reinterpret_cast<int32_t*>(gate + QT)) {}
+};
+
+// Fills stage st with pairs pb..pb+QT−1 of branch c: indices and statistics first (one thread per
+// pair), a barrier, then the rows by cp.async (committed; the caller waits). All threads call it.
+template <int c, int DK, int DV, bool kGrad>
+__device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64_t g, int pb,
+                                const PairStage<DK, DV, kGrad>& st) {
+  constexpr int QT = PairStage<DK, DV, kGrad>::QT;
+  for (int i = threadIdx.x; i < QT; i += blockDim.x) {
+    const int k = pb + i;
+    const int64_t th =
+        k < pairs.n ? pairs.row(k) * p.H + g * pairs.hpg + k % pairs.hpg : int64_t{-1};
+    st.th[i] = th;
+    st.t[i] = th < 0 ? -1 : static_cast<int32_t>(th / p.H - pairs.u.seq_start);
+    if constexpr (kGrad) {
+      st.lse2[i] = th < 0 ? 0.0f : p.lse[c][th] * kLog2e;
+      st.delta[i] = th < 0 ? 0.0f : p.delta[c][th];
+      st.gate[i] = th < 0 ? 0.0f : __bfloat162float(p.gate[c][th]);
+    }
+  }
+  __syncthreads();
+  load_tile<DK, true>(
+      st.q, QT, [&](int i) { return st.th[i] < 0 ? nullptr : p.q + st.th[i] * DK; }, threadIdx.x,
+      blockDim.x);
+  if constexpr (kGrad) {
+    load_tile<DV, true>(
+        st.d_o, QT, [&](int i) { return st.th[i] < 0 ? nullptr : p.d_o + st.th[i] * DV; },
+        threadIdx.x, blockDim.x);
+  }
+  cp_async_commit();
+}
+
+}  // namespace nsa::cuda
