@@ -12,11 +12,13 @@
 #include "commands.h"
 #ifdef NSA_HAVE_CUDA
 #include "bench_attention_cuda.h"
+#include "bench_train_cuda.h"
 #endif
 #include "config_flags.h"
 #include "cpu/attend_row.h"
 #include "model/nsa_decode.h"
 #include "nsa/attention.h"
+#include "nsa/error.h"
 #include "nsa/presets.h"
 
 namespace nsa::app {
@@ -246,6 +248,33 @@ void register_bench_command(CLI::App& app) {
   decode->add_option("--steps", dec->steps, "timed decode steps per context (median)");
   decode->add_option("--json", dec->json_path, "also write JSON lines to this file");
   decode->callback([dec] { bench_decode(*dec); });
+
+  CLI::App* tr = bench->add_subcommand(
+      "train", "Whole-model training throughput on one GPU: tok/s, MFU and memory over lengths");
+#ifdef NSA_HAVE_CUDA
+  auto ta = std::make_shared<TrainBenchArgs>();
+  auto sets = std::make_shared<std::vector<std::string>>();
+  tr->add_option("--config", ta->config, "model config (YAML; default m7c_125m, byte vocabulary)");
+  tr->add_option("--set", *sets, "override a config field: --set vocab_size=8192 (repeatable)");
+  tr->add_option("--seq-lens", ta->seq_lens, "sequence lengths")->delimiter(',');
+  tr->add_option("--tokens-per-step", ta->tokens_per_step, "batch = tokens-per-step / S (min 1)");
+  tr->add_option("--steps", ta->steps, "timed optimizer steps (median reported)");
+  tr->add_option("--warmup", ta->warmup, "untimed steps first");
+  tr->add_flag("--recompute", ta->recompute, "recompute each layer's activations in the backward");
+  tr->add_option("--json", ta->json_path, "also write JSON lines to this file");
+  tr->callback([ta, sets] {
+    for (const std::string& s : *sets) {
+      const size_t eq = s.find('=');
+      NSA_CHECK(eq != std::string::npos && eq > 0, "--set '", s, "' must look like field=value");
+      ta->overrides[s.substr(0, eq)] = s.substr(eq + 1);
+    }
+    bench_train_cuda(*ta);
+  });
+#else
+  tr->allow_extras();
+  tr->callback(
+      [] { throw Error("nsa bench train runs on a GPU: this build has no CUDA backend"); });
+#endif
 }
 
 }  // namespace nsa::app

@@ -1,10 +1,13 @@
-// `nsa train`: train an NSA language model (CPU path; see src/train/trainer.h).
+// `nsa train`: train an NSA language model on the CPU or one GPU (see src/train/trainer.h).
 #include <cstdio>
 #include <memory>
 
 #include "commands.h"
 #include "nsa/error.h"
 #include "train/trainer.h"
+#ifdef NSA_HAVE_CUDA
+#include "model/train_model_cuda.h"
+#endif
 
 namespace nsa::app {
 
@@ -37,7 +40,21 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--anomaly", o->anomaly,
                 "check every activation and gradient for NaN/Inf and name the first bad tensor");
   cmd->add_flag("--resume", o->resume, "continue from the newest complete checkpoint in --out");
-  cmd->callback([o, sets, branches] {
+  cmd->add_option("--stop-after", o->stop_after,
+                  "stop (with a checkpoint) after this many steps of this run (0: never)");
+  auto device = std::make_shared<std::string>("cpu");
+  cmd->add_option("--device", *device, "cpu (the reference) or cuda (one GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--recompute", o->recompute,
+                "GPU: keep only each layer's input and recompute the rest in the backward");
+  cmd->callback([o, sets, branches, device] {
+    if (*device == "cuda") {
+#ifdef NSA_HAVE_CUDA
+      o->model_factory = cuda::make_train_model_cuda;
+#else
+      throw Error("--device cuda: this build has no CUDA backend (no CUDA toolkit at build time)");
+#endif
+    }
     if (!branches->empty()) o->overrides["branches"] = *branches;
     for (const std::string& s : *sets) {
       const size_t eq = s.find('=');

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|all]
+#   bash scripts/device_run.sh [tests|bench|model|all]
+# `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
+# real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
+# and as 100 + resume 100, whose final weights must be identical.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -22,4 +25,25 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     python3 bench/dense_attention.py --config "$cfg" --seq-lens "${SEQ_LENS:-2048,4096,8192,16384,32768,65536}" \
       | tee "$out/dense_$cfg.jsonl"
   done
+fi
+if [ "$what" = model ] || [ "$what" = all ]; then
+  ./build/tests/nsa_cuda_tests --gtest_filter='*CudaModel*:*CudaTrain*' 2>&1 | tee "$out/model_tests.log" |
+    grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|loss|worst" | head -40
+  ./build/nsa bench train --seq-lens "${TRAIN_SEQ_LENS:-2048,8192,16384,32768,65536}" \
+    --json "$out/train_bench.jsonl" 2>&1 | tee "$out/train_bench.txt"
+  ./build/nsa bench train --recompute --seq-lens "${TRAIN_SEQ_LENS:-2048,8192,16384,32768,65536}" \
+    --json "$out/train_bench_recompute.jsonl" 2>&1 | tee "$out/train_bench_recompute.txt"
+  if [ -d data/corpus_bytes ]; then
+    run=(./build/nsa train --config configs/m7c_125m.yaml --set vocab_size=256 --data data/corpus_bytes
+         --device cuda --batch 16 --seq-len 2048 --steps 200 --val-every 50 --ckpt-every 100 --keep 1)
+    rm -rf /tmp/m7c_a /tmp/m7c_b
+    "${run[@]}" --out /tmp/m7c_a >"$out/m7c_200.txt" 2>&1; echo "straight rc=$?"
+    "${run[@]}" --out /tmp/m7c_b --stop-after 100 >"$out/m7c_100.txt" 2>&1
+    "${run[@]}" --out /tmp/m7c_b --resume >>"$out/m7c_100.txt" 2>&1; echo "split rc=$?"
+    grep -E "step +(1|50|100|150|200)/" "$out/m7c_200.txt"
+    cmp /tmp/m7c_a/ckpt_00000200/model.safetensors /tmp/m7c_b/ckpt_00000200/model.safetensors &&
+      cmp /tmp/m7c_a/ckpt_00000200/optimizer.safetensors /tmp/m7c_b/ckpt_00000200/optimizer.safetensors &&
+      echo "resume: final weights and moments identical"
+    cp /tmp/m7c_a/metrics.jsonl "$out/m7c_metrics.jsonl"; cp /tmp/m7c_a/loss.svg "$out/m7c_loss.svg"
+  fi
 fi

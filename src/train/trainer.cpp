@@ -1,4 +1,4 @@
-// The CPU training loop (see trainer.h).
+// The training loop (see trainer.h).
 #include "trainer.h"
 
 #include <chrono>
@@ -53,6 +53,16 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   return r;
 }
 
+// Mean validation loss through a training backend (the same layout as training).
+double validation_loss(TrainModel& model, const ModelConfig& cfg, const std::string& data,
+                       int64_t batches, int64_t batch, int64_t S) {
+  TokenLoader val(data, "val", cfg.vocab_size, cfg.seed);
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i)
+    sum += model.forward_backward(val.next(batch, S), false, nullptr);
+  return sum / static_cast<double>(batches);
+}
+
 TrainResult train(const TrainOptions& o) {
   ModelConfig cfg = load_model_config(o.config);
   for (const auto& [k, v] : o.overrides) set_model_field(cfg, k, v);
@@ -62,29 +72,25 @@ TrainResult train(const TrainOptions& o) {
             "--steps, --batch and --grad-accum must be positive");
   fs::create_directories(o.out_dir);
 
-  ModelParams<float> params = init_model_params<float>(cfg);
-  ModelParams<float> grads = zeros_like(cfg, params);
-  const auto named = params.named(cfg);
-  const auto gnamed = grads.named(cfg);
-  std::vector<Tensor<float>*> pptr, gptr;
-  std::vector<bool> decay;
-  for (size_t i = 0; i < named.size(); ++i) {
-    pptr.push_back(named[i].second);
-    gptr.push_back(gnamed[i].second);
-    decay.push_back(named[i].second->shape.size() == 2);  // matrices only
-  }
   AdamWConfig ac = o.adam;
   ac.total_steps = o.steps;
-  AdamW opt(ac, pptr, decay);
+  const SeqLayout layout = SeqLayout::batch(o.batch, S);
+  std::unique_ptr<TrainModel> model = o.model_factory
+                                          ? o.model_factory(cfg, layout, ac, o.recompute)
+                                          : make_train_model_cpu(cfg, layout, ac, o.recompute);
+  const bool on_cpu = std::string(model->device()) == "cpu";
+  NSA_CHECK(!o.anomaly || on_cpu, "--anomaly checks every tensor on the host: use --device cpu");
+  const NamedTensors named = model->named_params();
   TokenLoader loader(o.data, "train", cfg.vocab_size, cfg.seed);
 
   int64_t start = 0;
   if (o.resume) {
     const std::string ckpt = latest_checkpoint(o.out_dir);
     if (!ckpt.empty()) {
-      const TrainState st = load_checkpoint(ckpt, named, opt.m(), opt.v());
+      const TrainState st = load_checkpoint(ckpt, named, model->adam_m(), model->adam_v());
       NSA_CHECK(st.model_config == model_config_fields(cfg), "checkpoint '", ckpt,
                 "' was written for a different model config; resume with the same config");
+      model->push();
       start = st.step;
       loader.set_position(st.train_position);
       if (!o.quiet)
@@ -95,10 +101,9 @@ TrainResult train(const TrainOptions& o) {
   std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl",
                         start > 0 ? std::ios::app : std::ios::trunc);
   TrainResult r;
-  const SeqLayout layout = SeqLayout::batch(o.batch, S);
   for (int64_t step = start; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (Tensor<float>* g : gptr) g->fill(0.0f);
+    model->zero_grads();
     double loss = 0;
     ModelStats stats;
     stats.check_finite = o.anomaly;
@@ -106,56 +111,57 @@ TrainResult train(const TrainOptions& o) {
       watchdog.progress("data");
       const Batch b = loader.next(o.batch, S);
       watchdog.progress("forward+backward");
-      loss += model_loss_cpu<float>(cfg, params, layout, b.inputs, b.targets, &grads, &stats);
+      loss += model->forward_backward(b, true, &stats);
     }
     watchdog.progress("optimizer");
     loss /= static_cast<double>(o.grad_accum);
     NSA_CHECK(std::isfinite(loss), "non-finite loss ", loss, " at step ", step,
               ": stopping (lower the learning rate, or rerun with --anomaly to name the first bad "
               "tensor)");
-    if (o.grad_accum > 1) {
-      const float inv = 1.0f / static_cast<float>(o.grad_accum);
-      for (Tensor<float>* g : gptr) {
-        for (float& x : g->data) x *= inv;
-      }
-    }
-    const double gnorm = opt.step(step, gptr);
+    const double gnorm = model->optimizer_step(step, 1.0 / static_cast<double>(o.grad_accum));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double tok_s = static_cast<double>(o.batch * S * o.grad_accum) / (ms / 1e3);
+    const double mem_mib =
+        static_cast<double>(on_cpu ? host_memory_stats().current_bytes : model->device_bytes()) /
+        (1 << 20);
     r.last_loss = loss;
     r.steps_done = step + 1;
     std::ostringstream line;
     line.precision(9);
     line << "{\"step\":" << step + 1 << ",\"loss\":" << loss << ",\"lr\":" << lr_at(ac, step)
          << ",\"grad_norm\":" << gnorm << ",\"tokens_per_s\":" << tok_s << ",\"step_ms\":" << ms
-         << ",\"host_bytes\":" << host_memory_stats().current_bytes
+         << ",\"device\":\"" << model->device() << "\",\"memory_mib\":" << mem_mib
          << ",\"gate_mean\":{\"cmp\":" << stats.gate_mean[kCmp]
-         << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin]
-         << "},\"sel_distance_hist\":[";
-    for (int k = 0; k < 16; ++k) line << (k ? "," : "") << stats.sel_distance_hist[k];
-    line << "]";
+         << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin] << "}";
+    if (on_cpu) {
+      line << ",\"sel_distance_hist\":[";
+      for (int k = 0; k < 16; ++k) line << (k ? "," : "") << stats.sel_distance_hist[k];
+      line << "]";
+    }
     const bool do_val = o.val_every > 0 && ((step + 1) % o.val_every == 0 || step + 1 == o.steps);
     if (do_val) {
       watchdog.progress("validation");
-      r.last_val_loss = validation_loss(cfg, params, o.data, o.val_batches, o.batch, S);
+      r.last_val_loss = validation_loss(*model, cfg, o.data, o.val_batches, o.batch, S);
       line << ",\"val_loss\":" << r.last_val_loss << ",\"val_ppl\":" << std::exp(r.last_val_loss);
     }
     line << "}";
     metrics << line.str() << "\n" << std::flush;
     std::ofstream(fs::path(o.out_dir) / "heartbeat") << step + 1 << "\n";
     if (!o.quiet) {
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | %.0f ms%s\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss,
-                  lr_at(ac, step), gnorm, tok_s, ms,
-                  do_val ? str(" | val ", r.last_val_loss).c_str() : "");
+      std::printf(
+          "step %5lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | %.0f ms | %.0f MiB%s\n",
+          static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss, lr_at(ac, step),
+          gnorm, tok_s, ms, mem_mib, do_val ? str(" | val ", r.last_val_loss).c_str() : "");
       std::fflush(stdout);
     }
     const bool stop = o.stop_after > 0 && step + 1 - start >= o.stop_after;
     if ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps || stop) {
       watchdog.progress("checkpoint");
+      model->pull();
       TrainState st{step + 1, loader.position(), model_config_fields(cfg)};
-      save_checkpoint(o.out_dir, st, named, opt.m(), opt.v(), static_cast<int>(o.keep));
+      save_checkpoint(o.out_dir, st, named, model->adam_m(), model->adam_v(),
+                      static_cast<int>(o.keep));
     }
     if (stop) break;
   }

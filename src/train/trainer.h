@@ -1,4 +1,4 @@
-// `nsa train` on the CPU: the training loop around model_loss_cpu (SPEC §6).
+// `nsa train`: the training loop around a model backend, CPU or GPU (SPEC §6, train_model.h).
 //
 // Per step: gradient accumulation over micro-batches, a non-finite-loss stop, AdamW with clipping
 // and warm-up + cosine, one console line and one JSON line (metrics.jsonl), a heartbeat file;
@@ -13,6 +13,7 @@
 
 #include "adamw.h"
 #include "model/model_params.h"
+#include "train_model.h"
 
 namespace nsa {
 
@@ -29,6 +30,9 @@ struct TrainOptions {
   double watchdog_s = 600;  // a step stalled this long: stacks to <out>/stacks.txt, exit 3; 0: off
   int64_t stop_after = 0;   // stop (with a checkpoint) after this many steps in this run; 0 = never
   bool quiet = false;       // no console lines (tests)
+  bool recompute = false;   // recompute each layer's activations in the backward (GPU model)
+  // The model backend; empty: the CPU reference. `nsa train --device cuda` sets the GPU one.
+  TrainModelFactory model_factory;
 };
 
 struct TrainResult {

@@ -36,6 +36,21 @@ class NsaCudaLayer {
   // Fills every output, saved-state and gradient buffer with NaN (tests: all must be overwritten).
   void poison_outputs();
 
+  // Device-side I/O for callers whose tensors live on the GPU (the model): write the inputs and
+  // dO in place (bf16, the host tensors' layouts), read o and the gradients. The φ = mlp
+  // parameters still come through set_inputs.
+  bf16* q_in() { return q_.get(); }
+  bf16* k_in(int branch) { return k_[cfg_.kv_index(branch)].get(); }
+  bf16* v_in(int branch) { return v_[cfg_.kv_index(branch)].get(); }
+  bf16* gate_in(int branch) { return gate_[branch].get(); }
+  bf16* d_o_in() { return d_o_.get(); }
+  const bf16* o_out() const { return o_.get(); }
+  const int32_t* sel_idx_out() const { return sel_idx_.get(); }
+  const float* d_q_out() const { return d_q_.get(); }
+  const float* d_k_out(int branch) const { return d_k_[cfg_.kv_index(branch)].get(); }
+  const float* d_v_out(int branch) const { return d_v_[cfg_.kv_index(branch)].get(); }
+  const float* d_gate_out(int branch) const { return d_gate_[branch].get(); }
+
   NsaForward<float> download_forward() const;
   NsaTensors<float> download_grads() const;
   size_t device_bytes() const;

@@ -1,0 +1,96 @@
+// The NSA language model on one GPU: the model of model/model_cpu.h (same parameters, names and
+// math), with GEMMs on cuBLASLt (bf16 operands, fp32 accumulation), the NSA CUDA kernels, fp32
+// master weights, gradients and AdamW moments, and an fp32 residual stream.
+//
+// Activation memory: the input of every layer is kept (fp32 [T, dim] each); the rest of a layer's
+// activations (norms, projections, NSA state, MLP) lives in a workspace – one per layer, or with
+// `recompute` a single one that the backward refills by running each layer's forward again.
+// Everything is deterministic (no atomics anywhere), so a step is bit-identical across runs and
+// recompute on = off bitwise. One host synchronisation per micro-batch (to read the loss) and one
+// per optimizer step (the gradient norm for clipping).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "common/device_buffer.h"
+#include "gemm.h"
+#include "model/model_cpu.h"
+#include "model/model_params.h"
+#include "model_ops.h"
+#include "train/adamw.h"
+
+namespace nsa::cuda {
+
+class NsaCudaLayer;
+
+class ModelCuda {
+ public:
+  // Throws nsa::Error without a GPU, for φ = mlp (not on the GPU model yet), or for head dims the
+  // attention kernels are not built for.
+  ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recompute);
+  ~ModelCuda();
+  ModelCuda(const ModelCuda&) = delete;
+  ModelCuda& operator=(const ModelCuda&) = delete;
+
+  // fp32 weights in and out (the order and shapes of ModelParams::named).
+  void set_params(ModelParams<float>& params);
+  void get_params(ModelParams<float>& params);
+  void get_grads(ModelParams<float>& grads);
+  // AdamW moments, one tensor per parameter in named order.
+  void set_adam_state(const std::vector<Tensor<float>>& m, const std::vector<Tensor<float>>& v);
+  void get_adam_state(std::vector<Tensor<float>>& m, std::vector<Tensor<float>>& v);
+
+  void zero_grads();
+  // One micro-batch laid out as the constructor's layout: returns its mean loss; with `backward`
+  // adds every parameter's gradient into the gradient buffer. stats: gate means (the selection
+  // histogram is not collected on the GPU).
+  double forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
+                          bool backward, ModelStats* stats = nullptr);
+  // AdamW on the gradients times grad_scale (1/accumulation), clipped; returns the pre-clip norm of
+  // the scaled gradients.
+  double optimizer_step(const AdamWConfig& adam, int64_t step, double grad_scale);
+
+  size_t device_bytes() const;
+
+ private:
+  struct Workspace;
+  struct Slot {
+    int64_t offset = 0, numel = 0;
+    bool decay = false;
+  };
+  struct LayerSlots {
+    int attn_norm, wq, wk[3], wv[3], wg, bg, wo, ffn_norm, w1, w2, w3;
+  };
+
+  float* P(int slot) { return params_.get() + slots_[slot].offset; }
+  bf16* Pb(int slot) { return params_bf16_.get() + slots_[slot].offset; }
+  float* G(int slot) { return grads_.get() + slots_[slot].offset; }
+  void copy_named(ModelParams<float>& host, float* dev, bool upload);
+  void layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out);
+  void layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx);
+
+  ModelConfig cfg_;
+  SeqLayout layout_;
+  bool recompute_;
+  int64_t T_, F_;
+  cudaStream_t stream_ = nullptr;
+  Gemm gemm_;
+  std::vector<Slot> slots_;
+  std::vector<LayerSlots> layer_slots_;
+  int tok_emb_ = 0, norm_ = 0, output_ = -1;
+  DeviceBuffer<float> params_, grads_, adam_m_, adam_v_;
+  DeviceBuffer<bf16> params_bf16_;
+  std::vector<std::unique_ptr<Workspace>> workspaces_;
+  std::vector<DeviceBuffer<float>> xs_;  // layer inputs; xs_[L] = the final norm's input
+  DeviceBuffer<int32_t> tokens_, targets_, positions_, emb_order_, emb_seg_token_, emb_seg_start_;
+  // Scratch shared by all layers.
+  DeviceBuffer<float> proj_, dx_, dh_, dm_, dz_, norm_partial_, sum_partial_, logits_, row_loss_;
+  DeviceBuffer<float> scalars_;  // [0] loss, [1..3] gate sums, [4] squared gradient norm
+  DeviceBuffer<bf16> hf_, dlogits_, dx_bf_, du1_, du3_, dz_bf_, dq_bf_, dkv_bf_;
+  DeviceBuffer<float> rstdf_;
+};
+
+}  // namespace nsa::cuda

@@ -1,0 +1,48 @@
+// What the training loop needs from a model backend – the CPU reference (train_model_cpu.cpp) or
+// one GPU (src/cuda/model/train_model_cuda.h) – so that one loop drives both: micro-batch
+// losses and gradients, the AdamW step, and host copies of weights and moments for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "adamw.h"
+#include "checkpoint.h"
+#include "model/model_cpu.h"
+#include "token_loader.h"
+
+namespace nsa {
+
+class TrainModel {
+ public:
+  virtual ~TrainModel() = default;
+  virtual void zero_grads() = 0;
+  // Mean loss of one micro-batch; with `backward` its gradients are added to the accumulators.
+  virtual double forward_backward(const Batch& batch, bool backward, ModelStats* stats) = 0;
+  // One AdamW update on the accumulated gradients times grad_scale; the pre-clip gradient norm.
+  virtual double optimizer_step(int64_t step, double grad_scale) = 0;
+  // Host tensors holding the weights and the AdamW moments (named order). pull() refreshes them
+  // from the backend before a checkpoint is written; push() sends them after one was loaded.
+  virtual NamedTensors named_params() = 0;
+  virtual std::vector<Tensor<float>>& adam_m() = 0;
+  virtual std::vector<Tensor<float>>& adam_v() = 0;
+  virtual void pull() = 0;
+  virtual void push() = 0;
+  // Bytes the backend holds on its device (0 for the CPU, whose memory is in host_memory_stats).
+  virtual size_t device_bytes() const = 0;
+  // "cpu" or "cuda"; the CPU also fills the selection-distance histogram of ModelStats.
+  virtual const char* device() const = 0;
+};
+
+// Builds the backend for a run: model config, micro-batch layout, optimizer config, whether to
+// recompute activations in the backward.
+using TrainModelFactory = std::function<std::unique_ptr<TrainModel>(
+    const ModelConfig&, const SeqLayout&, const AdamWConfig&, bool recompute)>;
+
+// The CPU reference backend (model_loss_cpu + AdamW on host tensors).
+std::unique_ptr<TrainModel> make_train_model_cpu(const ModelConfig& cfg, const SeqLayout& layout,
+                                                 const AdamWConfig& adam, bool recompute);
+
+}  // namespace nsa

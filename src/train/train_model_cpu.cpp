@@ -1,0 +1,67 @@
+// The CPU training backend (see train_model.h): model_loss_cpu and AdamW on host tensors.
+#include <memory>
+
+#include "train_model.h"
+
+namespace nsa {
+namespace {
+
+class TrainModelCpu : public TrainModel {
+ public:
+  TrainModelCpu(const ModelConfig& cfg, const SeqLayout& layout, const AdamWConfig& adam)
+      : cfg_(cfg),
+        layout_(layout),
+        params_(init_model_params<float>(cfg)),
+        grads_(zeros_like(cfg, params_)) {
+    const auto named = params_.named(cfg_);
+    const auto gnamed = grads_.named(cfg_);
+    std::vector<Tensor<float>*> pptr;
+    std::vector<bool> decay;
+    for (size_t i = 0; i < named.size(); ++i) {
+      pptr.push_back(named[i].second);
+      gptr_.push_back(gnamed[i].second);
+      decay.push_back(named[i].second->shape.size() == 2);  // matrices only
+    }
+    opt_ = std::make_unique<AdamW>(adam, pptr, decay);
+  }
+
+  void zero_grads() override {
+    for (Tensor<float>* g : gptr_) g->fill(0.0f);
+  }
+  double forward_backward(const Batch& b, bool backward, ModelStats* stats) override {
+    return model_loss_cpu<float>(cfg_, params_, layout_, b.inputs, b.targets,
+                                 backward ? &grads_ : nullptr, stats);
+  }
+  double optimizer_step(int64_t step, double grad_scale) override {
+    if (grad_scale != 1.0) {
+      const float s = static_cast<float>(grad_scale);
+      for (Tensor<float>* g : gptr_) {
+        for (float& x : g->data) x *= s;
+      }
+    }
+    return opt_->step(step, gptr_);
+  }
+  NamedTensors named_params() override { return params_.named(cfg_); }
+  std::vector<Tensor<float>>& adam_m() override { return opt_->m(); }
+  std::vector<Tensor<float>>& adam_v() override { return opt_->v(); }
+  void pull() override {}
+  void push() override {}
+  size_t device_bytes() const override { return 0; }
+  const char* device() const override { return "cpu"; }
+
+ private:
+  ModelConfig cfg_;
+  SeqLayout layout_;
+  ModelParams<float> params_, grads_;
+  std::vector<Tensor<float>*> gptr_;
+  std::unique_ptr<AdamW> opt_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainModel> make_train_model_cpu(const ModelConfig& cfg, const SeqLayout& layout,
+                                                 const AdamWConfig& adam, bool /*recompute*/) {
+  return std::make_unique<TrainModelCpu>(cfg, layout, adam);
+}
+
+}  // namespace nsa
