@@ -33,6 +33,8 @@ if [ "$what" = model ] || [ "$what" = all ]; then
     --json "$out/train_bench.jsonl" 2>&1 | tee "$out/train_bench.txt"
   ./build/nsa bench train --recompute --seq-lens "${TRAIN_SEQ_LENS:-2048,8192,16384,32768,65536}" \
     --json "$out/train_bench_recompute.jsonl" 2>&1 | tee "$out/train_bench_recompute.txt"
+  python3 bench/dense_model_train.py --seq-lens "${TRAIN_SEQ_LENS:-2048,8192,16384,32768,65536}" \
+    2>&1 | tee "$out/dense_train.jsonl"
   if [ -d data/corpus_bytes ]; then
     run=(./build/nsa train --config configs/m7c_125m.yaml --set vocab_size=256 --data data/corpus_bytes
          --device cuda --batch 16 --seq-len 2048 --steps 200 --val-every 50 --ckpt-every 100 --keep 1)

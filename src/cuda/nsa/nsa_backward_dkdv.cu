@@ -42,8 +42,14 @@ __device__ void store_rows(float* dst, const float acc[][4], int r, float scale,
   }
 }
 
+// Up to 64-wide heads the accumulators fit in 168 registers: three CTAs per SM instead of two.
+template <int DK>
+constexpr int dkdv_min_blocks() {
+  return DK <= 64 ? 3 : 1;
+}
+
 template <int DK, int DV, Branch B>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
     dkdv_kernel(const NsaParams p, const RowTile* __restrict__ units, int64_t chunks,
                 float* __restrict__ out_k, float* __restrict__ out_v, bool accumulate) {
   using Stage = PairStage<DK, DV, true>;

@@ -10,6 +10,7 @@
 #include "common/cuda_check.h"
 #include "head_dims.h"
 #include "nsa_kernels.h"
+#include "sel_pack.cuh"
 #include "tiles.cuh"
 
 namespace nsa::cuda {
@@ -146,56 +147,60 @@ __global__ void __launch_bounds__(kThreads)
   if (r_lo + 8 < tile.rows) store_dq<DK>(p, dq, 1, th_hi, accumulate);
 }
 
-// Selected branch: warp w of CTA x serves query row 4x + w of group blockIdx.y; adds to d_q.
+// Selected branch: warp w of CTA x serves rows [(4x + w)·R, +R) of group blockIdx.y, packed as in
+// sel_pack.cuh; adds to d_q.
 template <int DK, int DV>
-__global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p) {
+__global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p, int R) {
   using Pipe = KvPipeline<DK, DV, kSelChunkRows, true, SelectedChunks>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp, g = blockIdx.y;
-  if (row >= p.T) return;  // warp-uniform; this kernel has no CTA barrier
-  const int64_t n = p.seq_of_row[row], t = row - p.cu_seqlens[n];
-  const int32_t* blocks = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R, g = blockIdx.y;
+  const int64_t end = first + R < p.T ? first + R : p.T;
+  int32_t* u_blocks = reinterpret_cast<int32_t*>(smem + kWarps * Pipe::kBytes) + warp * 2 * R * p.n_sel;
+  uint32_t* u_masks = reinterpret_cast<uint32_t*>(u_blocks + R * p.n_sel);
   const int64_t per_block = (p.l_sel + kSelChunkRows - 1) / kSelChunkRows;
-  const int64_t n_chunks = count_blocks(blocks, p.n_sel) * per_block;
-  const Pipe pipe =
-      make_pipeline<DK, DV, kSelChunkRows, true>(smem + warp * Pipe::kBytes, raw_rows(p, 1, n, g),
-                                                 SelectedChunks{blocks, p.l_sel, t, per_block});
   const float sl2 = p.scale * kLog2e;
 
-  for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
-    const int64_t nh = p.hpg - h0 < 16 ? p.hpg - h0 : 16;
-    const int64_t th0 = row * p.H + g * p.hpg + h0;
-    uint32_t qf[DK / 16][4], dof[DV / 16][4];
-    load_a_rows<DK>(qf,
-                    [&](int r) -> const bf16* { return r < nh ? p.q + (th0 + r) * DK : nullptr; });
-    load_a_rows<DV>(
-        dof, [&](int r) -> const bf16* { return r < nh ? p.d_o + (th0 + r) * DV : nullptr; });
-    RowStats st;
-    st.load(p, 1, th0 + gid, th0 + gid + 8, gid < nh, gid + 8 < nh);
-    float dq[DK / 8][4] = {};
-    if (n_chunks > 0) pipe.issue(0);
-    for (int64_t it = 0; it < n_chunks; ++it) {
-      const KeyChunk c = pipe.acquire(it, n_chunks);
-      if (c.nk > 0) {
-        float s[kSelChunkRows / 8][4] = {}, dp[kSelChunkRows / 8][4] = {};
-        mma_a_bt<DK, kSelChunkRows / 8>(s, qf, pipe.k(it));
-        mma_a_bt<DV, kSelChunkRows / 8>(dp, dof, pipe.v(it));
-#pragma unroll
-        for (int nt = 0; nt < kSelChunkRows / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int j = nt * 8 + 2 * (lane & 3) + (e & 1);
-            s[nt][e] = j < c.nk ? s[nt][e] * sl2 : -INFINITY;
-          }
+  for (int64_t row0 = first; row0 < end;) {
+    const int64_t n = p.seq_of_row[row0], seq_end = p.cu_seqlens[n + 1];
+    const int rows = static_cast<int>((end < seq_end ? end : seq_end) - row0);
+    const SelPack pack =
+        make_sel_pack(p, row0, row0 - p.cu_seqlens[n], rows, g, u_blocks, u_masks);
+    const int64_t n_chunks = pack.n_chunks(p);
+    const Pipe pipe = make_pipeline<DK, DV, kSelChunkRows, true>(
+        smem + warp * Pipe::kBytes, raw_rows(p, 1, n, g), pack.chunks(p));
+    for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
+      const SelRowMask rm(p, pack, h0);
+      const int64_t th_lo = pack.th(p, gid, h0), th_hi = pack.th(p, gid + 8, h0);
+      uint32_t qf[DK / 16][4], dof[DV / 16][4];
+      load_a_rows<DK>(qf, [&](int m) -> const bf16* {
+        const int64_t th = pack.th(p, m, h0);
+        return th >= 0 ? p.q + th * DK : nullptr;
+      });
+      load_a_rows<DV>(dof, [&](int m) -> const bf16* {
+        const int64_t th = pack.th(p, m, h0);
+        return th >= 0 ? p.d_o + th * DV : nullptr;
+      });
+      RowStats st;
+      st.load(p, 1, th_lo, th_hi, th_lo >= 0, th_hi >= 0);
+      float dq[DK / 8][4] = {};
+      if (n_chunks > 0) pipe.issue(0);
+      for (int64_t it = 0; it < n_chunks; ++it) {
+        const KeyChunk c = pipe.acquire(it, n_chunks);
+        if (c.nk > 0) {
+          float s[kSelChunkRows / 8][4] = {}, dp[kSelChunkRows / 8][4] = {};
+          mma_a_bt<DK, kSelChunkRows / 8>(s, qf, pipe.k(it));
+          mma_a_bt<DV, kSelChunkRows / 8>(dp, dof, pipe.v(it));
+          rm.template apply<kSelChunkRows / 8>(s, pack, it, c, per_block, sl2);
+          scores_to_ds<kSelChunkRows / 8>(s, dp, st);
+          mma_c_b<DK, kSelChunkRows / 16>(dq, s, pipe.k(it));
         }
-        scores_to_ds<kSelChunkRows / 8>(s, dp, st);
-        mma_c_b<DK, kSelChunkRows / 16>(dq, s, pipe.k(it));
+        pipe.release();
       }
-      pipe.release();
+      if (th_lo >= 0) store_dq<DK>(p, dq, 0, th_lo, true);
+      if (th_hi >= 0) store_dq<DK>(p, dq, 1, th_hi, true);
     }
-    if (gid < nh) store_dq<DK>(p, dq, 0, th0 + gid, true);
-    if (gid + 8 < nh) store_dq<DK>(p, dq, 1, th0 + gid + 8, true);
+    row0 += rows;
   }
 }
 
@@ -228,10 +233,12 @@ void launch_nsa_backward_dq(const NsaParams& p, const RowTile* tiles, int64_t n_
   launch_dense_dq<Branch::kCmp>(p, tiles, n_tiles, false, stream);
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = selected_dq_kernel<DK(), DV()>;
-    const size_t smem = kWarps * KvPipeline<DK(), DV(), kSelChunkRows, true, int>::kBytes;
+    const int R = sel_rows_per_warp(p.hpg, p.n_sel);
+    const size_t smem = kWarps * (KvPipeline<DK(), DV(), kSelChunkRows, true, int>::kBytes +
+                                  sel_union_bytes(p.hpg, p.n_sel));
     set_kernel_smem(kernel, smem);
-    const unsigned rows = static_cast<unsigned>((p.T + kWarps - 1) / kWarps);
-    kernel<<<dim3(rows, static_cast<unsigned>(p.G)), kThreads, smem, stream>>>(p);
+    const unsigned ctas = static_cast<unsigned>((p.T + kWarps * R - 1) / (kWarps * R));
+    kernel<<<dim3(ctas, static_cast<unsigned>(p.G)), kThreads, smem, stream>>>(p, R);
     NSA_CUDA_LAUNCH_CHECK();
   });
   launch_dense_dq<Branch::kWin>(p, tiles, n_tiles, true, stream);

@@ -5,13 +5,14 @@
 // and walks the branch's key range in tiles of 64 rows staged in shared memory: S = Q·Kᵀ on
 // tensor cores, the online softmax in registers (the exp2 domain), O += P·V with P never leaving
 // registers. Rows that see no key get o = 0 and lse = −inf.
-// Selected branch: a warp owns one query row of one group, its M = 16 rows are the group's heads
-// (all heads share every loaded K/V block, as in the paper's kernel); it walks the chosen blocks
-// in chunks of 32 rows staged in the warp's own shared memory.
+// Selected branch: a warp owns R query rows of one group, its M = 16 rows are their heads (all
+// heads share every loaded K/V block, as in the paper's kernel; see sel_pack.cuh); it walks the
+// union of the rows' chosen blocks in chunks of 32 rows staged in the warp's own shared memory.
 // The window kernel runs last and writes o = Σ_c g_c·o_c from the bf16 branch outputs.
 #include "common/cuda_check.h"
 #include "head_dims.h"
 #include "nsa_kernels.h"
+#include "sel_pack.cuh"
 #include "tiles.cuh"
 
 namespace nsa::cuda {
@@ -161,55 +162,57 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Selected branch: warp w of CTA x serves query row 4x + w of group blockIdx.y.
+// Selected branch: warp w of CTA x serves rows [(4x + w)·R, +R) of group blockIdx.y, packed as in
+// sel_pack.cuh (one pass per sequence the rows touch).
 template <int DK, int DV>
-__global__ void __launch_bounds__(kThreads) selected_forward_kernel(const NsaParams p) {
+__global__ void __launch_bounds__(kThreads) selected_forward_kernel(const NsaParams p, int R) {
   using Pipe = KvPipeline<DK, DV, kSelChunkRows, true, SelectedChunks>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp, g = blockIdx.y;
-  if (row >= p.T) return;  // warp-uniform; this kernel has no CTA barrier
-  const int64_t n = p.seq_of_row[row], t = row - p.cu_seqlens[n];
-  const int32_t* blocks = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R, g = blockIdx.y;
+  const int64_t end = first + R < p.T ? first + R : p.T;
+  int32_t* u_blocks = reinterpret_cast<int32_t*>(smem + kWarps * Pipe::kBytes) + warp * 2 * R * p.n_sel;
+  uint32_t* u_masks = reinterpret_cast<uint32_t*>(u_blocks + R * p.n_sel);
   const int64_t per_block = (p.l_sel + kSelChunkRows - 1) / kSelChunkRows;
-  const int64_t n_chunks = count_blocks(blocks, p.n_sel) * per_block;
-  const Pipe pipe =
-      make_pipeline<DK, DV, kSelChunkRows, true>(smem + warp * Pipe::kBytes, raw_rows(p, 1, n, g),
-                                                 SelectedChunks{blocks, p.l_sel, t, per_block});
   const float sl2 = p.scale * kLog2e;
 
-  for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
-    const int64_t nh = p.hpg - h0 < 16 ? p.hpg - h0 : 16;
-    const int64_t th0 = row * p.H + g * p.hpg + h0;
-    uint32_t qf[DK / 16][4];
-    load_a_rows<DK>(qf,
-                    [&](int r) -> const bf16* { return r < nh ? p.q + (th0 + r) * DK : nullptr; });
-    SoftmaxAcc<DV> acc;
-    acc.init();
-    if (n_chunks > 0) pipe.issue(0);
-    for (int64_t it = 0; it < n_chunks; ++it) {
-      const KeyChunk c = pipe.acquire(it, n_chunks);
-      if (c.nk > 0) {
-        float s[kSelChunkRows / 8][4] = {};
-        mma_a_bt<DK, kSelChunkRows / 8>(s, qf, pipe.k(it));
-#pragma unroll
-        for (int nt = 0; nt < kSelChunkRows / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int j = nt * 8 + 2 * (lane & 3) + (e & 1);
-            s[nt][e] = j < c.nk ? s[nt][e] * sl2 : -INFINITY;
-          }
+  for (int64_t row0 = first; row0 < end;) {
+    const int64_t n = p.seq_of_row[row0], seq_end = p.cu_seqlens[n + 1];
+    const int rows = static_cast<int>((end < seq_end ? end : seq_end) - row0);
+    const SelPack pack =
+        make_sel_pack(p, row0, row0 - p.cu_seqlens[n], rows, g, u_blocks, u_masks);
+    const int64_t n_chunks = pack.n_chunks(p);
+    const Pipe pipe = make_pipeline<DK, DV, kSelChunkRows, true>(
+        smem + warp * Pipe::kBytes, raw_rows(p, 1, n, g), pack.chunks(p));
+    for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
+      const SelRowMask rm(p, pack, h0);
+      uint32_t qf[DK / 16][4];
+      load_a_rows<DK>(qf, [&](int m) -> const bf16* {
+        const int64_t th = pack.th(p, m, h0);
+        return th >= 0 ? p.q + th * DK : nullptr;
+      });
+      SoftmaxAcc<DV> acc;
+      acc.init();
+      if (n_chunks > 0) pipe.issue(0);
+      for (int64_t it = 0; it < n_chunks; ++it) {
+        const KeyChunk c = pipe.acquire(it, n_chunks);
+        if (c.nk > 0) {
+          float s[kSelChunkRows / 8][4] = {};
+          mma_a_bt<DK, kSelChunkRows / 8>(s, qf, pipe.k(it));
+          rm.template apply<kSelChunkRows / 8>(s, pack, it, c, per_block, sl2);
+          acc.template update<kSelChunkRows / 8>(s);
+          mma_c_b<DV, kSelChunkRows / 16>(acc.o, s, pipe.v(it));
         }
-        acc.template update<kSelChunkRows / 8>(s);
-        mma_c_b<DV, kSelChunkRows / 16>(acc.o, s, pipe.v(it));
+        pipe.release();
       }
-      pipe.release();
-    }
-    acc.finish();
+      acc.finish();
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (gid + 8 * r < nh) store_row<DV>(p, acc, r, th0 + gid + 8 * r, 1, false);
+      for (int r = 0; r < 2; ++r) {
+        const int64_t th = pack.th(p, gid + 8 * r, h0);
+        if (th >= 0) store_row<DV>(p, acc, r, th, 1, false);
+      }
     }
+    row0 += rows;
   }
 }
 
@@ -242,10 +245,12 @@ void launch_selected_forward(const NsaParams& p, cudaStream_t stream) {
   if (p.T == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = selected_forward_kernel<DK(), DV()>;
-    const size_t smem = kWarps * KvPipeline<DK(), DV(), kSelChunkRows, true, int>::kBytes;
+    const int R = sel_rows_per_warp(p.hpg, p.n_sel);
+    const size_t smem = kWarps * (KvPipeline<DK(), DV(), kSelChunkRows, true, int>::kBytes +
+                                  sel_union_bytes(p.hpg, p.n_sel));
     set_kernel_smem(kernel, smem);
-    const unsigned rows = static_cast<unsigned>((p.T + kWarps - 1) / kWarps);
-    kernel<<<dim3(rows, static_cast<unsigned>(p.G)), kThreads, smem, stream>>>(p);
+    const unsigned ctas = static_cast<unsigned>((p.T + kWarps * R - 1) / (kWarps * R));
+    kernel<<<dim3(ctas, static_cast<unsigned>(p.G)), kThreads, smem, stream>>>(p, R);
     NSA_CUDA_LAUNCH_CHECK();
   });
 }
