@@ -15,22 +15,22 @@ namespace nsa::cuda {
 
 // One layer's activations for its backward.
 struct ModelCuda::Workspace {
-  Workspace(const NsaConfig& attn, const SeqLayout& layout, int64_t T, int64_t D, int64_t F)
-      : nsa(attn, layout),
+  Workspace(const NsaConfig& attn, const SeqLayout& layout, int64_t T, int64_t D, int64_t F,
+            std::shared_ptr<NsaBackwardBuffers> backward_buffers)
+      : nsa(attn, layout, std::move(backward_buffers)),
         h1(T * D),
         h2(T * D),
         u1(T * F),
         u3(T * F),
-        m(T * F),
         rstd1(T),
         rstd2(T),
         g_raw(T * 3 * attn.heads),
         x2(T * D) {}
   NsaCudaLayer nsa;
-  DeviceBuffer<bf16> h1, h2, u1, u3, m;
+  DeviceBuffer<bf16> h1, h2, u1, u3;
   DeviceBuffer<float> rstd1, rstd2, g_raw, x2;
   size_t bytes() const {
-    return nsa.device_bytes() + h1.bytes() + h2.bytes() + u1.bytes() + u3.bytes() + m.bytes() +
+    return nsa.device_bytes(true) + h1.bytes() + h2.bytes() + u1.bytes() + u3.bytes() +
            rstd1.bytes() + rstd2.bytes() + g_raw.bytes() + x2.bytes();
   }
 };
@@ -107,8 +107,9 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   adam_v_.zero(stream_);
   set_params(ref);
 
+  nsa_backward_ = std::make_shared<NsaBackwardBuffers>();  // one set for every layer
   for (int64_t i = 0; i < (recompute ? 1 : L); ++i) {
-    workspaces_.push_back(std::make_unique<Workspace>(a, layout, T, D, F_));
+    workspaces_.push_back(std::make_unique<Workspace>(a, layout, T, D, F_, nsa_backward_));
   }
   for (int64_t i = 0; i <= L; ++i) xs_.emplace_back(T * D);
   tokens_.resize(T);
@@ -139,6 +140,7 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   dlogits_.resize(T * cfg.vocab_size);
   dx_bf_.resize(T * D);
   du1_.resize(T * F_);
+  m_.resize(T * F_);
   du3_.resize(T * F_);
   dz_bf_.resize(T * 3 * H);
   dq_bf_.resize(T * H * a.dk);
@@ -241,9 +243,10 @@ void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, floa
   const bool swiglu = cfg_.mlp == "swiglu";
   gemm_.linear_forward(ws.h2.get(), Pb(s.w1), b16(ws.u1.get()), T, D, F_, 0.0f, st);
   if (swiglu) gemm_.linear_forward(ws.h2.get(), Pb(s.w3), b16(ws.u3.get()), T, D, F_, 0.0f, st);
-  launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, ws.m.get(), T * F_, st);
+  // m = silu(u1)·u3 is not kept: the backward recomputes it from u1, u3.
+  launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, m_.get(), T * F_, st);
   NSA_CUDA_CHECK(cudaMemcpyAsync(x_out, ws.x2.get(), ws.x2.bytes(), cudaMemcpyDeviceToDevice, st));
-  gemm_.linear_forward(ws.m.get(), Pb(s.w2), f32(x_out), T, F_, D, 1.0f, st);
+  gemm_.linear_forward(m_.get(), Pb(s.w2), f32(x_out), T, F_, D, 1.0f, st);
 }
 
 // dx: in, the gradient of the layer's output; out, of its input.
@@ -256,7 +259,8 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   // MLP.
   launch_f32_to_bf16(dx, dx_bf_.get(), T * D, st);
   gemm_.linear_input_grad(dx_bf_.get(), Pb(s.w2), f32(dm_.get()), T, F_, D, 0.0f, st);
-  gemm_.linear_weight_grad(dx_bf_.get(), ws.m.get(), G(s.w2), T, F_, D, st);
+  launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, m_.get(), T * F_, st);
+  gemm_.linear_weight_grad(dx_bf_.get(), m_.get(), G(s.w2), T, F_, D, st);
   launch_swiglu_backward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, dm_.get(), du1_.get(),
                          du3_.get(), T * F_, st);
   gemm_.linear_input_grad(du1_.get(), Pb(s.w1), f32(dh_.get()), T, D, F_, 0.0f, st);
@@ -409,15 +413,16 @@ double ModelCuda::optimizer_step(const AdamWConfig& adam, int64_t step, double g
 }
 
 size_t ModelCuda::device_bytes() const {
-  size_t total = params_.bytes() + params_bf16_.bytes() + grads_.bytes() + adam_m_.bytes() +
-                 adam_v_.bytes() + tokens_.bytes() + targets_.bytes() + positions_.bytes() +
-                 emb_order_.bytes() + emb_seg_token_.bytes() + emb_seg_start_.bytes() +
-                 proj_.bytes() + dx_.bytes() + dh_.bytes() + dm_.bytes() + dz_.bytes() +
-                 norm_partial_.bytes() + sum_partial_.bytes() + logits_.bytes() +
-                 row_loss_.bytes() + scalars_.bytes() + hf_.bytes() + dlogits_.bytes() +
-                 dx_bf_.bytes() + du1_.bytes() + du3_.bytes() + dz_bf_.bytes() + dq_bf_.bytes() +
-                 dkv_bf_.bytes() + rstdf_.bytes() + (32u << 20);  // + the GEMM workspace
+  size_t total =
+      params_.bytes() + params_bf16_.bytes() + grads_.bytes() + adam_m_.bytes() + adam_v_.bytes() +
+      tokens_.bytes() + targets_.bytes() + positions_.bytes() + emb_order_.bytes() +
+      emb_seg_token_.bytes() + emb_seg_start_.bytes() + proj_.bytes() + dx_.bytes() + dh_.bytes() +
+      dm_.bytes() + dz_.bytes() + norm_partial_.bytes() + sum_partial_.bytes() + logits_.bytes() +
+      row_loss_.bytes() + scalars_.bytes() + hf_.bytes() + dlogits_.bytes() + dx_bf_.bytes() +
+      m_.bytes() + du1_.bytes() + du3_.bytes() + dz_bf_.bytes() + dq_bf_.bytes() + dkv_bf_.bytes() +
+      rstdf_.bytes() + (32u << 20);  // + the GEMM workspace
   for (const auto& ws : workspaces_) total += ws->bytes();
+  total += nsa_backward_->bytes();
   for (const auto& x : xs_) total += x.bytes();
   return total;
 }

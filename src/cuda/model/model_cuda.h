@@ -3,8 +3,10 @@
 // master weights, gradients and AdamW moments, and an fp32 residual stream.
 //
 // Activation memory: the input of every layer is kept (fp32 [T, dim] each); the rest of a layer's
-// activations (norms, projections, NSA state, MLP) lives in a workspace – one per layer, or with
-// `recompute` a single one that the backward refills by running each layer's forward again.
+// activations (norms, projections, NSA state, MLP inputs) lives in a workspace – one per layer, or
+// with `recompute` a single one that the backward refills by running each layer's forward again.
+// What a backward needs only while it runs (the NSA gradients and partial sums, the MLP product
+// silu(u1)·u3, recomputed) is one set shared by all layers.
 // Everything is deterministic (no atomics anywhere), so a step is bit-identical across runs and
 // recompute on = off bitwise. One host synchronisation per micro-batch (to read the loss) and one
 // per optimizer step (the gradient norm for clipping).
@@ -25,6 +27,7 @@
 namespace nsa::cuda {
 
 class NsaCudaLayer;
+struct NsaBackwardBuffers;
 
 class ModelCuda {
  public:
@@ -83,13 +86,14 @@ class ModelCuda {
   int tok_emb_ = 0, norm_ = 0, output_ = -1;
   DeviceBuffer<float> params_, grads_, adam_m_, adam_v_;
   DeviceBuffer<bf16> params_bf16_;
+  std::shared_ptr<NsaBackwardBuffers> nsa_backward_;  // shared by every layer's NsaCudaLayer
   std::vector<std::unique_ptr<Workspace>> workspaces_;
   std::vector<DeviceBuffer<float>> xs_;  // layer inputs; xs_[L] = the final norm's input
   DeviceBuffer<int32_t> tokens_, targets_, positions_, emb_order_, emb_seg_token_, emb_seg_start_;
   // Scratch shared by all layers.
   DeviceBuffer<float> proj_, dx_, dh_, dm_, dz_, norm_partial_, sum_partial_, logits_, row_loss_;
   DeviceBuffer<float> scalars_;  // [0] loss, [1..3] gate sums, [4] squared gradient norm
-  DeviceBuffer<bf16> hf_, dlogits_, dx_bf_, du1_, du3_, dz_bf_, dq_bf_, dkv_bf_;
+  DeviceBuffer<bf16> hf_, dlogits_, dx_bf_, m_, du1_, du3_, dz_bf_, dq_bf_, dkv_bf_;
   DeviceBuffer<float> rstdf_;
 };
 

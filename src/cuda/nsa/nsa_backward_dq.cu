@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R, g = blockIdx.y;
   const int64_t end = first + R < p.T ? first + R : p.T;
-  int32_t* u_blocks = reinterpret_cast<int32_t*>(smem + kWarps * Pipe::kBytes) + warp * 2 * R * p.n_sel;
+  int32_t* u_blocks =
+      reinterpret_cast<int32_t*>(smem + kWarps * Pipe::kBytes) + warp * 2 * R * p.n_sel;
   uint32_t* u_masks = reinterpret_cast<uint32_t*>(u_blocks + R * p.n_sel);
   const int64_t per_block = (p.l_sel + kSelChunkRows - 1) / kSelChunkRows;
   const float sl2 = p.scale * kLog2e;
@@ -164,8 +165,7 @@ __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p
   for (int64_t row0 = first; row0 < end;) {
     const int64_t n = p.seq_of_row[row0], seq_end = p.cu_seqlens[n + 1];
     const int rows = static_cast<int>((end < seq_end ? end : seq_end) - row0);
-    const SelPack pack =
-        make_sel_pack(p, row0, row0 - p.cu_seqlens[n], rows, g, u_blocks, u_masks);
+    const SelPack pack = make_sel_pack(p, row0, row0 - p.cu_seqlens[n], rows, g, u_blocks, u_masks);
     const int64_t n_chunks = pack.n_chunks(p);
     const Pipe pipe = make_pipeline<DK, DV, kSelChunkRows, true>(
         smem + warp * Pipe::kBytes, raw_rows(p, 1, n, g), pack.chunks(p));

@@ -48,8 +48,20 @@ void upload(DeviceBuffer<T>& dst, const std::vector<T>& src) {
 
 }  // namespace
 
-NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
-    : cfg_(cfg), layout_(layout) {
+size_t NsaBackwardBuffers::bytes() const {
+  size_t total = d_o.bytes() + d_q.bytes() + d_k_cmp.bytes() + d_v_cmp.bytes() + partial.bytes() +
+                 sel_index.device_bytes();
+  for (int c = 0; c < kNumBranches; ++c) {
+    total += delta[c].bytes() + d_gate[c].bytes() + d_k[c].bytes() + d_v[c].bytes();
+  }
+  return total;
+}
+
+NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
+                           std::shared_ptr<NsaBackwardBuffers> backward_buffers)
+    : cfg_(cfg),
+      layout_(layout),
+      bw_(backward_buffers ? std::move(backward_buffers) : std::make_shared<NsaBackwardBuffers>()) {
   NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
   cfg.validate();
   NSA_CHECK(head_dims_supported(cfg.dk, cfg.dv), "--device cuda: head dims (dk, dv) = (", cfg.dk,
@@ -105,37 +117,37 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout)
 
   q_.resize(T * H * cfg.dk);
   o_.resize(T * H * cfg.dv);
-  d_o_.resize(T * H * cfg.dv);
-  d_q_.resize(T * H * cfg.dk);
+  bw_->d_o.resize(T * H * cfg.dv);
+  bw_->d_q.resize(T * H * cfg.dk);
   k_cmp_.resize(C * G * cfg.dk);
   v_cmp_.resize(C * G * cfg.dv);
   k_cmp_bf16_.resize(C * G * cfg.dk);
   v_cmp_bf16_.resize(C * G * cfg.dv);
-  d_k_cmp_.resize(C * G * cfg.dk);
-  d_v_cmp_.resize(C * G * cfg.dv);
+  bw_->d_k_cmp.resize(C * G * cfg.dk);
+  bw_->d_v_cmp.resize(C * G * cfg.dv);
   sel_idx_.resize(T * G * cfg.n_sel);
-  partial_.resize(kChunks * std::max(T, C) * G * (cfg.dk + cfg.dv));
-  p.q = q_.get(), p.o = o_.get(), p.d_o = d_o_.get(), p.d_q = d_q_.get();
-  p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get(), p.d_k_cmp = d_k_cmp_.get();
+  bw_->partial.resize(kChunks * std::max(T, C) * G * (cfg.dk + cfg.dv));
+  p.q = q_.get(), p.o = o_.get(), p.d_o = bw_->d_o.get(), p.d_q = bw_->d_q.get();
+  p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get(), p.d_k_cmp = bw_->d_k_cmp.get();
   p.k_cmp_bf16 = k_cmp_bf16_.get(), p.v_cmp_bf16 = v_cmp_bf16_.get();
-  p.d_v_cmp = d_v_cmp_.get(), p.sel_idx = sel_idx_.get();
+  p.d_v_cmp = bw_->d_v_cmp.get(), p.sel_idx = sel_idx_.get();
   for (int c = 0; c < kNumBranches; ++c) {
     const int kv = cfg.kv_index(c);
     if (kv == c) {
       k_[c].resize(T * G * cfg.dk);
       v_[c].resize(T * G * cfg.dv);
-      d_k_[c].resize(T * G * cfg.dk);
-      d_v_[c].resize(T * G * cfg.dv);
+      bw_->d_k[c].resize(T * G * cfg.dk);
+      bw_->d_v[c].resize(T * G * cfg.dv);
     }
     gate_[c].resize(T * H);
     o_branch_[c].resize(T * H * cfg.dv);
     lse_[c].resize(T * H);
-    delta_[c].resize(T * H);
-    d_gate_[c].resize(T * H);
+    bw_->delta[c].resize(T * H);
+    bw_->d_gate[c].resize(T * H);
     p.k[c] = k_[kv].get(), p.v[c] = v_[kv].get();
-    p.d_k[c] = d_k_[kv].get(), p.d_v[c] = d_v_[kv].get();
+    p.d_k[c] = bw_->d_k[kv].get(), p.d_v[c] = bw_->d_v[kv].get();
     p.gate[c] = gate_[c].get(), p.o_branch[c] = o_branch_[c].get(), p.lse[c] = lse_[c].get();
-    p.delta[c] = delta_[c].get(), p.d_gate[c] = d_gate_[c].get();
+    p.delta[c] = bw_->delta[c].get(), p.d_gate[c] = bw_->d_gate[c].get();
   }
   NSA_CHECK(cublasCreate(&blas_) == CUBLAS_STATUS_SUCCESS, "cannot create a cuBLAS handle");
   if (cfg.phi == Phi::kMlp) {
@@ -166,7 +178,7 @@ void NsaCudaLayer::set_inputs(const NsaTensors<float>& in) {
 
 void NsaCudaLayer::set_output_grad(const Tensor<float>& d_o) {
   check_shape(d_o, {layout_.total_tokens(), cfg_.heads, cfg_.dv}, "do");
-  upload(d_o_, to_bf16(d_o));
+  upload(bw_->d_o, to_bf16(d_o));
 }
 
 void NsaCudaLayer::forward(cudaStream_t stream) {
@@ -189,9 +201,9 @@ void NsaCudaLayer::backward(cudaStream_t stream) {
   const bool shared = cfg_.kv == KvMode::kShared;
   launch_nsa_backward_preprocess(p_, stream);
   launch_nsa_backward_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
-  sel_index_.build(p_, stream);
-  sel_index_.attach(p_);
-  float* partial = partial_.get();
+  bw_->sel_index.build(p_, stream);
+  bw_->sel_index.attach(p_);
+  float* partial = bw_->partial.get();
   launch_nsa_backward_dkdv(p_, Branch::kWin, row_tiles_.get(), row_tiles_.size(), 1, false, partial,
                            stream);
   // With shared K/V the window wrote the gradient first; the selected branch adds to it.
@@ -208,12 +220,12 @@ void NsaCudaLayer::backward(cudaStream_t stream) {
 }
 
 void NsaCudaLayer::poison_outputs() {
-  o_.poison(), k_cmp_.poison(), v_cmp_.poison(), d_q_.poison(), d_k_cmp_.poison();
-  d_v_cmp_.poison(), sel_idx_.poison(), partial_.poison(), k_cmp_bf16_.poison(),
+  o_.poison(), k_cmp_.poison(), v_cmp_.poison(), bw_->d_q.poison(), bw_->d_k_cmp.poison();
+  bw_->d_v_cmp.poison(), sel_idx_.poison(), bw_->partial.poison(), k_cmp_bf16_.poison(),
       v_cmp_bf16_.poison();
   for (int c = 0; c < kNumBranches; ++c) {
-    o_branch_[c].poison(), lse_[c].poison(), delta_[c].poison(), d_gate_[c].poison();
-    d_k_[c].poison(), d_v_[c].poison();
+    o_branch_[c].poison(), lse_[c].poison(), bw_->delta[c].poison(), bw_->d_gate[c].poison();
+    bw_->d_k[c].poison(), bw_->d_v[c].poison();
   }
   if (mlp_k_) mlp_k_->poison(), mlp_v_->poison();
 }
@@ -237,13 +249,13 @@ NsaForward<float> NsaCudaLayer::download_forward() const {
 NsaTensors<float> NsaCudaLayer::download_grads() const {
   const int64_t T = layout_.total_tokens(), H = cfg_.heads, G = cfg_.groups;
   NsaTensors<float> d;
-  d.q = from_f32(d_q_, {T, H, cfg_.dk});
+  d.q = from_f32(bw_->d_q, {T, H, cfg_.dk});
   for (int c = 0; c < kNumBranches; ++c) {
     if (cfg_.kv_index(c) == c) {
-      d.k[c] = from_f32(d_k_[c], {T, G, cfg_.dk});
-      d.v[c] = from_f32(d_v_[c], {T, G, cfg_.dv});
+      d.k[c] = from_f32(bw_->d_k[c], {T, G, cfg_.dk});
+      d.v[c] = from_f32(bw_->d_v[c], {T, G, cfg_.dv});
     }
-    d.gate[c] = from_f32(d_gate_[c], {T, H});
+    d.gate[c] = from_f32(bw_->d_gate[c], {T, H});
   }
   if (mlp_k_) {
     d.phi_k = mlp_k_->download_grads();
@@ -252,20 +264,17 @@ NsaTensors<float> NsaCudaLayer::download_grads() const {
   return d;
 }
 
-size_t NsaCudaLayer::device_bytes() const {
+size_t NsaCudaLayer::device_bytes(bool without_backward_buffers) const {
   size_t total = cu_seqlens_.bytes() + cmp_offsets_.bytes() + blk_offsets_.bytes() +
                  cmp_raw_start_.bytes() + seq_of_row_.bytes() + sel_idx_.bytes() + q_.bytes() +
-                 o_.bytes() + d_o_.bytes() + k_cmp_.bytes() + v_cmp_.bytes() + d_q_.bytes() +
-                 d_k_cmp_.bytes() + d_v_cmp_.bytes() + k_cmp_bf16_.bytes() + v_cmp_bf16_.bytes() +
-                 partial_.bytes() + sel_index_.device_bytes() + row_tiles_.bytes() +
-                 cmp_units_.bytes() + sel_units_.bytes();
+                 o_.bytes() + k_cmp_.bytes() + v_cmp_.bytes() + k_cmp_bf16_.bytes() +
+                 v_cmp_bf16_.bytes() + row_tiles_.bytes() + cmp_units_.bytes() + sel_units_.bytes();
   for (int c = 0; c < kNumBranches; ++c) {
-    total += k_[c].bytes() + v_[c].bytes() + gate_[c].bytes() + o_branch_[c].bytes() +
-             lse_[c].bytes() + delta_[c].bytes() + d_gate_[c].bytes() + d_k_[c].bytes() +
-             d_v_[c].bytes();
+    total +=
+        k_[c].bytes() + v_[c].bytes() + gate_[c].bytes() + o_branch_[c].bytes() + lse_[c].bytes();
   }
   if (mlp_k_) total += mlp_k_->device_bytes() + mlp_v_->device_bytes();
-  return total;
+  return without_backward_buffers ? total : total + bw_->bytes();
 }
 
 }  // namespace nsa::cuda

@@ -48,7 +48,8 @@ struct SelPack {
     return r < 0 ? -1 : (row0 + r) * p.H + g * p.hpg + h0 + m % hslot;
   }
   __device__ SelectedChunks chunks(const NsaParams& p) const {
-    return SelectedChunks{blocks, p.l_sel, t0 + R - 1, (p.l_sel + kSelChunkRows - 1) / kSelChunkRows};
+    return SelectedChunks{blocks, p.l_sel, t0 + R - 1,
+                          (p.l_sel + kSelChunkRows - 1) / kSelChunkRows};
   }
   __device__ int64_t n_chunks(const NsaParams& p) const {
     return n_union * ((p.l_sel + kSelChunkRows - 1) / kSelChunkRows);
