@@ -14,6 +14,7 @@
 #include <fstream>
 #include <memory>
 
+#include "attention_flops.h"
 #include "common/cuda_check.h"
 #include "model/train_model_cuda.h"
 #include "nsa/model_config.h"
@@ -22,18 +23,6 @@ namespace nsa::app {
 namespace {
 
 constexpr double kPeakTflops = 989.0;
-
-double attention_forward_flops(const NsaConfig& cfg, int64_t batch, int64_t S) {
-  double keys = 0;
-  for (int64_t t = 0; t < S; ++t) {
-    const int64_t c = t / cfg.l_sel;
-    const int64_t blocks = std::min<int64_t>(cfg.n_sel, c + 1);
-    keys += static_cast<double>(cfg.num_visible_compressed(t)) +
-            static_cast<double>((blocks - 1) * cfg.l_sel + (t - c * cfg.l_sel + 1)) +
-            static_cast<double>(std::min(t + 1, cfg.w));
-  }
-  return 2.0 * static_cast<double>(cfg.dk + cfg.dv) * keys * static_cast<double>(cfg.heads * batch);
-}
 
 double used_device_bytes() {
   size_t free = 0, total = 0;
@@ -89,7 +78,7 @@ void bench_train_cuda(const TrainBenchArgs& a) {
     std::sort(ms.begin(), ms.end());
     const double step_ms = ms[ms.size() / 2];
     const double tokens = static_cast<double>(B * S);
-    const double flops = 6.0 * params * tokens + 3.5 * attention_forward_flops(cfg.attn, B, S) *
+    const double flops = 6.0 * params * tokens + 3.5 * nsa_forward_flops(cfg.attn, B, S) *
                                                      static_cast<double>(cfg.n_layers);
     const double tflops = flops / (step_ms * 1e-3) / 1e12;
     const double model_mib = static_cast<double>(model->device_bytes()) / (1 << 20);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <sstream>
 
+#include "attention_flops.h"
 #include "commands.h"
 #ifdef NSA_HAVE_CUDA
 #include "bench_attention_cuda.h"
@@ -38,21 +39,6 @@ struct BenchArgs {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Useful FLOPs of one NSA forward: for every (query, head), 2·(dk + dv) per key it attends to in
-// each branch. The backward is counted as 2.5× the forward (recompute of scores plus four
-// products), the flash-attention convention.
-double nsa_forward_flops(const NsaConfig& cfg, int64_t batch, int64_t S) {
-  double keys = 0;
-  for (int64_t t = 0; t < S; ++t) {
-    const int64_t c = t / cfg.l_sel;
-    const int64_t blocks = std::min<int64_t>(cfg.n_sel, c + 1);
-    keys += static_cast<double>(cfg.num_visible_compressed(t)) +
-            static_cast<double>((blocks - 1) * cfg.l_sel + (t - c * cfg.l_sel + 1)) +
-            static_cast<double>(std::min(t + 1, cfg.w));
-  }
-  return 2.0 * static_cast<double>(cfg.dk + cfg.dv) * keys * static_cast<double>(cfg.heads * batch);
 }
 
 struct Timing {

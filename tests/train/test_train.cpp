@@ -8,17 +8,13 @@
 
 #include "io/token_shard.h"
 #include "nsa/error.h"
+#include "resume_check.h"
 #include "train/adamw.h"
 #include "train/trainer.h"
 
 namespace nsa::test {
 namespace {
 namespace fs = std::filesystem;
-
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 TrainOptions small_run(const std::string& out) {
   TrainOptions o;
@@ -67,29 +63,7 @@ TEST(AdamW, ClipsTheGlobalNorm) {
 
 TEST(Train, ResumeIsBitExact) {
   const fs::path base = fs::temp_directory_path() / "nsa_test_resume";
-  TrainOptions straight = small_run((base / "straight").string());
-  train(straight);
-  TrainOptions split = small_run((base / "split").string());
-  split.stop_after = 3;
-  train(split);
-  EXPECT_TRUE(fs::exists(base / "split" / "ckpt_00000003" / "COMPLETE"));
-  split.stop_after = 0;
-  split.resume = true;
-  train(split);
-  EXPECT_EQ(read_all(base / "straight" / "ckpt_00000006" / "model.safetensors"),
-            read_all(base / "split" / "ckpt_00000006" / "model.safetensors"));
-  EXPECT_EQ(read_all(base / "straight" / "ckpt_00000006" / "optimizer.safetensors"),
-            read_all(base / "split" / "ckpt_00000006" / "optimizer.safetensors"));
-  // Losses per step agree: compare the "loss" fields line by line.
-  std::ifstream a(base / "straight" / "metrics.jsonl"), b(base / "split" / "metrics.jsonl");
-  std::string la, lb;
-  int lines = 0;
-  while (std::getline(a, la) && std::getline(b, lb)) {
-    EXPECT_EQ(la.substr(0, la.find(",\"tokens_per_s\"")),
-              lb.substr(0, lb.find(",\"tokens_per_s\"")));
-    ++lines;
-  }
-  EXPECT_EQ(lines, 6);
+  expect_resume_exact(small_run((base / "unused").string()), base, 3);
 }
 
 TEST(Train, RefusesDamagedCheckpointsAndMismatchedConfigs) {
@@ -98,7 +72,7 @@ TEST(Train, RefusesDamagedCheckpointsAndMismatchedConfigs) {
   o.steps = 2;
   train(o);
   const fs::path model = base / "run" / "ckpt_00000002" / "model.safetensors";
-  const std::string bytes = read_all(model);
+  const std::string bytes = read_file_bytes(model);
   std::ofstream(model, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   o.resume = true;
   o.steps = 4;
@@ -128,7 +102,7 @@ TEST(Train, EvalReproducesTheValidationLossAndPlotIsWritten) {
                                            o.val_batches, o.batch, 0);
   EXPECT_EQ(e.loss, r.last_val_loss) << "eval must rebuild the same model from the checkpoint";
   EXPECT_EQ(e.step, 3);
-  const std::string svg = read_all(base / "run" / "loss.svg");
+  const std::string svg = read_file_bytes(base / "run" / "loss.svg");
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
   size_t circles = 0;
   for (size_t p = svg.find("<circle"); p != std::string::npos; p = svg.find("<circle", p + 1))

@@ -153,34 +153,21 @@ template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p, int R) {
   using Pipe = KvPipeline<DK, DV, kSelChunkRows, true, SelectedChunks>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R, g = blockIdx.y;
-  const int64_t end = first + R < p.T ? first + R : p.T;
-  int32_t* u_blocks =
-      reinterpret_cast<int32_t*>(smem + kWarps * Pipe::kBytes) + warp * 2 * R * p.n_sel;
-  uint32_t* u_masks = reinterpret_cast<uint32_t*>(u_blocks + R * p.n_sel);
+  const int gid = (threadIdx.x & 31) >> 2;
   const int64_t per_block = (p.l_sel + kSelChunkRows - 1) / kSelChunkRows;
   const float sl2 = p.scale * kLog2e;
-
-  for (int64_t row0 = first; row0 < end;) {
-    const int64_t n = p.seq_of_row[row0], seq_end = p.cu_seqlens[n + 1];
-    const int rows = static_cast<int>((end < seq_end ? end : seq_end) - row0);
-    const SelPack pack = make_sel_pack(p, row0, row0 - p.cu_seqlens[n], rows, g, u_blocks, u_masks);
+  unsigned char* pipe_smem = smem + (threadIdx.x >> 5) * Pipe::kBytes;
+  SelPasses passes(p, R, kWarps, smem + kWarps * Pipe::kBytes);
+  for (SelPack pack; passes.next(p, pack);) {
     const int64_t n_chunks = pack.n_chunks(p);
     const Pipe pipe = make_pipeline<DK, DV, kSelChunkRows, true>(
-        smem + warp * Pipe::kBytes, raw_rows(p, 1, n, g), pack.chunks(p));
+        pipe_smem, raw_rows(p, 1, pack.seq, pack.g), pack.chunks(p));
     for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
       const SelRowMask rm(p, pack, h0);
       const int64_t th_lo = pack.th(p, gid, h0), th_hi = pack.th(p, gid + 8, h0);
       uint32_t qf[DK / 16][4], dof[DV / 16][4];
-      load_a_rows<DK>(qf, [&](int m) -> const bf16* {
-        const int64_t th = pack.th(p, m, h0);
-        return th >= 0 ? p.q + th * DK : nullptr;
-      });
-      load_a_rows<DV>(dof, [&](int m) -> const bf16* {
-        const int64_t th = pack.th(p, m, h0);
-        return th >= 0 ? p.d_o + th * DV : nullptr;
-      });
+      load_pack_rows<DK>(qf, p, pack, h0, p.q);
+      load_pack_rows<DV>(dof, p, pack, h0, p.d_o);
       RowStats st;
       st.load(p, 1, th_lo, th_hi, th_lo >= 0, th_hi >= 0);
       float dq[DK / 8][4] = {};
@@ -200,7 +187,6 @@ __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p
       if (th_lo >= 0) store_dq<DK>(p, dq, 0, th_lo, true);
       if (th_hi >= 0) store_dq<DK>(p, dq, 1, th_hi, true);
     }
-    row0 += rows;
   }
 }
 

@@ -32,7 +32,7 @@ __host__ __device__ inline size_t sel_union_bytes(int64_t hpg, int64_t n_sel) {
 
 // One pass of a warp: rows [row0, row0 + R) of sequence n (positions t0 ...), group g.
 struct SelPack {
-  int64_t row0, t0, g;
+  int64_t row0, t0, g, seq;
   int R, hslot, n_union;
   const int32_t* blocks;  // the union, ascending (shared memory)
   const uint32_t* masks;  // bit r: row r chose the block
@@ -77,7 +77,44 @@ __device__ inline SelPack make_sel_pack(const NsaParams& p, int64_t row0, int64_
   }
   __syncwarp();
   const int hslot = p.hpg < 16 ? static_cast<int>(p.hpg) : 16;
-  return SelPack{row0, t0, g, R, hslot, n, blocks, masks};
+  return SelPack{row0, t0, g, -1, R, hslot, n, blocks, masks};
+}
+
+// The passes of this warp's rows – warp w of CTA x owns rows [(warps·x + w)·R, +R) of group
+// blockIdx.y, one pass per sequence they touch:  for (SelPack pack; passes.next(pack);) { ... }.
+// union_smem: the CTA's union lists, sel_union_bytes(hpg, n_sel) per warp.
+struct SelPasses {
+  int64_t row, end, g;
+  int32_t* blocks;
+  uint32_t* masks;
+
+  __device__ SelPasses(const NsaParams& p, int R, int warps, unsigned char* union_smem) {
+    const int warp = threadIdx.x >> 5;
+    row = (static_cast<int64_t>(blockIdx.x) * warps + warp) * R;
+    end = row + R < p.T ? row + R : p.T;
+    g = blockIdx.y;
+    blocks = reinterpret_cast<int32_t*>(union_smem) + warp * 2 * R * p.n_sel;
+    masks = reinterpret_cast<uint32_t*>(blocks + R * p.n_sel);
+  }
+  __device__ bool next(const NsaParams& p, SelPack& pack) {
+    if (row >= end) return false;
+    const int64_t n = p.seq_of_row[row], seq_end = p.cu_seqlens[n + 1];
+    const int rows = static_cast<int>((end < seq_end ? end : seq_end) - row);
+    pack = make_sel_pack(p, row, row - p.cu_seqlens[n], rows, g, blocks, masks);
+    pack.seq = n;
+    row += rows;
+    return true;
+  }
+};
+
+// A fragments of the pack's (row, head) rows of a [T, H, D] tensor (q or dO), zeros where unused.
+template <int D>
+__device__ __forceinline__ void load_pack_rows(uint32_t a[][4], const NsaParams& p,
+                                               const SelPack& pack, int64_t h0, const bf16* base) {
+  load_a_rows<D>(a, [&](int m) -> const bf16* {
+    const int64_t th = pack.th(p, m, h0);
+    return th >= 0 ? base + th * D : nullptr;
+  });
 }
 
 // What one thread needs for its two MMA rows (gid, gid + 8) to mask a chunk's scores.
