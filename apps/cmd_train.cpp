@@ -3,8 +3,13 @@
 #include <memory>
 
 #include "commands.h"
+#include "dist/communicator.h"
+#include "launch_ranks.h"
 #include "nsa/error.h"
 #include "train/trainer.h"
+#ifdef NSA_HAVE_MPI
+#include "dist/mpi_communicator.h"
+#endif
 #ifdef NSA_HAVE_CUDA
 #include "model/train_model_cuda.h"
 #endif
@@ -47,7 +52,27 @@ void register_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--recompute", o->recompute,
                 "GPU: keep only each layer's input and recompute the rest in the backward");
-  cmd->callback([o, sets, branches, device] {
+  auto nproc = std::make_shared<int>(1);
+  cmd->add_option("--nproc", *nproc,
+                  "data-parallel ranks on this machine (re-runs the command under mpirun)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--fault", o->fault, "test only: 'exit' or 'stall' at --fault-step")->group("");
+  cmd->add_option("--fault-rank", o->fault_rank, "test only: the rank that fails")->group("");
+  cmd->add_option("--fault-step", o->fault_step, "test only: the step it fails at")->group("");
+  cmd->callback([o, sets, branches, device, nproc] {
+    const bool parallel = launched_as_parallel_job();
+    if (*nproc > 1 && !parallel) relaunch_as_ranks(*nproc);
+    std::unique_ptr<Communicator> comm;
+    if (parallel) {
+#ifdef NSA_HAVE_MPI
+      comm = make_mpi_communicator();
+      o->comm = comm.get();
+#else
+      throw Error(
+          "started as one of several ranks, but this build has no MPI (install "
+          "libopenmpi-dev and rebuild)");
+#endif
+    }
     if (*device == "cuda") {
 #ifdef NSA_HAVE_CUDA
       o->model_factory = cuda::make_train_model_cuda;
@@ -62,6 +87,7 @@ void register_train_command(CLI::App& app) {
       o->overrides[s.substr(0, eq)] = s.substr(eq + 1);
     }
     const TrainResult r = train(*o);
+    if (comm && comm->rank() != 0) return;
     std::printf("trained %lld steps: loss %.4f, val loss %.4f -> %s\n",
                 static_cast<long long>(r.steps_done), r.last_loss, r.last_val_loss,
                 o->out_dir.c_str());

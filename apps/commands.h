@@ -3,7 +3,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 namespace nsa::app {
+
+// The process's own argv, for subcommands that re-launch themselves (`nsa train --nproc N`).
+const std::vector<std::string>& command_line();
 
 void register_attention_command(CLI::App& app);
 void register_inspect_command(CLI::App& app);

@@ -7,7 +7,17 @@
 #include "commands.h"
 #include "nsa/error.h"
 
+namespace nsa::app {
+namespace {
+std::vector<std::string> g_command_line;
+}  // namespace
+const std::vector<std::string>& command_line() {
+  return g_command_line;
+}
+}  // namespace nsa::app
+
 int main(int argc, char** argv) {
+  nsa::app::g_command_line.assign(argv, argv + argc);
   CLI::App app{"nsa: Native Sparse Attention – kernels, model, training and tools"};
   app.require_subcommand(1);
   nsa::app::register_attention_command(app);

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config clang-format
           libgtest-dev libgmock-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-          libsentencepiece-dev sentencepiece)
+          libsentencepiece-dev sentencepiece openmpi-bin libopenmpi-dev)
 
 missing=()
 for p in "${packages[@]}"; do

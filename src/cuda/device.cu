@@ -37,4 +37,18 @@ std::string device_description(int device) {
              static_cast<double>(prop.totalGlobalMem) / (1 << 30), " GiB)");
 }
 
+int select_local_device() {
+  const int n = device_count();
+  NSA_CHECK(n > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
+  int local = 0;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
+  }
+  NSA_CUDA_CHECK(cudaSetDevice(local % n));
+  return local % n;
+}
+
 }  // namespace nsa::cuda

@@ -10,6 +10,7 @@
 
 #include "adamw.h"
 #include "checkpoint.h"
+#include "dist/communicator.h"
 #include "model/model_cpu.h"
 #include "token_loader.h"
 
@@ -21,6 +22,8 @@ class TrainModel {
   virtual void zero_grads() = 0;
   // Mean loss of one micro-batch; with `backward` its gradients are added to the accumulators.
   virtual double forward_backward(const Batch& batch, bool backward, ModelStats* stats) = 0;
+  // Sums the accumulated gradients over the ranks of `comm` (every parameter, in one fixed order).
+  virtual void allreduce_grads(Communicator& comm) = 0;
   // One AdamW update on the accumulated gradients times grad_scale; the pre-clip gradient norm.
   virtual double optimizer_step(int64_t step, double grad_scale) = 0;
   // Host tensors holding the weights and the AdamW moments (named order). pull() refreshes them

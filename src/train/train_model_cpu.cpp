@@ -1,4 +1,5 @@
 // The CPU training backend (see train_model.h): model_loss_cpu and AdamW on host tensors.
+#include <algorithm>
 #include <memory>
 
 #include "train_model.h"
@@ -32,6 +33,17 @@ class TrainModelCpu : public TrainModel {
     return model_loss_cpu<float>(cfg_, params_, layout_, b.inputs, b.targets,
                                  backward ? &grads_ : nullptr, stats);
   }
+  void allreduce_grads(Communicator& comm) override {
+    // One flat buffer: one collective per step instead of one per tensor.
+    flat_.clear();
+    for (const Tensor<float>* g : gptr_) flat_.insert(flat_.end(), g->data.begin(), g->data.end());
+    comm.allreduce_sum(flat_.data(), static_cast<int64_t>(flat_.size()));
+    size_t off = 0;
+    for (Tensor<float>* g : gptr_) {
+      std::copy(flat_.begin() + off, flat_.begin() + off + g->data.size(), g->data.begin());
+      off += g->data.size();
+    }
+  }
   double optimizer_step(int64_t step, double grad_scale) override {
     if (grad_scale != 1.0) {
       const float s = static_cast<float>(grad_scale);
@@ -55,6 +67,7 @@ class TrainModelCpu : public TrainModel {
   ModelParams<float> params_, grads_;
   std::vector<Tensor<float>*> gptr_;
   std::unique_ptr<AdamW> opt_;
+  std::vector<float> flat_;
 };
 
 }  // namespace

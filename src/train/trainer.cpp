@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "checkpoint.h"
 #include "loss_plot.h"
@@ -53,24 +54,66 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   return r;
 }
 
-// Mean validation loss through a training backend (the same layout as training).
-double validation_loss(TrainModel& model, const ModelConfig& cfg, const std::string& data,
-                       int64_t batches, int64_t batch, int64_t S) {
-  TokenLoader val(data, "val", cfg.vocab_size, cfg.seed);
-  double sum = 0;
-  for (int64_t i = 0; i < batches; ++i)
-    sum += model.forward_backward(val.next(batch, S), false, nullptr);
-  return sum / static_cast<double>(batches);
+namespace {
+
+// The inputs of rank r: sequences [r·B, (r+1)·B) of the global batch.
+Batch rank_slice(const Batch& global, int rank, int64_t tokens) {
+  Batch b;
+  b.inputs.assign(global.inputs.begin() + rank * tokens,
+                  global.inputs.begin() + (rank + 1) * tokens);
+  b.targets.assign(global.targets.begin() + rank * tokens,
+                   global.targets.begin() + (rank + 1) * tokens);
+  return b;
 }
 
+// Everything that must agree across ranks, hashed: the model config and the training options.
+uint64_t run_fingerprint(const ModelConfig& cfg, const TrainOptions& o, int64_t S) {
+  std::ostringstream os;
+  for (const auto& [k, v] : model_config_fields(cfg)) os << k << '=' << v << ';';
+  os << "data=" << o.data << ";steps=" << o.steps << ";batch=" << o.batch << ";seq=" << S
+     << ";accum=" << o.grad_accum << ";lr=" << o.adam.lr << ";min_lr=" << o.adam.min_lr
+     << ";warmup=" << o.adam.warmup << ";wd=" << o.adam.weight_decay << ";clip=" << o.adam.clip
+     << ";resume=" << o.resume << ";out=" << o.out_dir;
+  return std::hash<std::string>{}(os.str());
+}
+
+// Mean validation loss through a training backend: the same global batches of world·B sequences
+// as one process with batch world·B would see, each rank taking its slice.
+double validation_loss(TrainModel& model, Communicator& comm, const ModelConfig& cfg,
+                       const std::string& data, int64_t batches, int64_t batch, int64_t S) {
+  TokenLoader val(data, "val", cfg.vocab_size, cfg.seed);
+  const int world = comm.world();
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    const Batch global = val.next(batch * world, S);
+    sum += model.forward_backward(world > 1 ? rank_slice(global, comm.rank(), batch * S) : global,
+                                  false, nullptr);
+  }
+  comm.allreduce_sum(&sum, 1);
+  return sum / static_cast<double>(batches * world);
+}
+
+}  // namespace
+
 TrainResult train(const TrainOptions& o) {
+  std::unique_ptr<Communicator> local;
+  if (!o.comm) local = make_local_communicator();
+  Communicator& comm = o.comm ? *o.comm : *local;
+  const int rank = comm.rank(), world = comm.world();
+  const bool lead = rank == 0;
   ModelConfig cfg = load_model_config(o.config);
   for (const auto& [k, v] : o.overrides) set_model_field(cfg, k, v);
   cfg.validate();
   const int64_t S = o.seq_len > 0 ? o.seq_len : cfg.seq_len;
   NSA_CHECK(o.steps > 0 && o.batch > 0 && o.grad_accum > 0,
             "--steps, --batch and --grad-accum must be positive");
-  fs::create_directories(o.out_dir);
+  const std::vector<uint64_t> prints = comm.allgather(run_fingerprint(cfg, o, S));
+  for (int r = 1; r < world; ++r) {
+    NSA_CHECK(prints[r] == prints[0], "rank ", r, " was started with a different model config or ",
+              "training options than rank 0: every rank must get the same flags and config file");
+  }
+  if (lead) fs::create_directories(o.out_dir);
+  comm.barrier();
 
   AdamWConfig ac = o.adam;
   ac.total_steps = o.steps;
@@ -93,35 +136,82 @@ TrainResult train(const TrainOptions& o) {
       model->push();
       start = st.step;
       loader.set_position(st.train_position);
-      if (!o.quiet)
+      if (!o.quiet && lead)
         std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
     }
   }
-  Watchdog watchdog(o.watchdog_s, (fs::path(o.out_dir) / "stacks.txt").string());
-  std::ofstream metrics(fs::path(o.out_dir) / "metrics.jsonl",
-                        start > 0 ? std::ios::app : std::ios::trunc);
+  Watchdog watchdog(o.watchdog_s,
+                    (fs::path(o.out_dir) /
+                     (world > 1 ? "stacks.rank" + std::to_string(rank) + ".txt" : "stacks.txt"))
+                        .string());
+  // Multi-rank: each rank records its step and phase in heartbeat.rank<r>, so a watchdog that
+  // fires while waiting in a collective can name the rank that is behind.
+  int64_t cur_step = start;
+  const auto progress = [&](const char* phase) {
+    watchdog.progress(phase);
+    if (world > 1) {
+      std::ofstream(fs::path(o.out_dir) / ("heartbeat.rank" + std::to_string(rank)))
+          << cur_step + 1 << " " << phase << "\n";
+    }
+  };
+  if (world > 1) {
+    watchdog.set_stall_note([&o, world, rank] {
+      std::string behind;
+      std::vector<std::string> states(static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) {
+        std::ifstream f(fs::path(o.out_dir) / ("heartbeat.rank" + std::to_string(r)));
+        std::getline(f, states[r]);
+      }
+      for (int r = 0; r < world; ++r) {
+        if (r != rank && states[r] != states[rank]) {
+          behind += str(behind.empty() ? "" : ", ", "rank ", r, " at step/phase '", states[r], "'");
+        }
+      }
+      return behind.empty()
+                 ? std::string()
+                 : str(" (this is rank ", rank, " at '", states[rank], "'; ", behind, ")");
+    });
+  }
+  std::ofstream metrics;
+  if (lead) {
+    metrics.open(fs::path(o.out_dir) / "metrics.jsonl",
+                 start > 0 ? std::ios::app : std::ios::trunc);
+  }
   TrainResult r;
   for (int64_t step = start; step < o.steps; ++step) {
+    cur_step = step;
     const auto t0 = std::chrono::steady_clock::now();
     model->zero_grads();
     double loss = 0;
     ModelStats stats;
     stats.check_finite = o.anomaly;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      watchdog.progress("data");
-      const Batch b = loader.next(o.batch, S);
-      watchdog.progress("forward+backward");
-      loss += model->forward_backward(b, true, &stats);
+      progress("data");
+      const Batch global = loader.next(o.batch * world, S);
+      progress("forward+backward");
+      loss += model->forward_backward(world > 1 ? rank_slice(global, rank, o.batch * S) : global,
+                                      true, &stats);
     }
-    watchdog.progress("optimizer");
+    if (rank == o.fault_rank && step + 1 == o.fault_step) {
+      if (o.fault == "exit") std::_Exit(17);
+      if (o.fault == "stall") std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    if (world > 1) {
+      progress("gradient all-reduce");
+      model->allreduce_grads(comm);
+      comm.allreduce_sum(&loss, 1);
+      loss /= static_cast<double>(world);
+    }
+    progress("optimizer");
     loss /= static_cast<double>(o.grad_accum);
     NSA_CHECK(std::isfinite(loss), "non-finite loss ", loss, " at step ", step,
               ": stopping (lower the learning rate, or rerun with --anomaly to name the first bad "
               "tensor)");
-    const double gnorm = model->optimizer_step(step, 1.0 / static_cast<double>(o.grad_accum));
+    const double gnorm =
+        model->optimizer_step(step, 1.0 / static_cast<double>(o.grad_accum * world));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    const double tok_s = static_cast<double>(o.batch * S * o.grad_accum) / (ms / 1e3);
+    const double tok_s = static_cast<double>(o.batch * S * o.grad_accum * world) / (ms / 1e3);
     const double mem_mib =
         static_cast<double>(on_cpu ? host_memory_stats().current_bytes : model->device_bytes()) /
         (1 << 20);
@@ -131,8 +221,8 @@ TrainResult train(const TrainOptions& o) {
     line.precision(9);
     line << "{\"step\":" << step + 1 << ",\"loss\":" << loss << ",\"lr\":" << lr_at(ac, step)
          << ",\"grad_norm\":" << gnorm << ",\"tokens_per_s\":" << tok_s << ",\"step_ms\":" << ms
-         << ",\"device\":\"" << model->device() << "\",\"memory_mib\":" << mem_mib
-         << ",\"gate_mean\":{\"cmp\":" << stats.gate_mean[kCmp]
+         << ",\"device\":\"" << model->device() << "\",\"world\":" << world
+         << ",\"memory_mib\":" << mem_mib << ",\"gate_mean\":{\"cmp\":" << stats.gate_mean[kCmp]
          << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin] << "}";
     if (on_cpu) {
       line << ",\"sel_distance_hist\":[";
@@ -141,14 +231,16 @@ TrainResult train(const TrainOptions& o) {
     }
     const bool do_val = o.val_every > 0 && ((step + 1) % o.val_every == 0 || step + 1 == o.steps);
     if (do_val) {
-      watchdog.progress("validation");
-      r.last_val_loss = validation_loss(*model, cfg, o.data, o.val_batches, o.batch, S);
+      progress("validation");
+      r.last_val_loss = validation_loss(*model, comm, cfg, o.data, o.val_batches, o.batch, S);
       line << ",\"val_loss\":" << r.last_val_loss << ",\"val_ppl\":" << std::exp(r.last_val_loss);
     }
     line << "}";
-    metrics << line.str() << "\n" << std::flush;
-    std::ofstream(fs::path(o.out_dir) / "heartbeat") << step + 1 << "\n";
-    if (!o.quiet) {
+    if (lead) {
+      metrics << line.str() << "\n" << std::flush;
+      std::ofstream(fs::path(o.out_dir) / "heartbeat") << step + 1 << "\n";
+    }
+    if (!o.quiet && lead) {
       std::printf(
           "step %5lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | %.0f ms | %.0f MiB%s\n",
           static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss, lr_at(ac, step),
@@ -157,16 +249,21 @@ TrainResult train(const TrainOptions& o) {
     }
     const bool stop = o.stop_after > 0 && step + 1 - start >= o.stop_after;
     if ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps || stop) {
-      watchdog.progress("checkpoint");
-      model->pull();
-      TrainState st{step + 1, loader.position(), model_config_fields(cfg)};
-      save_checkpoint(o.out_dir, st, named, model->adam_m(), model->adam_v(),
-                      static_cast<int>(o.keep));
+      progress("checkpoint");
+      if (lead) {  // the replicas are identical: rank 0 writes for all
+        model->pull();
+        TrainState st{step + 1, loader.position(), model_config_fields(cfg)};
+        save_checkpoint(o.out_dir, st, named, model->adam_m(), model->adam_v(),
+                        static_cast<int>(o.keep));
+      }
+      comm.barrier();  // a rank that stops or resumes next finds the checkpoint complete
     }
     if (stop) break;
   }
-  write_loss_plot((fs::path(o.out_dir) / "metrics.jsonl").string(),
-                  (fs::path(o.out_dir) / "loss.svg").string());
+  if (lead) {
+    write_loss_plot((fs::path(o.out_dir) / "metrics.jsonl").string(),
+                    (fs::path(o.out_dir) / "loss.svg").string());
+  }
   return r;
 }
 

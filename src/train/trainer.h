@@ -1,4 +1,5 @@
-// `nsa train`: the training loop around a model backend, CPU or GPU (SPEC §6, train_model.h).
+// `nsa train`: the training loop around a model backend, CPU or GPU (SPEC §6, train_model.h),
+// in one process or as one rank of a data-parallel run.
 //
 // Per step: gradient accumulation over micro-batches, a non-finite-loss stop, AdamW with clipping
 // and warm-up + cosine, one console line and one JSON line (metrics.jsonl), a heartbeat file;
@@ -33,6 +34,15 @@ struct TrainOptions {
   bool recompute = false;   // recompute each layer's activations in the backward (GPU model)
   // The model backend; empty: the CPU reference. `nsa train --device cuda` sets the GPU one.
   TrainModelFactory model_factory;
+  // The ranks of a data-parallel run (dist/communicator.h); null: one process. Each rank takes its
+  // own B sequences of every global batch of world·B, gradients and losses are summed over the
+  // ranks each step, rank 0 writes metrics, plots and checkpoints.
+  Communicator* comm = nullptr;
+  // Failure injection for the multi-rank tests: at step fault_step, rank fault_rank exits with
+  // code 17 (fault = "exit") or stops making progress (fault = "stall").
+  std::string fault;
+  int fault_rank = -1;
+  int64_t fault_step = 0;
 };
 
 struct TrainResult {

@@ -124,8 +124,9 @@ void Watchdog::run() {
       std::snprintf(reason, sizeof reason, "watchdog: no progress for %.1f s (timeout %.1f s)",
                     idle, timeout_s_);
       dump(reason);
-      std::fprintf(stderr, "nsa: error: %s in phase '%s'; stacks of all threads in %s\n", reason,
-                   phase_.load(), dump_path_.c_str());
+      const std::string note = note_ ? note_() : std::string();
+      std::fprintf(stderr, "nsa: error: %s in phase '%s'%s; stacks of all threads in %s\n", reason,
+                   phase_.load(), note.c_str(), dump_path_.c_str());
       std::fflush(stderr);
       _exit(3);
     }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -28,6 +29,9 @@ class Watchdog {
   // Writes all threads' stacks and `reason` to the dump file now (also what SIGUSR1 does).
   void dump(const char* reason);
   const std::string& dump_path() const { return dump_path_; }
+  // Extra text for the stall message (multi-rank runs: which rank the others wait for). Set
+  // before the first progress() report.
+  void set_stall_note(std::function<std::string()> note) { note_ = std::move(note); }
 
  private:
   void run();
@@ -36,6 +40,7 @@ class Watchdog {
   std::atomic<long long> last_ns_;
   std::atomic<const char*> phase_{"start"};
   std::atomic<bool> stop_{false};
+  std::function<std::string()> note_;
   std::thread thread_;
 };
 

@@ -145,26 +145,52 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   dz_bf_.resize(T * 3 * H);
   dq_bf_.resize(T * H * a.dk);
   dkv_bf_.resize(T * Gk * std::max(a.dk, a.dv));
+  // The layout tables above (and the layers') were uploaded with cudaMemcpy on the legacy stream,
+  // which the model's non-blocking stream does not wait for: finish them now.
+  NSA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 ModelCuda::~ModelCuda() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void ModelCuda::copy_named(ModelParams<float>& host, float* dev, bool upload) {
-  const auto named = host.named(cfg_);
-  NSA_CHECK(named.size() == slots_.size(), "model parameters: ", named.size(),
-            " tensors, expected ", slots_.size());
-  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t i = 0; i < named.size(); ++i) {
-    Tensor<float>& t = *named[i].second;
-    NSA_CHECK(t.numel() == slots_[i].numel, "parameter ", named[i].first, " has ", t.numel(),
-              " elements, expected ", slots_[i].numel);
-    const size_t bytes = static_cast<size_t>(t.numel()) * sizeof(float);
+// host[i]: slot i's elements on the host. On the model's stream (it is non-blocking, so a plain
+// cudaMemcpy would not be ordered with its kernels), then synchronised.
+void ModelCuda::copy_slots(const std::vector<float*>& host, float* dev, bool upload) {
+  NSA_CHECK(host.size() == slots_.size(), "model parameters: ", host.size(), " tensors, expected ",
+            slots_.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(slots_[i].numel) * sizeof(float);
     float* d = dev + slots_[i].offset;
-    NSA_CUDA_CHECK(upload ? cudaMemcpy(d, t.ptr(), bytes, cudaMemcpyHostToDevice)
-                          : cudaMemcpy(t.ptr(), d, bytes, cudaMemcpyDeviceToHost));
+    NSA_CUDA_CHECK(upload ? cudaMemcpyAsync(d, host[i], bytes, cudaMemcpyHostToDevice, stream_)
+                          : cudaMemcpyAsync(host[i], d, bytes, cudaMemcpyDeviceToHost, stream_));
   }
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelCuda::copy_named(ModelParams<float>& params, float* dev, bool upload) {
+  std::vector<float*> host;
+  for (const auto& [name, t] : params.named(cfg_)) {
+    NSA_CHECK(host.size() < slots_.size() && t->numel() == slots_[host.size()].numel, "parameter ",
+              name, " has ", t->numel(), " elements, which does not match the model");
+    host.push_back(t->ptr());
+  }
+  copy_slots(host, dev, upload);
+}
+
+void ModelCuda::copy_moments(const std::vector<Tensor<float>>& m,
+                             const std::vector<Tensor<float>>& v, bool upload) {
+  NSA_CHECK(m.size() == slots_.size() && v.size() == slots_.size(), "AdamW state: ", m.size(),
+            " moments for ", slots_.size(), " parameters");
+  std::vector<float*> hm, hv;
+  for (size_t i = 0; i < m.size(); ++i) {
+    NSA_CHECK(m[i].numel() == slots_[i].numel && v[i].numel() == slots_[i].numel,
+              "AdamW state: moment ", i, " has the wrong size");
+    hm.push_back(const_cast<float*>(m[i].ptr()));
+    hv.push_back(const_cast<float*>(v[i].ptr()));
+  }
+  copy_slots(hm, adam_m_.get(), upload);
+  copy_slots(hv, adam_v_.get(), upload);
 }
 
 void ModelCuda::set_params(ModelParams<float>& params) {
@@ -180,31 +206,30 @@ void ModelCuda::get_grads(ModelParams<float>& grads) {
 
 void ModelCuda::set_adam_state(const std::vector<Tensor<float>>& m,
                                const std::vector<Tensor<float>>& v) {
-  NSA_CHECK(m.size() == slots_.size() && v.size() == slots_.size(), "AdamW state: ", m.size(),
-            " moments for ", slots_.size(), " parameters");
-  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const size_t bytes = static_cast<size_t>(slots_[i].numel) * sizeof(float);
-    NSA_CUDA_CHECK(
-        cudaMemcpy(adam_m_.get() + slots_[i].offset, m[i].ptr(), bytes, cudaMemcpyHostToDevice));
-    NSA_CUDA_CHECK(
-        cudaMemcpy(adam_v_.get() + slots_[i].offset, v[i].ptr(), bytes, cudaMemcpyHostToDevice));
-  }
+  copy_moments(m, v, true);
 }
 
 void ModelCuda::get_adam_state(std::vector<Tensor<float>>& m, std::vector<Tensor<float>>& v) {
-  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const size_t bytes = static_cast<size_t>(slots_[i].numel) * sizeof(float);
-    NSA_CUDA_CHECK(
-        cudaMemcpy(m[i].ptr(), adam_m_.get() + slots_[i].offset, bytes, cudaMemcpyDeviceToHost));
-    NSA_CUDA_CHECK(
-        cudaMemcpy(v[i].ptr(), adam_v_.get() + slots_[i].offset, bytes, cudaMemcpyDeviceToHost));
-  }
+  copy_moments(m, v, false);
 }
 
 void ModelCuda::zero_grads() {
   grads_.zero(stream_);
+}
+
+void ModelCuda::download_grads_flat(std::vector<float>& host) {
+  host.resize(static_cast<size_t>(grads_.size()));
+  NSA_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), grads_.get(), grads_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelCuda::upload_grads_flat(const std::vector<float>& host) {
+  NSA_CHECK(static_cast<int64_t>(host.size()) == grads_.size(), "gradient buffer of ", host.size(),
+            " floats, expected ", grads_.size());
+  NSA_CUDA_CHECK(
+      cudaMemcpyAsync(grads_.get(), host.data(), grads_.bytes(), cudaMemcpyHostToDevice, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 // model_cpu.cpp's layer forward: norm → q, k, v (RoPE), gates → NSA → wo + residual → norm → MLP

@@ -47,6 +47,9 @@ class ModelCuda {
   void get_adam_state(std::vector<Tensor<float>>& m, std::vector<Tensor<float>>& v);
 
   void zero_grads();
+  // The whole gradient buffer (alignment padding included, always zero) to and from the host.
+  void download_grads_flat(std::vector<float>& host);
+  void upload_grads_flat(const std::vector<float>& host);
   // One micro-batch laid out as the constructor's layout: returns its mean loss; with `backward`
   // adds every parameter's gradient into the gradient buffer. stats: gate means (the selection
   // histogram is not collected on the GPU).
@@ -71,7 +74,10 @@ class ModelCuda {
   float* P(int slot) { return params_.get() + slots_[slot].offset; }
   bf16* Pb(int slot) { return params_bf16_.get() + slots_[slot].offset; }
   float* G(int slot) { return grads_.get() + slots_[slot].offset; }
-  void copy_named(ModelParams<float>& host, float* dev, bool upload);
+  void copy_slots(const std::vector<float*>& host, float* dev, bool upload);
+  void copy_named(ModelParams<float>& params, float* dev, bool upload);
+  void copy_moments(const std::vector<Tensor<float>>& m, const std::vector<Tensor<float>>& v,
+                    bool upload);
   void layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out);
   void layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx);
 

@@ -1,6 +1,7 @@
 // The GPU training backend (see train_model_cuda.h).
 #include "train_model_cuda.h"
 
+#include "device.h"
 #include "model_cuda.h"
 
 namespace nsa::cuda {
@@ -25,6 +26,12 @@ class TrainModelCuda : public TrainModel {
   double forward_backward(const Batch& b, bool backward, ModelStats* stats) override {
     return model_.forward_backward(b.inputs, b.targets, backward, stats);
   }
+  // Through host memory (the MPI communicator reads host buffers).
+  void allreduce_grads(Communicator& comm) override {
+    model_.download_grads_flat(flat_);
+    comm.allreduce_sum(flat_.data(), static_cast<int64_t>(flat_.size()));
+    model_.upload_grads_flat(flat_);
+  }
   double optimizer_step(int64_t step, double grad_scale) override {
     return model_.optimizer_step(adam_, step, grad_scale);
   }
@@ -48,12 +55,14 @@ class TrainModelCuda : public TrainModel {
   ModelCuda model_;
   ModelParams<float> params_;
   std::vector<Tensor<float>> m_, v_;
+  std::vector<float> flat_;
 };
 
 }  // namespace
 
 std::unique_ptr<TrainModel> make_train_model_cuda(const ModelConfig& cfg, const SeqLayout& layout,
                                                   const AdamWConfig& adam, bool recompute) {
+  select_local_device();  // one GPU per rank of a node
   return std::make_unique<TrainModelCuda>(cfg, layout, adam, recompute);
 }
 

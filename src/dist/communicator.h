@@ -1,0 +1,37 @@
+// The processes of a data-parallel run and the collectives the trainer needs (SPEC §6).
+//
+// Backends: local (one process, every collective is the identity) and MPI (CPU processes started
+// by mpirun, Slurm's srun or `nsa train --nproc N`; built when CMake finds MPI). Every collective
+// gives bit-identical results on every rank – the replicas of a data-parallel run must stay
+// identical – and a failure anywhere ends the whole job: MPI aborts every rank when one exits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nsa {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual const char* backend() const = 0;
+  // In place: data[i] = Σ over ranks, the same bits on every rank.
+  virtual void allreduce_sum(float* data, int64_t n) = 0;
+  virtual void allreduce_sum(double* data, int64_t n) = 0;
+  // Every rank's value, in rank order.
+  virtual std::vector<uint64_t> allgather(uint64_t value) = 0;
+  virtual void barrier() = 0;
+};
+
+// The single-process communicator.
+std::unique_ptr<Communicator> make_local_communicator();
+
+// True when the environment says this process was started by a parallel launcher (OpenMPI's
+// mpirun, Slurm, or PMI/PMIx) as one of several.
+bool launched_as_parallel_job();
+
+}  // namespace nsa

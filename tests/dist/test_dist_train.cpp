@@ -1,0 +1,152 @@
+// Data-parallel training over MPI on the CPU, end to end through the `nsa` binary: 2 ranks with
+// batch B against 1 rank with batch 2B, exact resume across ranks, and the failure contract – a
+// rank that dies or stalls, or was started with other flags, ends the whole job non-zero, in
+// bounded time, with a message naming it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "resume_check.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace nsa::test {
+namespace {
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int rc;
+  std::string output;
+  double seconds;
+};
+
+Outcome run(const std::string& cmd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  Outcome r{-1, "", 0};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+// A small model on synthetic tokens; `extra` adds flags.
+std::string train_cmd(const fs::path& out, int64_t batch, const std::string& extra) {
+  return std::string("timeout 120 ") + NSA_BINARY + " train --config " + NSA_SOURCE_DIR +
+         "/configs/tiny.yaml --set dim=32 --set n_layers=2 --set seq_len=64 --data synthetic" +
+         " --steps 6 --val-every 3 --val-batches 2 --ckpt-every 3 --batch " +
+         std::to_string(batch) + " --out " + out.string() + " " + extra;
+}
+
+std::vector<double> metric(const fs::path& run_dir, const std::string& field) {
+  std::ifstream f(run_dir / "metrics.jsonl");
+  std::vector<double> out;
+  std::string line;
+  const std::string key = "\"" + field + "\":";
+  while (std::getline(f, line)) {
+    const size_t at = line.find(key);
+    if (at != std::string::npos) out.push_back(std::stod(line.substr(at + key.size())));
+  }
+  return out;
+}
+
+fs::path base_dir(const char* name) {
+  const fs::path p = fs::temp_directory_path() / name;
+  fs::remove_all(p);
+  return p;
+}
+
+TEST(DistTrain, TwoRanksWithBatchBEqualOneRankWithBatch2B) {
+  const fs::path base = base_dir("nsa_dist_equiv");
+  const Outcome one = run(train_cmd(base / "one", 4, ""));
+  ASSERT_EQ(one.rc, 0) << one.output;
+  const Outcome two = run(train_cmd(base / "two", 2, "--nproc 2"));
+  ASSERT_EQ(two.rc, 0) << two.output;
+  // fp32: the two ranks' gradients are summed in another order than one rank's.
+  for (const char* field : {"loss", "val_loss", "grad_norm"}) {
+    const std::vector<double> a = metric(base / "one", field), b = metric(base / "two", field);
+    ASSERT_EQ(a.size(), b.size()) << field;
+    ASSERT_FALSE(a.empty()) << field;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i])) << field;
+  }
+  ModelConfig cfg = load_model_config(std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml");
+  set_model_field(cfg, "dim", "32");
+  set_model_field(cfg, "n_layers", "2");
+  ModelParams<float> pa = init_model_params<float>(cfg), pb = init_model_params<float>(cfg);
+  load_model_weights((base / "one" / "ckpt_00000006").string(), pa.named(cfg));
+  load_model_weights((base / "two" / "ckpt_00000006").string(), pb.named(cfg));
+  const auto na = pa.named(cfg), nb = pb.named(cfg);
+  double worst = 0;
+  for (size_t i = 0; i < na.size(); ++i) {
+    double d = 0, r = 0;
+    for (int64_t j = 0; j < na[i].second->numel(); ++j) {
+      const double x = (*na[i].second)[j], y = (*nb[i].second)[j];
+      d += (x - y) * (x - y), r += x * x;
+    }
+    worst = std::max(worst, std::sqrt(d / r));
+  }
+  std::printf("  weights after 6 steps: worst relative L2 difference %.2e\n", worst);
+  EXPECT_LT(worst, 1e-5);
+}
+
+TEST(DistTrain, ResumeAcrossRanksIsExact) {
+  const fs::path base = base_dir("nsa_dist_resume");
+  ASSERT_EQ(run(train_cmd(base / "straight", 2, "--nproc 2")).rc, 0);
+  ASSERT_EQ(run(train_cmd(base / "split", 2, "--nproc 2 --stop-after 3")).rc, 0);
+  const Outcome resumed = run(train_cmd(base / "split", 2, "--nproc 2 --resume"));
+  ASSERT_EQ(resumed.rc, 0) << resumed.output;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(read_file_bytes(base / "straight" / "ckpt_00000006" / file),
+              read_file_bytes(base / "split" / "ckpt_00000006" / file))
+        << file;
+  }
+  EXPECT_EQ(metric(base / "straight", "loss"), metric(base / "split", "loss"));
+}
+
+TEST(DistTrain, ADeadRankEndsTheJob) {
+  const fs::path base = base_dir("nsa_dist_dead");
+  const Outcome r = run(train_cmd(base, 2, "--nproc 2 --fault exit --fault-rank 1 --fault-step 3"));
+  std::printf("  exit %d after %.1f s\n", r.rc, r.seconds);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_LT(r.seconds, 60);
+  EXPECT_NE(r.output.find(",1]"), std::string::npos) << "mpirun should name rank 1:\n" << r.output;
+  EXPECT_NE(r.output.find("Exit code:    17"), std::string::npos) << r.output;
+}
+
+TEST(DistTrain, AStalledRankIsNamedAndEndsTheJob) {
+  const fs::path base = base_dir("nsa_dist_stall");
+  const Outcome r =
+      run(train_cmd(base, 2, "--nproc 2 --watchdog 3 --fault stall --fault-rank 1 --fault-step 3"));
+  std::printf("  exit %d after %.1f s\n", r.rc, r.seconds);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_LT(r.seconds, 60);
+  EXPECT_NE(r.output.find("rank 1 at step/phase '3 forward+backward'"), std::string::npos)
+      << r.output;
+}
+
+TEST(DistTrain, RanksWithDifferentFlagsAreRefused) {
+  const fs::path base = base_dir("nsa_dist_mismatch");
+  const std::string root = geteuid() == 0 ? " --allow-run-as-root" : "";
+  const Outcome r = run(std::string("timeout 120 mpirun") + root + " --oversubscribe -np 1 " +
+                    train_cmd(base, 2, "--lr 1e-3").substr(12) + " : -np 1 " +
+                    train_cmd(base, 2, "--lr 2e-3").substr(12));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("rank 1 was started with a different model config or training options"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace nsa::test
