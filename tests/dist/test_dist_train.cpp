@@ -140,8 +140,8 @@ TEST(DistTrain, RanksWithDifferentFlagsAreRefused) {
   const fs::path base = base_dir("nsa_dist_mismatch");
   const std::string root = geteuid() == 0 ? " --allow-run-as-root" : "";
   const Outcome r = run(std::string("timeout 120 mpirun") + root + " --oversubscribe -np 1 " +
-                    train_cmd(base, 2, "--lr 1e-3").substr(12) + " : -np 1 " +
-                    train_cmd(base, 2, "--lr 2e-3").substr(12));
+                        train_cmd(base, 2, "--lr 1e-3").substr(12) + " : -np 1 " +
+                        train_cmd(base, 2, "--lr 2e-3").substr(12));
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.output.find("rank 1 was started with a different model config or training options"),
             std::string::npos)
