@@ -1,10 +1,12 @@
-// `nsa eval`: validation loss and perplexity of a checkpoint (its own config and weights).
+// `nsa eval`: validation loss and perplexity of a checkpoint (its own config and weights), or its
+// needle-retrieval accuracy by context length and depth (--task needle).
 #include <cstdio>
 #include <memory>
 
 #include "commands.h"
 #include "nsa/error.h"
 #include "train/checkpoint.h"
+#include "train/needle_eval.h"
 #include "train/trainer.h"
 
 namespace nsa::app {
@@ -13,17 +15,48 @@ void register_eval_command(CLI::App& app) {
   struct Args {
     std::string checkpoint, run, data;
     int64_t batches = 20, batch = 8, seq_len = 0;
+    std::string task = "loss";
+    std::vector<int64_t> seq_lens = {1024, 4096, 16384};
+    std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+    int64_t samples = 20;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("eval", "Validation loss / perplexity of a checkpoint");
   cmd->add_option("--checkpoint", a->checkpoint, "a ckpt_* folder");
   cmd->add_option("--run", a->run, "a run folder: its newest complete checkpoint");
-  cmd->add_option("--data", a->data, "folder with val_*.bin shards (or 'synthetic')")->required();
+  cmd->add_option("--task", a->task, "loss (validation loss) or needle (retrieval accuracy)")
+      ->check(CLI::IsMember({"loss", "needle"}));
+  cmd->add_option("--data", a->data, "folder with val_*.bin shards (or 'synthetic'); task loss");
+  cmd->add_option("--seq-lens", a->seq_lens, "needle: context lengths")->delimiter(',');
+  cmd->add_option("--depths", a->depths, "needle: depths in [0, 1]")->delimiter(',');
+  cmd->add_option("--samples", a->samples, "needle: sequences per (length, depth)");
   cmd->add_option("--batches", a->batches, "validation batches");
   cmd->add_option("--batch", a->batch, "sequences per batch");
   cmd->add_option("--seq-len", a->seq_len, "tokens per sequence (default: the config's)");
   cmd->callback([a] {
     const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
+    if (a->task == "needle") {
+      const std::vector<NeedleCell> cells =
+          evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples);
+      std::printf("needle retrieval of %s (%lld samples per cell; accuracy)\n%8s", ckpt.c_str(),
+                  static_cast<long long>(a->samples), "S \\ depth");
+      for (double d : a->depths) std::printf(" %7.2f", d);
+      for (size_t i = 0; i < cells.size(); ++i) {
+        if (i % a->depths.size() == 0)
+          std::printf("\n%8lld", static_cast<long long>(cells[i].seq_len));
+        std::printf(" %7.2f", cells[i].accuracy());
+      }
+      std::printf("\n");
+      for (const NeedleCell& c : cells) {
+        std::printf(
+            "{\"task\":\"needle\",\"seq_len\":%lld,\"depth\":%.4f,\"samples\":%lld,"
+            "\"retrieved\":%lld,\"accuracy\":%.4f}\n",
+            static_cast<long long>(c.seq_len), c.depth, static_cast<long long>(c.samples),
+            static_cast<long long>(c.retrieved), c.accuracy());
+      }
+      return;
+    }
+    NSA_CHECK(!a->data.empty(), "nsa eval: --data is required for --task loss");
     const EvalResult r = evaluate_checkpoint(ckpt, a->data, a->batches, a->batch, a->seq_len);
     std::printf("%s (step %lld): val loss %.4f, perplexity %.3f over %lld tokens\n", ckpt.c_str(),
                 static_cast<long long>(r.step), r.loss, r.ppl, static_cast<long long>(r.tokens));

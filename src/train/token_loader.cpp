@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "data/needle.h"
 #include "io/token_shard.h"
 #include "nsa/error.h"
 
@@ -13,6 +14,13 @@ namespace fs = std::filesystem;
 TokenLoader::TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
                          uint64_t seed)
     : seed_(seed), vocab_(vocab_size) {
+  if (source == "needle") {
+    NSA_CHECK(vocab_size >= kNeedleMinVocab, "--data needle needs vocab_size >= ", kNeedleMinVocab,
+              ", got ", vocab_size);
+    synthetic_ = needle_ = true;
+    seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
+    return;
+  }
   if (source == "synthetic") {
     synthetic_ = true;
     seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
@@ -44,6 +52,16 @@ Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
   Batch b;
   b.inputs.resize(static_cast<size_t>(n));
   b.targets.resize(static_cast<size_t>(n));
+  if (needle_) {  // one needle sequence of S + 1 tokens per row, a pure function of (seed, row)
+    for (int64_t r = 0; r < batch; ++r) {
+      const NeedleSequence s = make_needle_sequence(
+          seq_len + 1, -1.0, vocab_, seed_ + static_cast<uint64_t>(position_ * batch + r) * 7919u);
+      std::copy(s.tokens.begin(), s.tokens.end() - 1, b.inputs.begin() + r * seq_len);
+      std::copy(s.tokens.begin() + 1, s.tokens.end(), b.targets.begin() + r * seq_len);
+    }
+    ++position_;
+    return b;
+  }
   if (synthetic_) {
     // splitmix64 of (seed, batch index, element): reproducible without stored state.
     for (int64_t i = 0; i <= n; ++i) {

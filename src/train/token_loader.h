@@ -5,6 +5,8 @@
 // [0, B·S), targets shifted by one), wrapping to the start at the end of the split. The position
 // is the whole state, so a checkpoint resumes the exact stream. Synthetic data ("synthetic"):
 // uniform random tokens from a counter-based generator of (seed, batch index) – nothing to store.
+// The needle task ("needle", data/needle.h): one needle sequence per row at a random depth, also a
+// pure function of (seed, batch index, row).
 // Every token is checked against the vocabulary when the split is opened.
 #pragma once
 
@@ -20,7 +22,7 @@ struct Batch {
 
 class TokenLoader {
  public:
-  // source: a folder of shards or "synthetic"; split: "train" or "val".
+  // source: a folder of shards, "synthetic" or "needle"; split: "train" or "val".
   TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
               uint64_t seed);
   Batch next(int64_t batch, int64_t seq_len);
@@ -28,9 +30,10 @@ class TokenLoader {
   void set_position(int64_t p) { position_ = p; }
   int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
   bool synthetic() const { return synthetic_; }
+  bool needle() const { return needle_; }
 
  private:
-  bool synthetic_ = false;
+  bool synthetic_ = false, needle_ = false;
   uint64_t seed_ = 0;
   int64_t vocab_ = 0;
   std::vector<uint32_t> tokens_;

@@ -1,0 +1,35 @@
+// The needle-retrieval task (SPEC §5): a key–value pair hidden at some depth of a long filler
+// sequence; at the end the key is asked for and the model must produce the value. It shows
+// whether sparse attention finds things far away: past the window w only the compressed and
+// selected branches can see the needle.
+//
+// A sequence of length S (token ids; the vocabulary needs at least kNeedleMinVocab entries):
+//   filler … [kNeedleMark k1..k4 v1..v4] … filler … [kNeedleQuery k1..k4 kNeedleAnswer v1..v4]
+// The filler is a fixed cycle of 16 tokens with a random phase – predictable, so a trained model
+// spends its loss on the value. Keys and values are random tokens from the top of the vocabulary
+// range [kNeedleFirstSymbol, vocab). The needle starts at round(depth · (S − 2·kNeedleSpan − 1)).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace nsa {
+
+constexpr int32_t kNeedleMark = 1, kNeedleQuery = 2, kNeedleAnswer = 3;
+constexpr int32_t kNeedleFillerFirst = 4, kNeedleFillerPeriod = 16;
+constexpr int32_t kNeedleFirstSymbol = kNeedleFillerFirst + kNeedleFillerPeriod;
+constexpr int64_t kNeedleKeyLen = 4, kNeedleValueLen = 4;
+constexpr int64_t kNeedleSpan = 1 + kNeedleKeyLen + kNeedleValueLen;  // mark, key, value
+constexpr int64_t kNeedleMinVocab = kNeedleFirstSymbol + 16;
+constexpr int64_t kNeedleMinLength = 3 * kNeedleSpan;
+
+struct NeedleSequence {
+  std::vector<int32_t> tokens;  // [S]
+  int64_t needle_at = 0;        // position of kNeedleMark
+  int64_t value_at = 0;  // position of the answer's first value token (S − kNeedleValueLen)
+};
+
+// depth in [0, 1], or < 0 for a uniformly random depth; everything else from `seed`.
+NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab, uint64_t seed);
+
+}  // namespace nsa

@@ -1,0 +1,94 @@
+// The needle-retrieval task: sequence layout, determinism, the loader's needle stream, and the
+// evaluation's bookkeeping on a (barely trained) checkpoint.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "data/needle.h"
+#include "nsa/error.h"
+#include "train/needle_eval.h"
+#include "train/token_loader.h"
+#include "train/trainer.h"
+
+namespace nsa::test {
+namespace {
+
+TEST(Needle, LayoutKeyAndValueAppearTwice) {
+  for (const double depth : {0.0, 0.3, 1.0}) {
+    const int64_t S = 300;
+    const NeedleSequence s = make_needle_sequence(S, depth, 256, 42);
+    ASSERT_EQ(static_cast<int64_t>(s.tokens.size()), S);
+    const int64_t query_at = S - (2 + kNeedleKeyLen + kNeedleValueLen);
+    EXPECT_EQ(s.tokens[s.needle_at], kNeedleMark);
+    EXPECT_EQ(s.tokens[query_at], kNeedleQuery);
+    EXPECT_EQ(s.tokens[s.value_at - 1], kNeedleAnswer);
+    EXPECT_EQ(s.value_at, S - kNeedleValueLen);
+    for (int64_t j = 0; j < kNeedleKeyLen; ++j) {
+      EXPECT_EQ(s.tokens[s.needle_at + 1 + j], s.tokens[query_at + 1 + j]);
+      EXPECT_GE(s.tokens[query_at + 1 + j], kNeedleFirstSymbol);
+    }
+    for (int64_t j = 0; j < kNeedleValueLen; ++j) {
+      EXPECT_EQ(s.tokens[s.needle_at + 1 + kNeedleKeyLen + j], s.tokens[s.value_at + j]);
+    }
+    // Depth 0 puts the needle first, depth 1 right before the question.
+    if (depth == 0.0) {
+      EXPECT_EQ(s.needle_at, 0);
+    }
+    if (depth == 1.0) {
+      EXPECT_EQ(s.needle_at + kNeedleSpan, query_at);
+    }
+    // Everything else is the filler cycle.
+    int64_t marks = 0;
+    for (int32_t t : s.tokens) marks += t == kNeedleMark;
+    EXPECT_EQ(marks, 1);
+  }
+  EXPECT_EQ(make_needle_sequence(500, -1, 256, 7).tokens,
+            make_needle_sequence(500, -1, 256, 7).tokens);
+  EXPECT_NE(make_needle_sequence(500, -1, 256, 7).tokens,
+            make_needle_sequence(500, -1, 256, 8).tokens);
+  EXPECT_THROW(make_needle_sequence(500, 0.5, 20, 1), Error);  // vocabulary too small
+  EXPECT_THROW(make_needle_sequence(10, 0.5, 256, 1), Error);  // too short
+}
+
+TEST(Needle, LoaderRowsAreNeedleSequencesShiftedByOne) {
+  TokenLoader loader("needle", "train", 256, 3);
+  const Batch b = loader.next(2, 128);
+  ASSERT_EQ(b.inputs.size(), 256u);
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t i = 0; i + 1 < 128; ++i)
+      EXPECT_EQ(b.targets[r * 128 + i], b.inputs[r * 128 + i + 1]);
+    // The row is tokens [0, 128) of a 129-token sequence: the answer mark at 129 − 4 − 1.
+    EXPECT_EQ(b.inputs[r * 128 + 129 - kNeedleValueLen - 1], kNeedleAnswer);
+  }
+  EXPECT_THROW(TokenLoader("needle", "train", 20, 3), Error);
+}
+
+TEST(Needle, EvaluationCountsEveryCell) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_needle";
+  std::filesystem::remove_all(dir);
+  TrainOptions o;
+  o.config = std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml";
+  o.overrides = {{"dim", "32"}, {"n_layers", "1"}};
+  o.data = "needle";
+  o.seq_len = 96;
+  o.out_dir = dir.string();
+  o.steps = 2;
+  o.batch = 2;
+  o.val_every = 0;
+  o.quiet = true;
+  train(o);
+  const std::vector<NeedleCell> cells =
+      evaluate_needle((dir / "ckpt_00000002").string(), {96, 200}, {0.0, 1.0}, 3);
+  ASSERT_EQ(cells.size(), 4u);
+  EXPECT_EQ(cells[0].seq_len, 96);
+  EXPECT_EQ(cells[3].seq_len, 200);
+  EXPECT_EQ(cells[1].depth, 1.0);
+  for (const NeedleCell& c : cells) {
+    EXPECT_EQ(c.samples, 3);
+    EXPECT_LE(c.retrieved, 3);
+    EXPECT_LT(c.accuracy(), 0.5);  // two steps of training retrieve nothing (236^4 values)
+  }
+}
+
+}  // namespace
+}  // namespace nsa::test
