@@ -1,6 +1,7 @@
 // The NSA language model on the CPU (see model_cpu.h).
 #include "model_cpu.h"
 
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "cpu/ops/linear.h"
 #include "cpu/ops/rmsnorm.h"
 #include "cpu/ops/rope.h"
+#include "nsa/memory_stats.h"
 
 namespace nsa {
 namespace {
@@ -61,6 +63,15 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
             T);
   const bool swiglu = cfg.mlp == "swiglu";
   const Tensor<Real>& head = cfg.tie_embeddings ? P.tok_emb : P.output;
+  using Clock = std::chrono::steady_clock;
+  const auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  if (stats) {
+    stats->layer_forward_ms.assign(P.layers.size(), 0.0);
+    stats->layer_backward_ms.assign(P.layers.size(), 0.0);
+    stats->layer_bytes.assign(P.layers.size(), 0);
+  }
 
   Tensor<Real> x;
   cpu::embedding_forward(tokens, P.tok_emb, x);
@@ -69,6 +80,8 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
   for (size_t li = 0; li < P.layers.size(); ++li) {
     const LayerParams<Real>& L = P.layers[li];
     LayerActivations<Real>& A = acts[li];
+    const auto t_layer = Clock::now();
+    const int64_t bytes_before = host_memory_stats().current_bytes;
     A.x = x;
     const std::string layer = "layer " + std::to_string(li) + " ";
     cpu::rmsnorm_forward(x, L.attn_norm, cfg.norm_eps, A.h1, A.rstd1);
@@ -139,6 +152,11 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
     check(t, layer + "MLP output");
     x = A.x2;
     for (int64_t i = 0; i < x.numel(); ++i) x[i] += t[i];
+    if (stats) {
+      t = Tensor<Real>();  // scratch, not an activation
+      stats->layer_forward_ms[li] = ms_since(t_layer);
+      stats->layer_bytes[li] = host_memory_stats().current_bytes - bytes_before;
+    }
   }
   Tensor<Real> hf, rstdf, logits;
   cpu::rmsnorm_forward(x, P.norm, cfg.norm_eps, hf, rstdf);
@@ -159,6 +177,7 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
     const LayerParams<Real>& L = P.layers[li];
     LayerParams<Real>& GL = G.layers[li];
     LayerActivations<Real>& A = acts[li];
+    const auto t_layer = Clock::now();
     // MLP.
     Tensor<Real> dm, du1, du3, dh2, dx2n;
     cpu::linear_backward(A.m, L.w2, dx, dm, false, GL.w2, nullptr);
@@ -213,6 +232,7 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
     dx = std::move(dx2);
     for (int64_t i = 0; i < dx.numel(); ++i) dx[i] += dxn[i];
     check(dx, "the gradient of layer " + std::to_string(li) + "'s input");
+    if (stats) stats->layer_backward_ms[li] = ms_since(t_layer);
   }
   cpu::embedding_backward(tokens, dx, G.tok_emb);
   if (stats && stats->check_finite) {

@@ -25,6 +25,11 @@ struct ModelStats {
   // Anomaly mode: check every layer's activations and gradients, and every parameter gradient,
   // for NaN/Inf and throw nsa::Error naming the first bad tensor (SPEC §7).
   bool check_finite = false;
+  // Per-layer telemetry (SPEC §7), one entry per layer: wall time of its forward and backward
+  // (GPU: CUDA events; with recompute the backward includes the recomputed forward), and the
+  // bytes its saved activations hold until the backward.
+  std::vector<double> layer_forward_ms, layer_backward_ms;
+  std::vector<int64_t> layer_bytes;
   bool keep_outputs = false;             // set to also keep the two below (tests, tools)
   Tensor<float> logits;                  // [T, vocab]
   std::vector<Tensor<int32_t>> sel_idx;  // per layer [T, G, n_sel]

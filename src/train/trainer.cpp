@@ -224,6 +224,15 @@ TrainResult train(const TrainOptions& o) {
          << ",\"device\":\"" << model->device() << "\",\"world\":" << world
          << ",\"memory_mib\":" << mem_mib << ",\"gate_mean\":{\"cmp\":" << stats.gate_mean[kCmp]
          << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin] << "}";
+    const auto list = [&line](const char* key, const auto& v, double scale) {
+      line << ",\"" << key << "\":[";
+      for (size_t i = 0; i < v.size(); ++i)
+        line << (i ? "," : "") << static_cast<double>(v[i]) * scale;
+      line << "]";
+    };
+    list("layer_forward_ms", stats.layer_forward_ms, 1.0);
+    list("layer_backward_ms", stats.layer_backward_ms, 1.0);
+    list("layer_mib", stats.layer_bytes, 1.0 / (1 << 20));
     if (on_cpu) {
       line << ",\"sel_distance_hist\":[";
       for (int k = 0; k < 16; ++k) line << (k ? "," : "") << stats.sel_distance_hist[k];

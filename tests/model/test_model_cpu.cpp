@@ -211,5 +211,24 @@ TEST(Model, SelectionDistanceHistogramCountsFreeChoices) {
   EXPECT_EQ(stats.sel_distance_hist[0], 0);  // distance 1 is the forced block c−1
 }
 
+TEST(Model, PerLayerTelemetryCoversEveryLayer) {
+  const ModelConfig cfg = tiny_variant(false);
+  ModelParams<float> params = init_model_params<float>(cfg);
+  ModelParams<float> grads = zeros_like(cfg, params);
+  const int64_t S = 64;
+  std::vector<int32_t> tokens(2 * S, 1), targets(2 * S, 2);
+  ModelStats stats;
+  model_loss_cpu<float>(cfg, params, SeqLayout::batch(2, S), tokens, targets, &grads, &stats);
+  ASSERT_EQ(static_cast<int64_t>(stats.layer_forward_ms.size()), cfg.n_layers);
+  ASSERT_EQ(static_cast<int64_t>(stats.layer_backward_ms.size()), cfg.n_layers);
+  ASSERT_EQ(static_cast<int64_t>(stats.layer_bytes.size()), cfg.n_layers);
+  for (int64_t li = 0; li < cfg.n_layers; ++li) {
+    EXPECT_GT(stats.layer_forward_ms[li], 0.0);
+    EXPECT_GT(stats.layer_backward_ms[li], 0.0);
+    // At least the layer's saved input, normed inputs and MLP activations: 2·S·dim·4 per tensor.
+    EXPECT_GT(stats.layer_bytes[li], 4 * 2 * S * cfg.dim * static_cast<int64_t>(sizeof(float)));
+  }
+}
+
 }  // namespace
 }  // namespace nsa::test

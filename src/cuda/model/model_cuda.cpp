@@ -145,12 +145,20 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   dz_bf_.resize(T * 3 * H);
   dq_bf_.resize(T * H * a.dk);
   dkv_bf_.resize(T * Gk * std::max(a.dk, a.dv));
+  for (int64_t i = 0; i < 2 * L; ++i) {
+    fwd_events_.emplace_back();
+    bwd_events_.emplace_back();
+    NSA_CUDA_CHECK(cudaEventCreate(&fwd_events_.back()));
+    NSA_CUDA_CHECK(cudaEventCreate(&bwd_events_.back()));
+  }
   // The layout tables above (and the layers') were uploaded with cudaMemcpy on the legacy stream,
   // which the model's non-blocking stream does not wait for: finish them now.
   NSA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 ModelCuda::~ModelCuda() {
+  for (cudaEvent_t e : fwd_events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : bwd_events_) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -353,7 +361,9 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
   launch_embedding_forward(tokens_.get(), P(tok_emb_), xs_[0].get(), T, D, st);
   for (int64_t li = 0; li < L; ++li) {
     Workspace& ws = *workspaces_[recompute_ ? 0 : li];
+    NSA_CUDA_CHECK(cudaEventRecord(fwd_events_[2 * li], st));
     layer_forward(li, ws, xs_[li].get(), xs_[li + 1].get());
+    NSA_CUDA_CHECK(cudaEventRecord(fwd_events_[2 * li + 1], st));
     launch_column_sum_accumulate(ws.g_raw.get(), T * cfg_.attn.heads, 3, norm_partial_.get(),
                                  scalars_.get() + 1, st);
   }
@@ -373,8 +383,10 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
       Workspace& ws = *workspaces_[recompute_ ? 0 : li];
       // With recompute the workspace still holds the last layer's forward; refill it for the
       // others (the recomputed output equals xs_[li + 1] bit for bit).
+      NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li], st));
       if (recompute_ && li != L - 1) layer_forward(li, ws, xs_[li].get(), xs_[li + 1].get());
       layer_backward(li, ws, xs_[li].get(), dx_.get());
+      NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li + 1], st));
     }
     // Rows grouped by token (a counting sort), so the embedding gradient sums in a fixed order.
     std::vector<int32_t> count(static_cast<size_t>(V) + 1, 0), order(static_cast<size_t>(T));
@@ -402,6 +414,21 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
   NSA_CUDA_CHECK(cudaMemcpyAsync(host, scalars_.get(), sizeof(host), cudaMemcpyDeviceToHost, st));
   NSA_CUDA_CHECK(cudaStreamSynchronize(st));
   if (stats) {
+    stats->layer_forward_ms.assign(static_cast<size_t>(L), 0.0);
+    stats->layer_backward_ms.assign(static_cast<size_t>(L), 0.0);
+    stats->layer_bytes.assign(static_cast<size_t>(L), 0);
+    for (int64_t li = 0; li < L; ++li) {
+      float ms = 0;
+      NSA_CUDA_CHECK(cudaEventElapsedTime(&ms, fwd_events_[2 * li], fwd_events_[2 * li + 1]));
+      stats->layer_forward_ms[li] = ms;
+      if (backward) {
+        NSA_CUDA_CHECK(cudaEventElapsedTime(&ms, bwd_events_[2 * li], bwd_events_[2 * li + 1]));
+        stats->layer_backward_ms[li] = ms;
+      }
+      // What a layer keeps for its backward: its input and its workspace (shared with recompute).
+      stats->layer_bytes[li] = static_cast<int64_t>(
+          xs_[li].bytes() + (recompute_ && li > 0 ? 0 : workspaces_[recompute_ ? 0 : li]->bytes()));
+    }
     for (int c = 0; c < kNumBranches; ++c) {
       stats->gate_mean[c] =
           cfg_.branch_enabled(c) ? host[1 + c] / static_cast<double>(T * cfg_.attn.heads * L) : 0.0;

@@ -101,6 +101,8 @@ class ModelCuda {
   DeviceBuffer<float> scalars_;  // [0] loss, [1..3] gate sums, [4] squared gradient norm
   DeviceBuffer<bf16> hf_, dlogits_, dx_bf_, m_, du1_, du3_, dz_bf_, dq_bf_, dkv_bf_;
   DeviceBuffer<float> rstdf_;
+  // Per-layer telemetry: events around each layer's forward and backward ([2·li], [2·li + 1]).
+  std::vector<cudaEvent_t> fwd_events_, bwd_events_;
 };
 
 }  // namespace nsa::cuda
