@@ -2,6 +2,7 @@
 // over attention shapes × sequence lengths × branch subsets × backends, one row each with
 // pass/FAIL (non-finite values anywhere, or CUDA disagreeing with the CPU reference), time and
 // peak memory. A failing row names its cause; the exit status is non-zero if any row failed.
+// With --model: the same matrix for the whole model over layer counts (run_diagnose_model).
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -12,9 +13,13 @@
 
 #include "commands.h"
 #include "nsa/attention.h"
+#include "nsa/memory_stats.h"
+#include "nsa/model_config.h"
 #include "nsa/presets.h"
+#include "train/train_model.h"
 #ifdef NSA_HAVE_CUDA
 #include "device.h"
+#include "model/train_model_cuda.h"
 #include "nsa/nsa_cuda_layer.h"
 #endif
 
@@ -26,6 +31,8 @@ struct DiagnoseArgs {
   std::vector<int64_t> seq_lens = {257, 1024, 4099};
   std::vector<std::string> branches = {"cmp,sel,win", "cmp", "sel", "win"};
   std::vector<std::string> backends = {"cpu", "cuda"};
+  std::string model;                     // a model config: the model matrix instead
+  std::vector<int64_t> layers = {1, 2};  // model matrix: layer counts
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -159,6 +166,83 @@ int run_diagnose(const DiagnoseArgs& a) {
   return failures;
 }
 
+// The model matrix: layers × lengths × branch subsets × backends, one forward + backward of the
+// whole model each (random tokens, the config's seeded initial weights). A row fails on a
+// non-finite loss or gradient norm, or when CUDA's loss / gradient norm differ from the CPU
+// row's by more than 5e-3 / 5e-2 relative (the bf16 GEMM operands; tests/cuda/test_model_cuda.cpp).
+int run_diagnose_model(const DiagnoseArgs& a) {
+  std::printf("%-6s %7s %-12s %-7s %-6s %10s %10s %10s %9s  %s\n", "layers", "S", "branches",
+              "backend", "result", "loss", "fwd+bwd ms", "peak MiB", "rel err", "note");
+  int failures = 0;
+  for (int64_t layers : a.layers) {
+    for (int64_t S : a.seq_lens) {
+      for (const std::string& br : a.branches) {
+        ModelConfig cfg = load_model_config(a.model);
+        set_model_field(cfg, "n_layers", std::to_string(layers));
+        set_model_field(cfg, "branches", br);
+        const SeqLayout layout = SeqLayout::batch(1, S);
+        Batch batch;
+        for (int64_t t = 0; t < S; ++t) {
+          batch.inputs.push_back(static_cast<int32_t>((t * 2654435761u) % cfg.vocab_size));
+          batch.targets.push_back(static_cast<int32_t>((t * 40503u + 7) % cfg.vocab_size));
+        }
+        double ref_loss = 0, ref_norm = 0;
+        for (const std::string& backend : a.backends) {
+          std::string result = "pass", note;
+          double ms = 0, peak = 0, err = 0, loss = 0;
+          try {
+            TrainModelFactory make = make_train_model_cpu;
+            if (backend == "cuda") {
+#ifdef NSA_HAVE_CUDA
+              make = cuda::device_count() > 0 ? TrainModelFactory(cuda::make_train_model_cuda)
+                                              : TrainModelFactory();
+              if (!make) result = "skip", note = "no CUDA device";
+#else
+              make = nullptr, result = "skip", note = "built without CUDA";
+#endif
+            }
+            if (make) {
+              const int64_t base = host_memory_stats().current_bytes;
+              reset_host_peak();
+              const auto t0 = std::chrono::steady_clock::now();
+              std::unique_ptr<TrainModel> m = make(cfg, layout, AdamWConfig{}, false);
+              m->zero_grads();
+              loss = m->forward_backward(batch, true, nullptr);
+              const double norm = m->optimizer_step(0, 1.0);
+              ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                       .count();
+              peak = backend == "cpu" ? static_cast<double>(host_memory_stats().peak_bytes - base)
+                                      : static_cast<double>(m->device_bytes());
+              if (!std::isfinite(loss)) note = "non-finite loss";
+              if (note.empty() && !std::isfinite(norm)) note = "non-finite gradient";
+              if (backend == "cpu") {
+                ref_loss = loss, ref_norm = norm;
+              } else if (note.empty() && ref_norm > 0) {
+                err = std::abs(loss - ref_loss) / std::abs(ref_loss);
+                const double norm_err = std::abs(norm - ref_norm) / ref_norm;
+                if (err > 5e-3) note = "loss differs from the CPU model";
+                if (note.empty() && norm_err > 5e-2)
+                  note = "gradient norm differs from the CPU model";
+              }
+              if (!note.empty()) result = "FAIL";
+            }
+          } catch (const std::exception& e) {
+            result = "FAIL", note = e.what();
+          }
+          failures += result == "FAIL";
+          std::printf("%-6lld %7lld %-12s %-7s %-6s %10.5f %10.1f %10.2f %9.1e  %s\n",
+                      static_cast<long long>(layers), static_cast<long long>(S), br.c_str(),
+                      backend.c_str(), result.c_str(), loss, ms, peak / (1 << 20), err,
+                      note.c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  std::printf("%d failure(s)\n", failures);
+  return failures;
+}
+
 }  // namespace
 
 void register_diagnose_command(CLI::App& app) {
@@ -172,11 +256,15 @@ void register_diagnose_command(CLI::App& app) {
   cmd->add_option("--seq-lens", a->seq_lens, "sequence lengths")->delimiter(',');
   cmd->add_option("--branches", *branches, "branch subsets, ';'-separated (e.g. 'cmp,sel;win')");
   cmd->add_option("--backends", *backends, "cpu and/or cuda");
+  cmd->add_option("--model", a->model,
+                  "a model config (YAML): run the whole model over --layers instead of attention");
+  cmd->add_option("--layers", a->layers, "with --model: layer counts")->delimiter(',');
   cmd->callback([a, configs, branches, backends] {
     a->configs = split(*configs, ',');
     a->branches = split(*branches, ';');
     a->backends = split(*backends, ',');
-    if (run_diagnose(*a) != 0) throw Error("nsa diagnose: some runs failed (rows marked FAIL)");
+    const int failures = a->model.empty() ? run_diagnose(*a) : run_diagnose_model(*a);
+    if (failures != 0) throw Error("nsa diagnose: some runs failed (rows marked FAIL)");
   });
 }
 

@@ -75,6 +75,16 @@ expect_error "prepare nothing" "nothing to prepare" "$nsa" prepare --out "$dir/p
 
 expect_ok "diagnose" "$nsa" diagnose --configs tiny --seq-lens 50,131 --backends cpu,cuda
 grep -q "0 failure(s)" "$dir/out.txt" && pass "diagnose table" || fail "diagnose table"
+expect_ok "diagnose model" "$nsa" diagnose --model "$(dirname "$0")/../../configs/tiny.yaml" --layers 1,2 \
+  --seq-lens 70 --branches "cmp,sel,win;win" --backends cpu,cuda
+grep -q "0 failure(s)" "$dir/out.txt" && grep -q "^2 .* win .*cpu *pass" "$dir/out.txt" &&
+  pass "diagnose model table" || fail "diagnose model table"
+# needle: train a few steps on the task, then the retrieval table.
+expect_ok "train needle" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data needle \
+  --steps 2 --batch 2 --seq-len 96 --val-every 0 --out "$dir/needle"
+expect_ok "eval needle" "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --depths 0,1 --samples 2
+grep -q '"task":"needle","seq_len":96,"depth":1.0000,"samples":2' "$dir/out.txt" &&
+  pass "needle table" || fail "needle table"
 
 # train → eval → plot → generate, end to end on a few synthetic steps.
 expect_ok "train synthetic" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data synthetic \
