@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "data/needle.h"
 #include "nsa/error.h"
 #include "train/checkpoint.h"
 #include "train/needle_eval.h"
@@ -50,9 +51,11 @@ void register_eval_command(CLI::App& app) {
       for (const NeedleCell& c : cells) {
         std::printf(
             "{\"task\":\"needle\",\"seq_len\":%lld,\"depth\":%.4f,\"samples\":%lld,"
-            "\"retrieved\":%lld,\"accuracy\":%.4f}\n",
+            "\"retrieved\":%lld,\"accuracy\":%.4f,\"value_token_accuracy\":%.4f}\n",
             static_cast<long long>(c.seq_len), c.depth, static_cast<long long>(c.samples),
-            static_cast<long long>(c.retrieved), c.accuracy());
+            static_cast<long long>(c.retrieved), c.accuracy(),
+            static_cast<double>(c.value_tokens_right) /
+                static_cast<double>(c.samples * kNeedleValueLen));
       }
       return;
     }

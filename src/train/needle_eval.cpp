@@ -31,7 +31,7 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
       stats.keep_outputs = true;
       model_loss_cpu<float>(m.cfg, m.params, SeqLayout::batch(samples, T), inputs, targets, nullptr,
                             &stats);
-      NeedleCell cell{S, depth, samples, 0};
+      NeedleCell cell{S, depth, samples, 0, 0};
       for (int64_t i = 0; i < samples; ++i) {
         bool all = true;
         for (int64_t j = 0; j < kNeedleValueLen; ++j) {
@@ -39,7 +39,9 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
           const float* row = stats.logits.ptr() + (i * T + pos) * V;
           int64_t best = 0;
           for (int64_t v = 1; v < V; ++v) best = row[v] > row[best] ? v : best;
-          all = all && best == seqs[i].tokens[seqs[i].value_at + j];
+          const bool right = best == seqs[i].tokens[seqs[i].value_at + j];
+          cell.value_tokens_right += right ? 1 : 0;
+          all = all && right;
         }
         cell.retrieved += all ? 1 : 0;
       }

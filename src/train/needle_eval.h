@@ -16,6 +16,7 @@ struct NeedleCell {
   int64_t seq_len = 0;
   double depth = 0;
   int64_t samples = 0, retrieved = 0;
+  int64_t value_tokens_right = 0;  // of samples · 4: partial credit, for watching training
   double accuracy() const { return samples ? static_cast<double>(retrieved) / samples : 0.0; }
 };
 
