@@ -154,14 +154,11 @@ __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p
   using Pipe = KvPipeline<DK, DV, kSelChunkRows, true, SelectedChunks>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int gid = (threadIdx.x & 31) >> 2;
-  const int64_t per_block = (p.l_sel + kSelChunkRows - 1) / kSelChunkRows;
   const float sl2 = p.scale * kLog2e;
-  unsigned char* pipe_smem = smem + (threadIdx.x >> 5) * Pipe::kBytes;
   SelPasses passes(p, R, kWarps, smem + kWarps * Pipe::kBytes);
   for (SelPack pack; passes.next(p, pack);) {
     const int64_t n_chunks = pack.n_chunks(p);
-    const Pipe pipe = make_pipeline<DK, DV, kSelChunkRows, true>(
-        pipe_smem, raw_rows(p, 1, pack.seq, pack.g), pack.chunks(p));
+    const Pipe pipe = sel_pipeline<DK, DV>(p, pack, smem);
     for (int64_t h0 = 0; h0 < p.hpg; h0 += 16) {
       const SelRowMask rm(p, pack, h0);
       const int64_t th_lo = pack.th(p, gid, h0), th_hi = pack.th(p, gid + 8, h0);
@@ -178,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p
           float s[kSelChunkRows / 8][4] = {}, dp[kSelChunkRows / 8][4] = {};
           mma_a_bt<DK, kSelChunkRows / 8>(s, qf, pipe.k(it));
           mma_a_bt<DV, kSelChunkRows / 8>(dp, dof, pipe.v(it));
-          rm.template apply<kSelChunkRows / 8>(s, pack, it, c, per_block, sl2);
+          rm.template apply<kSelChunkRows / 8>(s, p, pack, it, c, sl2);
           scores_to_ds<kSelChunkRows / 8>(s, dp, st);
           mma_c_b<DK, kSelChunkRows / 16>(dq, s, pipe.k(it));
         }

@@ -107,6 +107,15 @@ struct SelPasses {
   }
 };
 
+// The warp's K/V pipeline over the pack's union (its own slice of the CTA's shared memory).
+template <int DK, int DV>
+__device__ __forceinline__ KvPipeline<DK, DV, kSelChunkRows, true, SelectedChunks> sel_pipeline(
+    const NsaParams& p, const SelPack& pack, unsigned char* smem) {
+  using Pipe = KvPipeline<DK, DV, kSelChunkRows, true, SelectedChunks>;
+  return make_pipeline<DK, DV, kSelChunkRows, true>(
+      smem + (threadIdx.x >> 5) * Pipe::kBytes, raw_rows(p, 1, pack.seq, pack.g), pack.chunks(p));
+}
+
 // A fragments of the pack's (row, head) rows of a [T, H, D] tensor (q or dO), zeros where unused.
 template <int D>
 __device__ __forceinline__ void load_pack_rows(uint32_t a[][4], const NsaParams& p,
@@ -131,9 +140,9 @@ struct SelRowMask {
   }
   // Scales chunk it's scores to the log2 domain, −inf where the row does not see the key.
   template <int NT>
-  __device__ void apply(float s[][4], const SelPack& pack, int64_t it, const KeyChunk& c,
-                        int64_t per_block, float sl2) const {
-    const uint32_t bits = pack.masks[it / per_block];
+  __device__ void apply(float s[][4], const NsaParams& p, const SelPack& pack, int64_t it,
+                        const KeyChunk& c, float sl2) const {
+    const uint32_t bits = pack.masks[it / ((p.l_sel + kSelChunkRows - 1) / kSelChunkRows)];
     const bool sees[2] = {r[0] >= 0 && ((bits >> r[0]) & 1u), r[1] >= 0 && ((bits >> r[1]) & 1u)};
     const int tq = threadIdx.x & 3;
 #pragma unroll
