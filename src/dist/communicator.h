@@ -22,6 +22,9 @@ class Communicator {
   // In place: data[i] = Σ over ranks, the same bits on every rank.
   virtual void allreduce_sum(float* data, int64_t n) = 0;
   virtual void allreduce_sum(double* data, int64_t n) = 0;
+  // data [offsets[world]]: rank r owns [offsets[r], offsets[r+1]); afterwards every rank holds
+  // every rank's part.
+  virtual void allgather_ranges(float* data, const std::vector<int64_t>& offsets) = 0;
   // Every rank's value, in rank order.
   virtual std::vector<uint64_t> allgather(uint64_t value) = 0;
   virtual void barrier() = 0;

@@ -14,6 +14,7 @@ class LocalCommunicator : public Communicator {
   const char* backend() const override { return "local"; }
   void allreduce_sum(float*, int64_t) override {}
   void allreduce_sum(double*, int64_t) override {}
+  void allgather_ranges(float*, const std::vector<int64_t>&) override {}
   std::vector<uint64_t> allgather(uint64_t value) override { return {value}; }
   void barrier() override {}
 };

@@ -40,6 +40,19 @@ class MpiCommunicator : public Communicator {
   const char* backend() const override { return "mpi"; }
   void allreduce_sum(float* data, int64_t n) override { reduce_bcast(data, n, MPI_FLOAT, 4); }
   void allreduce_sum(double* data, int64_t n) override { reduce_bcast(data, n, MPI_DOUBLE, 8); }
+  void allgather_ranges(float* data, const std::vector<int64_t>& offsets) override {
+    NSA_CHECK(static_cast<int>(offsets.size()) == world_ + 1 && offsets.back() < (int64_t{1} << 31),
+              "allgather_ranges: ", offsets.size(), " offsets for ", world_,
+              " ranks, or more than 2^31 elements");
+    std::vector<int> counts(static_cast<size_t>(world_)), displs(static_cast<size_t>(world_));
+    for (int r = 0; r < world_; ++r) {
+      counts[r] = static_cast<int>(offsets[r + 1] - offsets[r]);
+      displs[r] = static_cast<int>(offsets[r]);
+    }
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(),
+                         MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+  }
   std::vector<uint64_t> allgather(uint64_t value) override {
     std::vector<uint64_t> all(static_cast<size_t>(world_));
     check(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),

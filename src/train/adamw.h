@@ -4,9 +4,12 @@
 // bias – the usual practice): m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
 // p -= lr·(m/(1−β1^t) / (sqrt(v/(1−β2^t)) + eps) + wd·p).
 // Schedule: linear warm-up from 0 to lr over `warmup` steps, then cosine decay to min_lr.
+// Sharded (ZeRO-1) or not, every element goes through the same arithmetic, so a sharded run's
+// weights are bit-identical to an unsharded one's.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,11 +38,22 @@ class AdamW {
   std::vector<Tensor<float>>& m() { return m_; }
   std::vector<Tensor<float>>& v() { return v_; }
 
+  // ZeRO-1: keep (and update) only the elements [lo, hi) of the parameters laid end to end in
+  // order; the moments of the rest are dropped. m()/v() are empty until materialize().
+  void shard(int64_t lo, int64_t hi);
+  bool sharded() const { return sharded_; }
+  // Full-size m()/v() again for a checkpoint: this shard's values, and zeros elsewhere for
+  // `fill_rest` (the caller gathers the other ranks' parts). Freed by the next step().
+  void materialize(const std::function<void(std::vector<float>&)>& fill_rest);
+
  private:
   AdamWConfig cfg_;
   std::vector<Tensor<float>*> params_;
   std::vector<bool> decay_;
   std::vector<Tensor<float>> m_, v_;
+  bool sharded_ = false;
+  int64_t lo_ = 0, hi_ = 0;
+  std::vector<float> shard_m_, shard_v_;
 };
 
 }  // namespace nsa

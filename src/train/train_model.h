@@ -24,6 +24,9 @@ class TrainModel {
   virtual double forward_backward(const Batch& batch, bool backward, ModelStats* stats) = 0;
   // Sums the accumulated gradients over the ranks of `comm` (every parameter, in one fixed order).
   virtual void allreduce_grads(Communicator& comm) = 0;
+  // ZeRO-1: from now on this rank keeps AdamW moments for its 1/world slice of the parameters
+  // only, updates that slice and all-gathers the weights after each step. Call after a resume.
+  virtual void shard_optimizer_state(Communicator& comm) = 0;
   // One AdamW update on the accumulated gradients times grad_scale; the pre-clip gradient norm.
   virtual double optimizer_step(int64_t step, double grad_scale) = 0;
   // Host tensors holding the weights and the AdamW moments (named order). pull() refreshes them

@@ -44,6 +44,14 @@ class TrainModelCpu : public TrainModel {
       off += g->data.size();
     }
   }
+  void shard_optimizer_state(Communicator& comm) override {
+    int64_t total = 0;
+    for (const auto& [name, t] : params_.named(cfg_)) total += t->numel();
+    const int world = comm.world();
+    for (int r = 0; r <= world; ++r) offsets_.push_back(total * r / world);
+    opt_->shard(offsets_[comm.rank()], offsets_[comm.rank() + 1]);
+    zero_comm_ = &comm;
+  }
   double optimizer_step(int64_t step, double grad_scale) override {
     if (grad_scale != 1.0) {
       const float s = static_cast<float>(grad_scale);
@@ -51,12 +59,30 @@ class TrainModelCpu : public TrainModel {
         for (float& x : g->data) x *= s;
       }
     }
-    return opt_->step(step, gptr_);
+    const double norm = opt_->step(step, gptr_);
+    if (zero_comm_) {  // every rank updated its slice: gather the whole model
+      flat_.clear();
+      for (const auto& [name, t] : params_.named(cfg_))
+        flat_.insert(flat_.end(), t->data.begin(), t->data.end());
+      zero_comm_->allgather_ranges(flat_.data(), offsets_);
+      size_t off = 0;
+      for (const auto& [name, t] : params_.named(cfg_)) {
+        std::copy(flat_.begin() + off, flat_.begin() + off + t->data.size(), t->data.begin());
+        off += t->data.size();
+      }
+    }
+    return norm;
   }
   NamedTensors named_params() override { return params_.named(cfg_); }
   std::vector<Tensor<float>>& adam_m() override { return opt_->m(); }
   std::vector<Tensor<float>>& adam_v() override { return opt_->v(); }
-  void pull() override {}
+  void pull() override {
+    if (zero_comm_) {
+      opt_->materialize([this](std::vector<float>& flat) {
+        zero_comm_->allgather_ranges(flat.data(), offsets_);
+      });
+    }
+  }
   void push() override {}
   size_t device_bytes() const override { return 0; }
   const char* device() const override { return "cpu"; }
@@ -68,6 +94,8 @@ class TrainModelCpu : public TrainModel {
   std::vector<Tensor<float>*> gptr_;
   std::unique_ptr<AdamW> opt_;
   std::vector<float> flat_;
+  Communicator* zero_comm_ = nullptr;  // ZeRO-1
+  std::vector<int64_t> offsets_;       // ZeRO-1: rank r owns flat elements [offsets_[r], +1)
 };
 
 }  // namespace

@@ -73,7 +73,7 @@ uint64_t run_fingerprint(const ModelConfig& cfg, const TrainOptions& o, int64_t 
   os << "data=" << o.data << ";steps=" << o.steps << ";batch=" << o.batch << ";seq=" << S
      << ";accum=" << o.grad_accum << ";lr=" << o.adam.lr << ";min_lr=" << o.adam.min_lr
      << ";warmup=" << o.adam.warmup << ";wd=" << o.adam.weight_decay << ";clip=" << o.adam.clip
-     << ";resume=" << o.resume << ";out=" << o.out_dir;
+     << ";resume=" << o.resume << ";out=" << o.out_dir << ";zero1=" << o.zero1;
   return std::hash<std::string>{}(os.str());
 }
 
@@ -140,6 +140,7 @@ TrainResult train(const TrainOptions& o) {
         std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
     }
   }
+  if (o.zero1 && world > 1) model->shard_optimizer_state(comm);
   Watchdog watchdog(o.watchdog_s,
                     (fs::path(o.out_dir) /
                      (world > 1 ? "stacks.rank" + std::to_string(rank) + ".txt" : "stacks.txt"))
@@ -259,8 +260,8 @@ TrainResult train(const TrainOptions& o) {
     const bool stop = o.stop_after > 0 && step + 1 - start >= o.stop_after;
     if ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps || stop) {
       progress("checkpoint");
-      if (lead) {  // the replicas are identical: rank 0 writes for all
-        model->pull();
+      model->pull();  // on every rank: with ZeRO-1 it gathers the moments
+      if (lead) {     // the replicas are identical: rank 0 writes for all
         TrainState st{step + 1, loader.position(), model_config_fields(cfg)};
         save_checkpoint(o.out_dir, st, named, model->adam_m(), model->adam_v(),
                         static_cast<int>(o.keep));

@@ -38,6 +38,7 @@ struct TrainOptions {
   // own B sequences of every global batch of world·B, gradients and losses are summed over the
   // ranks each step, rank 0 writes metrics, plots and checkpoints.
   Communicator* comm = nullptr;
+  bool zero1 = false;  // shard the AdamW moments over the ranks (ZeRO stage 1)
   // Failure injection for the multi-rank tests: at step fault_step, rank fault_rank exits with
   // code 17 (fault = "exit") or stops making progress (fault = "stall").
   std::string fault;

@@ -115,6 +115,23 @@ TEST(DistTrain, ResumeAcrossRanksIsExact) {
   EXPECT_EQ(metric(base / "straight", "loss"), metric(base / "split", "loss"));
 }
 
+// ZeRO-1 shards the AdamW moments; every element sees the same arithmetic, so the run is
+// bit-identical to plain data parallelism, and its checkpoints (moments gathered) are the same
+// files – a sharded run resumes exactly, from its own checkpoints or a plain run's.
+TEST(DistTrain, Zero1IsBitIdenticalToPlainAndResumes) {
+  const fs::path base = base_dir("nsa_dist_zero1");
+  ASSERT_EQ(run(train_cmd(base / "plain", 2, "--nproc 2")).rc, 0);
+  ASSERT_EQ(run(train_cmd(base / "zero1", 2, "--nproc 2 --zero1 --stop-after 3")).rc, 0);
+  const Outcome resumed = run(train_cmd(base / "zero1", 2, "--nproc 2 --zero1 --resume"));
+  ASSERT_EQ(resumed.rc, 0) << resumed.output;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(read_file_bytes(base / "plain" / "ckpt_00000006" / file),
+              read_file_bytes(base / "zero1" / "ckpt_00000006" / file))
+        << file;
+  }
+  EXPECT_EQ(metric(base / "plain", "loss"), metric(base / "zero1", "loss"));
+}
+
 TEST(DistTrain, ADeadRankEndsTheJob) {
   const fs::path base = base_dir("nsa_dist_dead");
   const Outcome r = run(train_cmd(base, 2, "--nproc 2 --fault exit --fault-rank 1 --fault-step 3"));

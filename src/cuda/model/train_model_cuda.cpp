@@ -32,6 +32,10 @@ class TrainModelCuda : public TrainModel {
     comm.allreduce_sum(flat_.data(), static_cast<int64_t>(flat_.size()));
     model_.upload_grads_flat(flat_);
   }
+  void shard_optimizer_state(Communicator&) override {
+    throw Error(
+        "--zero1: optimizer-state sharding runs on the CPU backend so far (not --device cuda)");
+  }
   double optimizer_step(int64_t step, double grad_scale) override {
     return model_.optimizer_step(adam_, step, grad_scale);
   }
