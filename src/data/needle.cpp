@@ -36,8 +36,8 @@ NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab,
   std::vector<int32_t> key(kNeedleKeyLen), value(kNeedleValueLen);
   for (auto& k : key) k = kNeedleFirstSymbol + static_cast<int32_t>(next() % symbols);
   for (auto& v : value) v = kNeedleFirstSymbol + static_cast<int32_t>(next() % symbols);
-  // The query block: kNeedleQuery, key, kNeedleAnswer, value – the last 2 + key + value tokens.
-  const int64_t query_at = length - (2 + kNeedleKeyLen + kNeedleValueLen);
+  // The question: kNeedleQuery, key, value – the last 1 + key + value tokens.
+  const int64_t query_at = length - (1 + kNeedleKeyLen + kNeedleValueLen);
   const int64_t room = query_at - kNeedleSpan;  // latest start that ends before the query
   const double d = depth < 0 ? static_cast<double>(next() % 1000001) / 1e6 : depth;
   s.needle_at = static_cast<int64_t>(std::llround(d * static_cast<double>(room)));
@@ -48,7 +48,6 @@ NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab,
   p = query_at;
   s.tokens[p++] = kNeedleQuery;
   for (int32_t k : key) s.tokens[p++] = k;
-  s.tokens[p++] = kNeedleAnswer;
   s.value_at = p;
   for (int32_t v : value) s.tokens[p++] = v;
   return s;

@@ -4,7 +4,9 @@
 // selected branches can see the needle.
 //
 // A sequence of length S (token ids; the vocabulary needs at least kNeedleMinVocab entries):
-//   filler … [kNeedleMark k1..k4 v1..v4] … filler … [kNeedleQuery k1..k4 kNeedleAnswer v1..v4]
+//   filler … [kNeedleMark k1..k4 v1..v4] … filler … [kNeedleQuery k1..k4 v1..v4]
+// (associative recall: after the key again, the value that followed it – what an induction head
+// does once it can see the needle).
 // The filler is a fixed cycle of 16 tokens with a random phase – predictable, so a trained model
 // spends its loss on the value. Keys and values are random tokens from the top of the vocabulary
 // range [kNeedleFirstSymbol, vocab). The needle starts at round(depth · (S − 2·kNeedleSpan − 1)).
@@ -15,7 +17,7 @@
 
 namespace nsa {
 
-constexpr int32_t kNeedleMark = 1, kNeedleQuery = 2, kNeedleAnswer = 3;
+constexpr int32_t kNeedleMark = 1, kNeedleQuery = 2;
 constexpr int32_t kNeedleFillerFirst = 4, kNeedleFillerPeriod = 16;
 constexpr int32_t kNeedleFirstSymbol = kNeedleFillerFirst + kNeedleFillerPeriod;
 constexpr int64_t kNeedleKeyLen = 4, kNeedleValueLen = 4;

@@ -18,10 +18,10 @@ TEST(Needle, LayoutKeyAndValueAppearTwice) {
     const int64_t S = 300;
     const NeedleSequence s = make_needle_sequence(S, depth, 256, 42);
     ASSERT_EQ(static_cast<int64_t>(s.tokens.size()), S);
-    const int64_t query_at = S - (2 + kNeedleKeyLen + kNeedleValueLen);
+    const int64_t query_at = S - (1 + kNeedleKeyLen + kNeedleValueLen);
     EXPECT_EQ(s.tokens[s.needle_at], kNeedleMark);
     EXPECT_EQ(s.tokens[query_at], kNeedleQuery);
-    EXPECT_EQ(s.tokens[s.value_at - 1], kNeedleAnswer);
+    EXPECT_EQ(s.value_at, query_at + 1 + kNeedleKeyLen);
     EXPECT_EQ(s.value_at, S - kNeedleValueLen);
     for (int64_t j = 0; j < kNeedleKeyLen; ++j) {
       EXPECT_EQ(s.tokens[s.needle_at + 1 + j], s.tokens[query_at + 1 + j]);
@@ -57,8 +57,8 @@ TEST(Needle, LoaderRowsAreNeedleSequencesShiftedByOne) {
   for (int64_t r = 0; r < 2; ++r) {
     for (int64_t i = 0; i + 1 < 128; ++i)
       EXPECT_EQ(b.targets[r * 128 + i], b.inputs[r * 128 + i + 1]);
-    // The row is tokens [0, 128) of a 129-token sequence: the answer mark at 129 − 4 − 1.
-    EXPECT_EQ(b.inputs[r * 128 + 129 - kNeedleValueLen - 1], kNeedleAnswer);
+    // The row is tokens [0, 128) of a 129-token sequence: the question mark at 129 − 4 − 4 − 1.
+    EXPECT_EQ(b.inputs[r * 128 + 129 - kNeedleValueLen - kNeedleKeyLen - 1], kNeedleQuery);
   }
   EXPECT_THROW(TokenLoader("needle", "train", 20, 3), Error);
 }
