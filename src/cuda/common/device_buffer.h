@@ -45,9 +45,14 @@ class DeviceBuffer {
   void poison(cudaStream_t stream = nullptr) {
     if (size_ > 0) NSA_CUDA_CHECK(cudaMemsetAsync(ptr_, 0xff, bytes(), stream));
   }
+  // Complete on return: a pageable cudaMemcpy may still be in flight on the legacy stream, which
+  // kernels on non-blocking streams (the model's) would not wait for.
   void upload(const T* host, int64_t n) {
     resize(n);
-    if (n > 0) NSA_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes(), cudaMemcpyHostToDevice));
+    if (n > 0) {
+      NSA_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes(), cudaMemcpyHostToDevice));
+      NSA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    }
   }
   std::vector<T> download() const {
     std::vector<T> out(static_cast<size_t>(size_));

@@ -61,7 +61,7 @@ const ModelConfig& checked_for_gpu(const ModelConfig& cfg) {
 }  // namespace
 
 ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recompute)
-    : cfg_(checked_for_gpu(cfg)), layout_(layout), recompute_(recompute) {
+    : cfg_(checked_for_gpu(cfg)), recompute_(recompute) {
   const NsaConfig& a = cfg.attn;
   T_ = layout.total_tokens();
   F_ = cfg.ffn_hidden();
@@ -151,9 +151,6 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
     NSA_CUDA_CHECK(cudaEventCreate(&fwd_events_.back()));
     NSA_CUDA_CHECK(cudaEventCreate(&bwd_events_.back()));
   }
-  // The layout tables above (and the layers') were uploaded with cudaMemcpy on the legacy stream,
-  // which the model's non-blocking stream does not wait for: finish them now.
-  NSA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 ModelCuda::~ModelCuda() {

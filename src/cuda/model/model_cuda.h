@@ -82,7 +82,6 @@ class ModelCuda {
   void layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx);
 
   ModelConfig cfg_;
-  SeqLayout layout_;
   bool recompute_;
   int64_t T_, F_;
   cudaStream_t stream_ = nullptr;
