@@ -9,6 +9,9 @@
 #include "train/checkpoint.h"
 #include "train/needle_eval.h"
 #include "train/trainer.h"
+#ifdef NSA_HAVE_CUDA
+#include "model/logit_rows_cuda.h"
+#endif
 
 namespace nsa::app {
 
@@ -16,7 +19,7 @@ void register_eval_command(CLI::App& app) {
   struct Args {
     std::string checkpoint, run, data;
     int64_t batches = 20, batch = 8, seq_len = 0;
-    std::string task = "loss";
+    std::string task = "loss", device = "cpu";
     std::vector<int64_t> seq_lens = {1024, 4096, 16384};
     std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
     int64_t samples = 20;
@@ -31,14 +34,25 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--seq-lens", a->seq_lens, "needle: context lengths")->delimiter(',');
   cmd->add_option("--depths", a->depths, "needle: depths in [0, 1]")->delimiter(',');
   cmd->add_option("--samples", a->samples, "needle: sequences per (length, depth)");
+  cmd->add_option("--device", a->device, "needle: cpu (the reference) or cuda (one GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--batches", a->batches, "validation batches");
   cmd->add_option("--batch", a->batch, "sequences per batch");
   cmd->add_option("--seq-len", a->seq_len, "tokens per sequence (default: the config's)");
   cmd->callback([a] {
     const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
     if (a->task == "needle") {
+      LogitRowsFn logit_rows = logit_rows_cpu;
+      if (a->device == "cuda") {
+#ifdef NSA_HAVE_CUDA
+        logit_rows = cuda::logit_rows_cuda;
+#else
+        throw Error(
+            "--device cuda: this build has no CUDA backend (no CUDA toolkit at build time)");
+#endif
+      }
       const std::vector<NeedleCell> cells =
-          evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples);
+          evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples, logit_rows);
       std::printf("needle retrieval of %s (%lld samples per cell; accuracy)\n%8s", ckpt.c_str(),
                   static_cast<long long>(a->samples), "S \\ depth");
       for (double d : a->depths) std::printf(" %7.2f", d);

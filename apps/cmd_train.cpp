@@ -25,7 +25,10 @@ void register_train_command(CLI::App& app) {
   auto branches = std::make_shared<std::string>();
   cmd->add_option("--branches", *branches,
                   "NSA branches that contribute, e.g. sel,win (diagnostics)");
-  cmd->add_option("--data", o->data, "folder of train_*/val_*.bin shards, or 'synthetic'");
+  cmd->add_option(
+      "--data", o->data,
+      "folder of train_*/val_*.bin shards, 'synthetic', 'needle' or 'needle:N' (N needles "
+      "per sequence)");
   cmd->add_option("--out", o->out_dir, "run folder: metrics.jsonl, heartbeat, checkpoints");
   cmd->add_option("--steps", o->steps, "optimizer steps");
   cmd->add_option("--batch", o->batch, "sequences per micro-batch");

@@ -16,40 +16,100 @@ uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+void check_needle_args(int64_t length, int64_t vocab, int64_t needles) {
+  NSA_CHECK(vocab >= kNeedleMinVocab, "the needle task needs vocab_size >= ", kNeedleMinVocab,
+            ", got ", vocab);
+  NSA_CHECK(needles >= 1 && needles <= kMaxNeedles, "needles per sequence must be in [1, ",
+            kMaxNeedles, "], got ", needles);
+  const int64_t min_len = needles == 1 ? kNeedleMinLength : 3 * needles * kNeedleSpan;
+  NSA_CHECK(length >= min_len, "the needle task with ", needles,
+            " needle(s) needs sequences of at least ", min_len, " tokens, got ", length);
+}
+
+// The filler cycle with a random phase, and one random key or value.
+struct NeedleFill {
+  uint64_t state;
+  explicit NeedleFill(uint64_t seed) : state(mix(seed)) {}
+  uint64_t next() { return state = mix(state); }
+  void filler(std::vector<int32_t>& t) {
+    const int64_t phase = static_cast<int64_t>(next() % kNeedleFillerPeriod);
+    for (size_t i = 0; i < t.size(); ++i)
+      t[i] = kNeedleFillerFirst +
+             static_cast<int32_t>((phase + static_cast<int64_t>(i)) % kNeedleFillerPeriod);
+  }
+  std::vector<int32_t> symbols(int64_t n, int64_t vocab) {
+    std::vector<int32_t> s(static_cast<size_t>(n));
+    for (auto& x : s)
+      x = kNeedleFirstSymbol + static_cast<int32_t>(next() % (vocab - kNeedleFirstSymbol));
+    return s;
+  }
+};
+
+// Writes marker, key, value at p; returns the position after them.
+int64_t put_pair(std::vector<int32_t>& t, int64_t p, int32_t marker,
+                 const std::vector<int32_t>& key, const std::vector<int32_t>& value) {
+  t[p++] = marker;
+  for (int32_t k : key) t[p++] = k;
+  for (int32_t v : value) t[p++] = v;
+  return p;
+}
+
 }  // namespace
 
 NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab, uint64_t seed) {
-  NSA_CHECK(vocab >= kNeedleMinVocab, "the needle task needs vocab_size >= ", kNeedleMinVocab,
-            ", got ", vocab);
-  NSA_CHECK(length >= kNeedleMinLength, "the needle task needs sequences of at least ",
-            kNeedleMinLength, " tokens, got ", length);
+  check_needle_args(length, vocab, 1);
   NSA_CHECK(depth <= 1.0, "needle depth ", depth, " is outside [0, 1]");
-  uint64_t state = mix(seed);
-  const auto next = [&state] { return state = mix(state); };
-  const int64_t symbols = vocab - kNeedleFirstSymbol;
+  NeedleFill fill(seed);
   NeedleSequence s;
   s.tokens.resize(static_cast<size_t>(length));
-  const int64_t phase = static_cast<int64_t>(next() % kNeedleFillerPeriod);
-  for (int64_t i = 0; i < length; ++i) {
-    s.tokens[i] = kNeedleFillerFirst + static_cast<int32_t>((phase + i) % kNeedleFillerPeriod);
-  }
-  std::vector<int32_t> key(kNeedleKeyLen), value(kNeedleValueLen);
-  for (auto& k : key) k = kNeedleFirstSymbol + static_cast<int32_t>(next() % symbols);
-  for (auto& v : value) v = kNeedleFirstSymbol + static_cast<int32_t>(next() % symbols);
+  fill.filler(s.tokens);
+  const std::vector<int32_t> key = fill.symbols(kNeedleKeyLen, vocab);
+  const std::vector<int32_t> value = fill.symbols(kNeedleValueLen, vocab);
   // The question: kNeedleQuery, key, value – the last 1 + key + value tokens.
-  const int64_t query_at = length - (1 + kNeedleKeyLen + kNeedleValueLen);
+  const int64_t query_at = length - kNeedleSpan;
   const int64_t room = query_at - kNeedleSpan;  // latest start that ends before the query
-  const double d = depth < 0 ? static_cast<double>(next() % 1000001) / 1e6 : depth;
+  const double d = depth < 0 ? static_cast<double>(fill.next() % 1000001) / 1e6 : depth;
   s.needle_at = static_cast<int64_t>(std::llround(d * static_cast<double>(room)));
-  int64_t p = s.needle_at;
-  s.tokens[p++] = kNeedleMark;
-  for (int32_t k : key) s.tokens[p++] = k;
-  for (int32_t v : value) s.tokens[p++] = v;
-  p = query_at;
-  s.tokens[p++] = kNeedleQuery;
-  for (int32_t k : key) s.tokens[p++] = k;
-  s.value_at = p;
-  for (int32_t v : value) s.tokens[p++] = v;
+  put_pair(s.tokens, s.needle_at, kNeedleMark, key, value);
+  s.value_at = query_at + 1 + kNeedleKeyLen;
+  put_pair(s.tokens, query_at, kNeedleQuery, key, value);
+  return s;
+}
+
+NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64_t vocab,
+                                          uint64_t seed) {
+  check_needle_args(length, vocab, needles);
+  if (needles == 1) return make_needle_sequence(length, -1.0, vocab, seed);
+  NeedleFill fill(seed);
+  NeedleSequence s;
+  s.tokens.resize(static_cast<size_t>(length));
+  fill.filler(s.tokens);
+  std::vector<std::vector<int32_t>> keys, values;
+  while (static_cast<int64_t>(keys.size()) < needles) {
+    std::vector<int32_t> k = fill.symbols(kNeedleKeyLen, vocab);
+    bool fresh = true;  // distinct keys: every question has one answer
+    for (const auto& other : keys) fresh = fresh && other != k;
+    if (!fresh) continue;
+    keys.push_back(std::move(k));
+    values.push_back(fill.symbols(kNeedleValueLen, vocab));
+  }
+  const int64_t questions_at = length - needles * kNeedleSpan;
+  const int64_t stretch = questions_at / needles;  // ≥ 2 spans (check_needle_args)
+  std::vector<int64_t> at(static_cast<size_t>(needles));
+  for (int64_t i = 0; i < needles; ++i) {
+    at[i] = i * stretch + static_cast<int64_t>(fill.next() % (stretch - kNeedleSpan + 1));
+    put_pair(s.tokens, at[i], kNeedleMark, keys[i], values[i]);
+  }
+  std::vector<int64_t> order(static_cast<size_t>(needles));
+  for (int64_t i = 0; i < needles; ++i) order[i] = i;
+  for (int64_t i = needles - 1; i > 0; --i)
+    std::swap(order[i], order[fill.next() % static_cast<uint64_t>(i + 1)]);
+  int64_t p = questions_at;
+  for (const int64_t i : order) {
+    s.needle_at = at[i];
+    s.value_at = p + 1 + kNeedleKeyLen;
+    p = put_pair(s.tokens, p, kNeedleQuery, keys[i], values[i]);
+  }
   return s;
 }
 

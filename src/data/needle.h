@@ -33,5 +33,9 @@ struct NeedleSequence {
 
 // depth in [0, 1], or < 0 for a uniformly random depth; everything else from `seed`.
 NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab, uint64_t seed);
+// n ≥ 1 needles at random depths (n = 1: make_needle_sequence(length, -1, vocab, seed)).
+NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64_t vocab,
+                                          uint64_t seed);
+constexpr int64_t kMaxNeedles = 64;
 
 }  // namespace nsa

@@ -1,5 +1,7 @@
-// Needle retrieval accuracy (see needle_eval.h), on the CPU model.
+// Needle retrieval accuracy (see needle_eval.h).
 #include "needle_eval.h"
+
+#include <algorithm>
 
 #include "data/needle.h"
 #include "model/model_cpu.h"
@@ -8,9 +10,24 @@
 
 namespace nsa {
 
+std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
+                                  const SeqLayout& layout, const std::vector<int32_t>& inputs,
+                                  const std::vector<int32_t>& targets,
+                                  const std::vector<int64_t>& rows) {
+  ModelStats stats;
+  stats.keep_outputs = true;
+  model_loss_cpu<float>(cfg, params, layout, inputs, targets, nullptr, &stats);
+  const int64_t V = cfg.vocab_size;
+  std::vector<float> out(rows.size() * static_cast<size_t>(V));
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(stats.logits.ptr() + rows[i] * V, V, out.begin() + static_cast<int64_t>(i) * V);
+  return out;
+}
+
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
-                                        const std::vector<double>& depths, int64_t samples) {
+                                        const std::vector<double>& depths, int64_t samples,
+                                        const LogitRowsFn& logit_rows) {
   NSA_CHECK(samples > 0, "--samples must be positive");
   const LoadedModel m = load_model_checkpoint(checkpoint);
   const int64_t V = m.cfg.vocab_size;
@@ -19,31 +36,35 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
     for (const double depth : depths) {
       NSA_CHECK(depth >= 0 && depth <= 1, "--depths: ", depth, " is outside [0, 1]");
       const int64_t T = S - 1;  // inputs: tokens [0, S − 1), targets: [1, S)
-      std::vector<int32_t> inputs, targets;
-      std::vector<NeedleSequence> seqs;
-      for (int64_t i = 0; i < samples; ++i) {
-        seqs.push_back(make_needle_sequence(S, depth, V, 0x5eed0000ull + static_cast<uint64_t>(i)));
-        const std::vector<int32_t>& t = seqs.back().tokens;
-        inputs.insert(inputs.end(), t.begin(), t.end() - 1);
-        targets.insert(targets.end(), t.begin() + 1, t.end());
-      }
-      ModelStats stats;
-      stats.keep_outputs = true;
-      model_loss_cpu<float>(m.cfg, m.params, SeqLayout::batch(samples, T), inputs, targets, nullptr,
-                            &stats);
+      const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / T);
       NeedleCell cell{S, depth, samples, 0, 0};
-      for (int64_t i = 0; i < samples; ++i) {
-        bool all = true;
-        for (int64_t j = 0; j < kNeedleValueLen; ++j) {
-          const int64_t pos = seqs[i].value_at - 1 + j;  // predicts token value_at + j
-          const float* row = stats.logits.ptr() + (i * T + pos) * V;
-          int64_t best = 0;
-          for (int64_t v = 1; v < V; ++v) best = row[v] > row[best] ? v : best;
-          const bool right = best == seqs[i].tokens[seqs[i].value_at + j];
-          cell.value_tokens_right += right ? 1 : 0;
-          all = all && right;
+      for (int64_t first = 0; first < samples; first += chunk) {
+        const int64_t n = std::min(chunk, samples - first);
+        std::vector<int32_t> inputs, targets;
+        std::vector<NeedleSequence> seqs;
+        std::vector<int64_t> rows;
+        for (int64_t i = 0; i < n; ++i) {
+          const uint64_t seed = 0x5eed0000ull + static_cast<uint64_t>(first + i);
+          seqs.push_back(make_needle_sequence(S, depth, V, seed));
+          const std::vector<int32_t>& t = seqs.back().tokens;
+          inputs.insert(inputs.end(), t.begin(), t.end() - 1);
+          targets.insert(targets.end(), t.begin() + 1, t.end());
+          for (int64_t j = 0; j < kNeedleValueLen; ++j)  // row value_at − 1 + j predicts value j
+            rows.push_back(i * T + seqs.back().value_at - 1 + j);
         }
-        cell.retrieved += all ? 1 : 0;
+        const std::vector<float> logits =
+            logit_rows(m.cfg, m.params, SeqLayout::batch(n, T), inputs, targets, rows);
+        for (int64_t i = 0; i < n; ++i) {
+          bool all = true;
+          for (int64_t j = 0; j < kNeedleValueLen; ++j) {
+            const float* row = logits.data() + (i * kNeedleValueLen + j) * V;
+            const int64_t best = std::max_element(row, row + V) - row;
+            const bool right = best == seqs[i].tokens[seqs[i].value_at + j];
+            cell.value_tokens_right += right ? 1 : 0;
+            all = all && right;
+          }
+          cell.retrieved += all ? 1 : 0;
+        }
       }
       cells.push_back(cell);
     }

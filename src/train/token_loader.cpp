@@ -14,9 +14,17 @@ namespace fs = std::filesystem;
 TokenLoader::TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
                          uint64_t seed)
     : seed_(seed), vocab_(vocab_size) {
-  if (source == "needle") {
+  if (source == "needle" || source.rfind("needle:", 0) == 0) {
     NSA_CHECK(vocab_size >= kNeedleMinVocab, "--data needle needs vocab_size >= ", kNeedleMinVocab,
               ", got ", vocab_size);
+    if (source != "needle") {
+      const std::string n = source.substr(7);
+      const bool digits =
+          !n.empty() && n.size() <= 3 && n.find_first_not_of("0123456789") == std::string::npos;
+      needles_ = digits ? std::stoll(n) : 0;
+      NSA_CHECK(needles_ >= 1 && needles_ <= kMaxNeedles, "--data '", source,
+                "': needle:N takes N needles per sequence, 1 to ", kMaxNeedles);
+    }
     synthetic_ = needle_ = true;
     seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
     return;
@@ -54,8 +62,9 @@ Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
   b.targets.resize(static_cast<size_t>(n));
   if (needle_) {  // one needle sequence of S + 1 tokens per row, a pure function of (seed, row)
     for (int64_t r = 0; r < batch; ++r) {
-      const NeedleSequence s = make_needle_sequence(
-          seq_len + 1, -1.0, vocab_, seed_ + static_cast<uint64_t>(position_ * batch + r) * 7919u);
+      const NeedleSequence s =
+          make_multi_needle_sequence(seq_len + 1, needles_, vocab_,
+                                     seed_ + static_cast<uint64_t>(position_ * batch + r) * 7919u);
       std::copy(s.tokens.begin(), s.tokens.end() - 1, b.inputs.begin() + r * seq_len);
       std::copy(s.tokens.begin() + 1, s.tokens.end(), b.targets.begin() + r * seq_len);
     }

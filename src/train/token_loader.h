@@ -6,7 +6,7 @@
 // is the whole state, so a checkpoint resumes the exact stream. Synthetic data ("synthetic"):
 // uniform random tokens from a counter-based generator of (seed, batch index) – nothing to store.
 // The needle task ("needle", data/needle.h): one needle sequence per row at a random depth, also a
-// pure function of (seed, batch index, row).
+// pure function of (seed, batch index, row); "needle:N" puts N needles and N questions in each row.
 // Every token is checked against the vocabulary when the split is opened.
 #pragma once
 
@@ -22,7 +22,7 @@ struct Batch {
 
 class TokenLoader {
  public:
-  // source: a folder of shards, "synthetic" or "needle"; split: "train" or "val".
+  // source: a folder of shards, "synthetic", "needle" or "needle:N"; split: "train" or "val".
   TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
               uint64_t seed);
   Batch next(int64_t batch, int64_t seq_len);
@@ -36,6 +36,7 @@ class TokenLoader {
   bool synthetic_ = false, needle_ = false;
   uint64_t seed_ = 0;
   int64_t vocab_ = 0;
+  int64_t needles_ = 1;
   std::vector<uint32_t> tokens_;
   int64_t position_ = 0;  // next token (shards) or next batch index (synthetic)
 };

@@ -2,6 +2,7 @@
 // evaluation's bookkeeping on a (barely trained) checkpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "data/needle.h"
@@ -50,6 +51,40 @@ TEST(Needle, LayoutKeyAndValueAppearTwice) {
   EXPECT_THROW(make_needle_sequence(10, 0.5, 256, 1), Error);  // too short
 }
 
+TEST(Needle, MultiNeedleEveryQuestionHasItsPair) {
+  const int64_t S = 700, n = 5;
+  const NeedleSequence s = make_multi_needle_sequence(S, n, 256, 11);
+  ASSERT_EQ(static_cast<int64_t>(s.tokens.size()), S);
+  // The n questions fill the tail; the n marks lie before it, one per stretch.
+  std::vector<int64_t> marks;
+  for (int64_t i = 0; i < S; ++i) {
+    if (s.tokens[i] == kNeedleMark) marks.push_back(i);
+  }
+  ASSERT_EQ(static_cast<int64_t>(marks.size()), n);
+  const int64_t questions_at = S - n * kNeedleSpan;
+  std::vector<bool> asked(n, false);
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t at = questions_at + q * kNeedleSpan;
+    ASSERT_EQ(s.tokens[at], kNeedleQuery);
+    int64_t found = -1;  // the needle with this key
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::equal(s.tokens.begin() + marks[i] + 1, s.tokens.begin() + marks[i] + kNeedleSpan,
+                     s.tokens.begin() + at + 1))
+        found = i;
+    }
+    ASSERT_GE(found, 0) << "question " << q << " has no needle";
+    EXPECT_FALSE(asked[found]) << "needle " << found << " asked twice";
+    asked[found] = true;
+    EXPECT_LT(marks[found] + kNeedleSpan, questions_at + 1);
+  }
+  EXPECT_EQ(s.value_at, S - kNeedleValueLen);
+  // One needle is the single-needle task at a random depth.
+  EXPECT_EQ(make_multi_needle_sequence(300, 1, 256, 9).tokens,
+            make_needle_sequence(300, -1, 256, 9).tokens);
+  EXPECT_THROW(make_multi_needle_sequence(100, 8, 256, 1), Error);  // no room for 8
+  EXPECT_THROW(make_multi_needle_sequence(1000, 0, 256, 1), Error);
+}
+
 TEST(Needle, LoaderRowsAreNeedleSequencesShiftedByOne) {
   TokenLoader loader("needle", "train", 256, 3);
   const Batch b = loader.next(2, 128);
@@ -61,6 +96,14 @@ TEST(Needle, LoaderRowsAreNeedleSequencesShiftedByOne) {
     EXPECT_EQ(b.inputs[r * 128 + 129 - kNeedleValueLen - kNeedleKeyLen - 1], kNeedleQuery);
   }
   EXPECT_THROW(TokenLoader("needle", "train", 20, 3), Error);
+  // needle:N: N questions at the end of every row.
+  TokenLoader multi("needle:4", "train", 256, 3);
+  const Batch m = multi.next(1, 400);
+  int64_t questions = 0;
+  for (int32_t t : m.inputs) questions += t == kNeedleQuery;
+  EXPECT_EQ(questions, 4);
+  for (const char* bad : {"needle:0", "needle:x", "needle:", "needle:65", "needle:1000"})
+    EXPECT_THROW(TokenLoader(bad, "train", 256, 3), Error) << bad;
 }
 
 TEST(Needle, EvaluationCountsEveryCell) {

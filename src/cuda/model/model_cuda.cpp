@@ -434,6 +434,17 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
   return host[0];
 }
 
+void ModelCuda::download_logit_rows(const std::vector<int64_t>& rows, std::vector<float>& out) {
+  const int64_t V = cfg_.vocab_size;
+  out.resize(rows.size() * static_cast<size_t>(V));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    NSA_CHECK(rows[i] >= 0 && rows[i] < T_, "logit row ", rows[i], " is outside [0, ", T_, ")");
+    NSA_CUDA_CHECK(cudaMemcpyAsync(out.data() + i * V, logits_.get() + rows[i] * V,
+                                   V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 double ModelCuda::optimizer_step(const AdamWConfig& adam, int64_t step, double grad_scale) {
   cudaStream_t st = stream_;
   launch_sum(grads_.get(), grads_.size(), true, 1.0f, sum_partial_.get(), scalars_.get() + 4, st);

@@ -55,6 +55,8 @@ class ModelCuda {
   // histogram is not collected on the GPU).
   double forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
                           bool backward, ModelStats* stats = nullptr);
+  // The logits of token rows `rows` of the last forward_backward, [rows.size(), vocab] (fp32).
+  void download_logit_rows(const std::vector<int64_t>& rows, std::vector<float>& out);
   // AdamW on the gradients times grad_scale (1/accumulation), clipped; returns the pre-clip norm of
   // the scaled gradients.
   double optimizer_step(const AdamWConfig& adam, int64_t step, double grad_scale);
