@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "attention_flops.h"
+#include "bench_decode_cuda.h"
 #include "commands.h"
 #ifdef NSA_HAVE_CUDA
 #include "bench_attention_cuda.h"
@@ -131,7 +132,6 @@ struct DecodeArgs {
 // prefill, against dense attention over all S keys, with the K/V bytes each reads. The paper's
 // access model: (S − l)/d + n_sel·l_sel + w tokens per group for NSA, S for dense.
 void bench_decode(const DecodeArgs& a) {
-  NSA_CHECK(a.device == "cpu", "nsa bench decode: only --device cpu exists so far");
   const NsaConfig cfg = attention_preset(a.preset);
   const int64_t G = cfg.groups, H = cfg.heads, dk = cfg.dk, dv = cfg.dv;
   const double row_bytes = static_cast<double>(G * (dk + dv) * sizeof(float));
@@ -227,13 +227,33 @@ void register_bench_command(CLI::App& app) {
   auto dec = std::make_shared<DecodeArgs>();
   CLI::App* decode = bench->add_subcommand(
       "decode", "One attention layer's decode step: NSA caches vs dense, latency and K/V bytes");
-  decode->add_option("--device", dec->device, "where to run (cpu so far)");
+  decode
+      ->add_option("--device", dec->device,
+                   "cpu: one attention layer (fp32); cuda: the whole model's step on one GPU")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   decode->add_option("--config", dec->preset, "attention shape")
       ->check(CLI::IsMember(attention_preset_names()));
   decode->add_option("--contexts", dec->contexts, "context lengths")->delimiter(',');
   decode->add_option("--steps", dec->steps, "timed decode steps per context (median)");
   decode->add_option("--json", dec->json_path, "also write JSON lines to this file");
-  decode->callback([dec] { bench_decode(*dec); });
+  auto gpu_dec = std::make_shared<DecodeBenchArgs>();
+  decode->add_option("--model", gpu_dec->model, "cuda: model config (YAML; default m7c_125m)");
+  decode->add_option("--batches", gpu_dec->batches, "cuda: batch sizes (sequences per step)")
+      ->delimiter(',');
+  decode->callback([dec, gpu_dec, decode] {
+    if (dec->device == "cpu") {
+      bench_decode(*dec);
+      return;
+    }
+#ifdef NSA_HAVE_CUDA
+    if (decode->count("--contexts") > 0) gpu_dec->contexts = dec->contexts;
+    if (decode->count("--steps") > 0) gpu_dec->steps = dec->steps;
+    gpu_dec->json_path = dec->json_path;
+    bench_decode_cuda(*gpu_dec);
+#else
+    throw Error("nsa bench decode --device cuda: this build has no CUDA backend");
+#endif
+  });
 
   CLI::App* tr = bench->add_subcommand(
       "train", "Whole-model training throughput on one GPU: tok/s, MFU and memory over lengths");

@@ -1,7 +1,9 @@
 // `nsa generate`: text from a checkpoint – prompt through the tokenizer, prefill, then one token
-// at a time with NSA caches, streamed to stdout, with tokens/s (src/model/model_decode.h).
+// at a time with NSA caches, streamed to stdout, with tokens/s – on the CPU
+// (src/model/model_decode.h) or one GPU (src/cuda/model/model_decoder_cuda.h).
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "commands.h"
@@ -11,12 +13,15 @@
 #include "nsa/error.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#ifdef NSA_HAVE_CUDA
+#include "model/model_decoder_cuda.h"
+#endif
 
 namespace nsa::app {
 
 void register_generate_command(CLI::App& app) {
   struct Args {
-    std::string checkpoint, run, prompt = "The", sp_model;
+    std::string checkpoint, run, prompt = "The", sp_model, device = "cpu";
     int64_t max_new = 200;
     SamplerConfig sampler;
   };
@@ -31,6 +36,8 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--top-k", a->sampler.top_k, "sample among the k most likely (0: all)");
   cmd->add_option("--top-p", a->sampler.top_p, "nucleus sampling mass (1: off)");
   cmd->add_option("--seed", a->sampler.seed, "sampling seed");
+  cmd->add_option("--device", a->device, "cpu (the reference) or cuda (one GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->callback([a] {
     const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
     const LoadedModel m = load_model_checkpoint(ckpt);
@@ -41,12 +48,24 @@ void register_generate_command(CLI::App& app) {
               tok->vocab_size(), ") exceeds the model's (", cfg.vocab_size, ")");
     std::vector<uint32_t> prompt = tok->encode(a->prompt);
     NSA_CHECK(!prompt.empty(), "--prompt encodes to no tokens");
-    ModelDecoder dec(cfg, m.params);
+    std::function<std::vector<float>(int32_t)> step;
+    if (a->device == "cuda") {
+#ifdef NSA_HAVE_CUDA
+      const int64_t max_len = static_cast<int64_t>(prompt.size()) + a->max_new + 1;
+      auto dec = std::make_shared<cuda::ModelDecoderCuda>(cfg, m.params, 1, max_len, false);
+      step = [dec](int32_t t) { return dec->step({t}); };
+#else
+      throw Error("--device cuda: this build has no CUDA backend (no CUDA toolkit at build time)");
+#endif
+    } else {
+      auto dec = std::make_shared<ModelDecoder>(cfg, m.params);
+      step = [dec](int32_t t) { return dec->step(t); };
+    }
     Sampler sampler(a->sampler);
     std::printf("%s", a->prompt.c_str());
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> logits;
-    for (uint32_t id : prompt) logits = dec.step(static_cast<int32_t>(id));
+    for (uint32_t id : prompt) logits = step(static_cast<int32_t>(id));
     const auto t1 = std::chrono::steady_clock::now();
     int64_t produced = 0;
     for (; produced < a->max_new; ++produced) {
@@ -54,7 +73,7 @@ void register_generate_command(CLI::App& app) {
       if (static_cast<uint32_t>(next) == tok->eot()) break;
       std::printf("%s", tok->decode({static_cast<uint32_t>(next)}).c_str());
       std::fflush(stdout);
-      logits = dec.step(next);
+      logits = step(next);
     }
     const auto t2 = std::chrono::steady_clock::now();
     const double prefill_s = std::chrono::duration<double>(t1 - t0).count();

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|model|needle|all]
+#   bash scripts/device_run.sh [tests|bench|model|decode|needle|all]
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
+# `decode` (also in `all`): the GPU decoding tests and `nsa bench decode --device cuda`.
 # `needle` (not in `all`): trains `small` (byte vocabulary) on the needle task with all branches and
 # with the window only, side by side on the GPU, then `nsa eval --task needle --device cuda` on both.
 set -uo pipefail
@@ -51,20 +52,27 @@ if [ "$what" = model ] || [ "$what" = all ]; then
     cp /tmp/m7c_a/metrics.jsonl "$out/m7c_metrics.jsonl"; cp /tmp/m7c_a/loss.svg "$out/m7c_loss.svg"
   fi
 fi
+if [ "$what" = decode ] || [ "$what" = all ]; then
+  ./build/tests/nsa_cuda_tests --gtest_filter='*Decode*:*Decoder*' 2>&1 | tee "$out/decode_tests.log" |
+    grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|worst" | head -40
+  ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
+    --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
+fi
+# needle: `small` (byte vocabulary) on --data needle:N, all branches and the window only, side by
+# side on the GPU (timeout-bound: checkpoints every 250 steps), then the retrieval table of each.
 if [ "$what" = needle ]; then
-  steps=${NEEDLE_STEPS:-1500}; S=${NEEDLE_SEQ:-8192}; B=${NEEDLE_BATCH:-8}
-  common=(--config configs/small.yaml --set vocab_size=256 --data "needle:${NEEDLES:-16}" --device cuda
-          --seq-len "$S" --batch "$B" --steps "$steps" --lr "${NEEDLE_LR:-1e-3}" --warmup 100
-          --val-every 100 --val-batches 4 --ckpt-every 250 --keep 1)
+  S=${NEEDLE_SEQ:-8192}; B=${NEEDLE_BATCH:-4}
+  common=(--config configs/small.yaml --set vocab_size=256 --data "needle:${NEEDLES:-128}" --device cuda
+          --seq-len "$S" --batch "$B" --steps "${NEEDLE_STEPS:-4000}" --lr "${NEEDLE_LR:-2e-3}" --warmup 100
+          --val-every 250 --val-batches 4 --ckpt-every 250 --keep 1)
   rm -rf /tmp/needle_nsa /tmp/needle_win
-  timeout "${NEEDLE_TRAIN_S:-330}" ./build/nsa train "${common[@]}" --out /tmp/needle_nsa >"$out/needle_nsa_train.txt" 2>&1 &
-  timeout "${NEEDLE_TRAIN_S:-330}" ./build/nsa train "${common[@]}" --branches win --out /tmp/needle_win >"$out/needle_win_train.txt" 2>&1 &
+  timeout "${NEEDLE_TRAIN_S:-300}" ./build/nsa train "${common[@]}" --out /tmp/needle_nsa >"$out/needle_nsa_train.txt" 2>&1 &
+  timeout "${NEEDLE_TRAIN_S:-300}" ./build/nsa train "${common[@]}" --branches win --out /tmp/needle_win >"$out/needle_win_train.txt" 2>&1 &
   wait
   for r in nsa win; do
-    grep -E "step +[0-9]+/" "$out/needle_${r}_train.txt" | awk 'NR % 5 == 0' | tail -8
-    grep -E "val" "$out/needle_${r}_train.txt" | tail -4
+    grep -E "val" "$out/needle_${r}_train.txt" | tail -6 | cut -c1-60,100-
     ./build/nsa eval --task needle --device cuda --run /tmp/needle_$r --samples "${NEEDLE_SAMPLES:-20}" \
-      --seq-lens "${NEEDLE_EVAL_LENS:-1024,4096,8192,16384,32768}" --depths 0,0.25,0.5,0.75,1 \
+      --seq-lens "${NEEDLE_EVAL_LENS:-1024,4096,8192,16384}" --depths 0,0.25,0.5,0.75,1 \
       >"$out/needle_${r}_eval.txt" 2>&1; echo "eval $r rc=$?"; grep -v '^{' "$out/needle_${r}_eval.txt"
     cp /tmp/needle_$r/metrics.jsonl "$out/needle_${r}_metrics.jsonl"
   done

@@ -85,6 +85,7 @@ NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64
   s.tokens.resize(static_cast<size_t>(length));
   fill.filler(s.tokens);
   std::vector<std::vector<int32_t>> keys, values;
+  std::vector<int64_t> needle_at(static_cast<size_t>(needles));
   while (static_cast<int64_t>(keys.size()) < needles) {
     std::vector<int32_t> k = fill.symbols(kNeedleKeyLen, vocab);
     bool fresh = true;  // distinct keys: every question has one answer
@@ -93,22 +94,31 @@ NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64
     keys.push_back(std::move(k));
     values.push_back(fill.symbols(kNeedleValueLen, vocab));
   }
-  const int64_t questions_at = length - needles * kNeedleSpan;
-  const int64_t stretch = questions_at / needles;  // ≥ 2 spans (check_needle_args)
-  std::vector<int64_t> at(static_cast<size_t>(needles));
-  for (int64_t i = 0; i < needles; ++i) {
-    at[i] = i * stretch + static_cast<int64_t>(fill.next() % (stretch - kNeedleSpan + 1));
-    put_pair(s.tokens, at[i], kNeedleMark, keys[i], values[i]);
-  }
-  std::vector<int64_t> order(static_cast<size_t>(needles));
-  for (int64_t i = 0; i < needles; ++i) order[i] = i;
-  for (int64_t i = needles - 1; i > 0; --i)
-    std::swap(order[i], order[fill.next() % static_cast<uint64_t>(i + 1)]);
-  int64_t p = questions_at;
-  for (const int64_t i : order) {
-    s.needle_at = at[i];
-    s.value_at = p + 1 + kNeedleKeyLen;
-    p = put_pair(s.tokens, p, kNeedleQuery, keys[i], values[i]);
+  // 2n slots, one item each: a needle or the question for a needle opened earlier. Each slot
+  // opens a needle or asks an open one (chosen uniformly), by a coin flip where both are possible,
+  // so the distance from needle to question ranges from adjacent slots to the whole sequence.
+  const int64_t slots = 2 * needles, stretch = length / slots;  // ≥ 1.5 spans (check_needle_args)
+  std::vector<int64_t> open;
+  int64_t opened = 0;
+  for (int64_t i = 0; i < slots; ++i) {
+    const int64_t at =
+        i * stretch + static_cast<int64_t>(fill.next() % (stretch - kNeedleSpan + 1));
+    const int64_t left = slots - i;
+    const bool ask =
+        opened == needles ||
+        (!open.empty() && (left == static_cast<int64_t>(open.size()) || fill.next() % 2 == 0));
+    if (!ask) {
+      needle_at[opened] = at;
+      put_pair(s.tokens, at, kNeedleMark, keys[opened], values[opened]);
+      open.push_back(opened++);
+      continue;
+    }
+    const size_t pick = fill.next() % open.size();
+    const int64_t k = open[pick];
+    open.erase(open.begin() + static_cast<int64_t>(pick));
+    s.value_at = at + 1 + kNeedleKeyLen;
+    s.needle_at = needle_at[k];
+    put_pair(s.tokens, at, kNeedleQuery, keys[k], values[k]);
   }
   return s;
 }

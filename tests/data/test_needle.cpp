@@ -51,33 +51,34 @@ TEST(Needle, LayoutKeyAndValueAppearTwice) {
   EXPECT_THROW(make_needle_sequence(10, 0.5, 256, 1), Error);  // too short
 }
 
-TEST(Needle, MultiNeedleEveryQuestionHasItsPair) {
-  const int64_t S = 700, n = 5;
-  const NeedleSequence s = make_multi_needle_sequence(S, n, 256, 11);
-  ASSERT_EQ(static_cast<int64_t>(s.tokens.size()), S);
-  // The n questions fill the tail; the n marks lie before it, one per stretch.
-  std::vector<int64_t> marks;
-  for (int64_t i = 0; i < S; ++i) {
-    if (s.tokens[i] == kNeedleMark) marks.push_back(i);
-  }
-  ASSERT_EQ(static_cast<int64_t>(marks.size()), n);
-  const int64_t questions_at = S - n * kNeedleSpan;
-  std::vector<bool> asked(n, false);
-  for (int64_t q = 0; q < n; ++q) {
-    const int64_t at = questions_at + q * kNeedleSpan;
-    ASSERT_EQ(s.tokens[at], kNeedleQuery);
-    int64_t found = -1;  // the needle with this key
-    for (int64_t i = 0; i < n; ++i) {
-      if (std::equal(s.tokens.begin() + marks[i] + 1, s.tokens.begin() + marks[i] + kNeedleSpan,
-                     s.tokens.begin() + at + 1))
-        found = i;
+TEST(Needle, MultiNeedleEveryQuestionFollowsItsNeedle) {
+  const int64_t S = 900, n = 5;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const NeedleSequence s = make_multi_needle_sequence(S, n, 256, seed);
+    ASSERT_EQ(static_cast<int64_t>(s.tokens.size()), S);
+    std::vector<int64_t> marks, questions;
+    for (int64_t i = 0; i < S; ++i) {
+      if (s.tokens[i] == kNeedleMark) marks.push_back(i);
+      if (s.tokens[i] == kNeedleQuery) questions.push_back(i);
     }
-    ASSERT_GE(found, 0) << "question " << q << " has no needle";
-    EXPECT_FALSE(asked[found]) << "needle " << found << " asked twice";
-    asked[found] = true;
-    EXPECT_LT(marks[found] + kNeedleSpan, questions_at + 1);
+    ASSERT_EQ(static_cast<int64_t>(marks.size()), n);
+    ASSERT_EQ(static_cast<int64_t>(questions.size()), n);
+    std::vector<bool> asked(n, false);
+    for (const int64_t q : questions) {
+      int64_t found = -1;  // the needle with this key and value
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::equal(s.tokens.begin() + marks[i] + 1, s.tokens.begin() + marks[i] + kNeedleSpan,
+                       s.tokens.begin() + q + 1))
+          found = i;
+      }
+      ASSERT_GE(found, 0) << "question at " << q << " has no needle";
+      EXPECT_FALSE(asked[found]) << "needle " << found << " asked twice";
+      asked[found] = true;
+      EXPECT_LT(marks[found] + kNeedleSpan, q + 1) << "question before its needle";
+    }
+    EXPECT_EQ(s.value_at, questions.back() + 1 + kNeedleKeyLen);
+    EXPECT_EQ(s.tokens[s.needle_at], kNeedleMark);
   }
-  EXPECT_EQ(s.value_at, S - kNeedleValueLen);
   // One needle is the single-needle task at a random depth.
   EXPECT_EQ(make_multi_needle_sequence(300, 1, 256, 9).tokens,
             make_needle_sequence(300, -1, 256, 9).tokens);

@@ -1,0 +1,500 @@
+// NSA decode kernels: append, compressed parts, selection, attention parts, combine (see
+// nsa_decode.h). Decoding reads little per step (tens of KB to a few MB), so every kernel is
+// written for latency: many small CTAs over key chunks, fp32 math on bf16 caches, no atomics.
+#include "nsa_decode.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+
+#include "nsa/error.h"
+
+namespace nsa::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kMaxHeadsPerGroup = 16;
+constexpr int kThreads = 128;
+
+struct DecodeDims {
+  int G, hpg, dk, dv, l, d, l_sel, n_sel, w, sub, win_parts;
+  int64_t max_len, max_cmp;
+  int cmp_parts, attn_parts;
+  float scale;
+};
+
+__device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {
+  return t + 1 < m.l ? 0 : (t + 1 - m.l) / m.d + 1;
+}
+
+// Row pointers of the caches: [B, rows, G, dim].
+__device__ __forceinline__ const bf16* row(const bf16* base, int b, int64_t rows, int64_t r, int g,
+                                           const DecodeDims& m, int dim) {
+  return base + ((static_cast<int64_t>(b) * rows + r) * m.G + g) * dim;
+}
+
+__global__ void append_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* k_sel_in,
+                              const bf16* v_sel_in, const bf16* k_win_in, const bf16* v_win_in,
+                              const bf16* k_cmp_in, const bf16* v_cmp_in, bf16* k_sel, bf16* v_sel,
+                              bf16* k_win, bf16* v_win, bf16* k_raw, bf16* v_raw, bf16* k_cmp,
+                              bf16* v_cmp) {
+  const int b = blockIdx.x, g = blockIdx.y, t = pos[b];
+  const int64_t in_k = (static_cast<int64_t>(b) * m.G + g) * m.dk;
+  const int64_t in_v = (static_cast<int64_t>(b) * m.G + g) * m.dv;
+  const auto at = [&](bf16* base, int64_t rows, int64_t r, int dim) {
+    return base + ((static_cast<int64_t>(b) * rows + r) * m.G + g) * dim;
+  };
+  for (int i = threadIdx.x; i < m.dk; i += blockDim.x) {
+    at(k_sel, m.max_len, t, m.dk)[i] = k_sel_in[in_k + i];
+    if (dense) continue;
+    at(k_win, m.w, t % m.w, m.dk)[i] = k_win_in[in_k + i];
+    at(k_raw, m.l, t % m.l, m.dk)[i] = k_cmp_in[in_k + i];
+  }
+  for (int i = threadIdx.x; i < m.dv; i += blockDim.x) {
+    at(v_sel, m.max_len, t, m.dv)[i] = v_sel_in[in_v + i];
+    if (dense) continue;
+    at(v_win, m.w, t % m.w, m.dv)[i] = v_win_in[in_v + i];
+    at(v_raw, m.l, t % m.l, m.dv)[i] = v_cmp_in[in_v + i];
+  }
+  if (dense || t + 1 < m.l || (t + 1 - m.l) % m.d != 0) return;
+  __syncthreads();  // the ring rows written above are read below by other threads
+  // φ = avg over positions t − l + 1 .. t, oldest first.
+  const int n = (t + 1 - m.l) / m.d;
+  const float inv_l = 1.0f / static_cast<float>(m.l);
+  for (int i = threadIdx.x; i < m.dk + m.dv; i += blockDim.x) {
+    const bool is_k = i < m.dk;
+    const int e = is_k ? i : i - m.dk, dim = is_k ? m.dk : m.dv;
+    bf16* ring = is_k ? k_raw : v_raw;
+    float s = 0.0f;
+    for (int r = 0; r < m.l; ++r)
+      s += __bfloat162float(at(ring, m.l, (t - m.l + 1 + r) % m.l, dim)[e]);
+    at(is_k ? k_cmp : v_cmp, m.max_cmp, n, dim)[e] = __float2bfloat16(s * inv_l);
+  }
+}
+
+// Scores of the group's hpg heads against `count` ≤ kCapacity keys (rows given by key_row), the
+// part's max and sum of exp, and its unnormalised output. Shared by the compressed parts and the
+// attention parts. s_out (optional) receives the scores.
+template <int kCapacity>
+__device__ void attend_part(const DecodeDims& m, const float (*q)[256], const bf16* k_base,
+                            const bf16* v_base, int64_t rows, int b, int g, int first, int count,
+                            bool ring_w, float* s_out, float (*s)[kCapacity], float* ml,
+                            float* o_out) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int c = warp; c < count; c += nw) {
+    const int64_t r = ring_w ? (first + c) % m.w : first + c;
+    const bf16* kr = row(k_base, b, rows, r, g, m, m.dk);
+    float acc[kMaxHeadsPerGroup];
+#pragma unroll
+    for (int h = 0; h < kMaxHeadsPerGroup; ++h) acc[h] = 0.0f;
+    for (int i = lane; i < m.dk; i += 32) {
+      const float kv = __bfloat162float(kr[i]);
+#pragma unroll
+      for (int h = 0; h < kMaxHeadsPerGroup; ++h) {
+        if (h < m.hpg) acc[h] += q[h][i] * kv;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kMaxHeadsPerGroup; ++h) {
+      if (h >= m.hpg) break;
+      float a = acc[h];
+      for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+      if (lane == 0) s[h][c] = a * m.scale;
+    }
+  }
+  __syncthreads();
+  // Per head: max and sum of exp (one warp per head).
+  for (int h = warp; h < m.hpg; h += nw) {
+    float mx = -FLT_MAX;
+    for (int c = lane; c < count; c += 32) mx = fmaxf(mx, s[h][c]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.0f;
+    for (int c = lane; c < count; c += 32) {
+      if (s_out) s_out[static_cast<int64_t>(h) * m.max_cmp + c] = s[h][c];
+      sum += __expf(s[h][c] - mx);
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) {
+      ml[2 * h] = count > 0 ? mx : -FLT_MAX;
+      ml[2 * h + 1] = sum;
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < m.hpg * m.dv; idx += blockDim.x) {
+    const int h = idx / m.dv, e = idx % m.dv;
+    const float mx = ml[2 * h];
+    float acc = 0.0f;
+    for (int c = 0; c < count; ++c) {
+      const int64_t r = ring_w ? (first + c) % m.w : first + c;
+      acc += __expf(s[h][c] - mx) * __bfloat162float(row(v_base, b, rows, r, g, m, m.dv)[e]);
+    }
+    o_out[idx] = acc;
+  }
+}
+
+__device__ void load_q(const DecodeDims& m, const bf16* q, int b, int g, float (*qs)[256]) {
+  for (int idx = threadIdx.x; idx < m.hpg * m.dk; idx += blockDim.x) {
+    const int h = idx / m.dk, i = idx % m.dk;
+    qs[h][i] =
+        __bfloat162float(q[(static_cast<int64_t>(b) * m.G * m.hpg + g * m.hpg + h) * m.dk + i]);
+  }
+  __syncthreads();
+}
+
+// Partials: part_ml [B·G, parts, hpg, 2], part_o [B·G, parts, hpg, dv].
+__device__ __forceinline__ int64_t part_index(const DecodeDims& m, int bg, int part) {
+  return (static_cast<int64_t>(bg) * (m.cmp_parts + m.attn_parts) + part) * m.hpg;
+}
+
+__global__ void cmp_parts_kernel(DecodeDims m, const int32_t* pos, const bf16* q, const bf16* k_cmp,
+                                 const bf16* v_cmp, float* scores, float* part_ml, float* part_o) {
+  __shared__ float qs[kMaxHeadsPerGroup][256];
+  __shared__ float s[kMaxHeadsPerGroup][NsaDecodeCuda::kCmpPart];
+  const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, part = blockIdx.y;
+  const int n = num_cmp(m, pos[b]), first = part * NsaDecodeCuda::kCmpPart;
+  if (first >= n) return;  // the selection kernel reads parts < ceil(n / kCmpPart) only
+  load_q(m, q, b, g, qs);
+  const int count = min(NsaDecodeCuda::kCmpPart, n - first);
+  const int64_t pi = part_index(m, bg, part);
+  attend_part<NsaDecodeCuda::kCmpPart>(
+      m, qs, k_cmp + static_cast<int64_t>(first) * m.G * m.dk,
+      v_cmp + static_cast<int64_t>(first) * m.G * m.dv, m.max_cmp, b, g, 0, count, false,
+      scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first, s, part_ml + 2 * pi,
+      part_o + pi * m.dv);
+}
+
+// Merges parts [first, first + n) of head hh of group-row bg at channel e: the normalised output
+// (0 when every part is empty); M / L receive the merged max and sum of exp.
+__device__ float merge_parts(const DecodeDims& m, const float* part_ml, const float* part_o, int bg,
+                             int hh, int first, int n, int e, float* M = nullptr,
+                             float* L = nullptr) {
+  float mx = -FLT_MAX;
+  for (int p = first; p < first + n; ++p) {
+    const float* ml = part_ml + 2 * (part_index(m, bg, p) + hh);
+    if (ml[1] > 0.0f) mx = fmaxf(mx, ml[0]);
+  }
+  float sum = 0.0f, acc = 0.0f;
+  for (int p = first; p < first + n; ++p) {
+    const int64_t pi = part_index(m, bg, p) + hh;
+    const float* ml = part_ml + 2 * pi;
+    if (!(ml[1] > 0.0f)) continue;
+    const float f = __expf(ml[0] - mx);
+    sum += ml[1] * f;
+    if (e >= 0) acc += part_o[pi * m.dv + e] * f;
+  }
+  if (M) *M = mx;
+  if (L) *L = sum;
+  return sum > 0.0f ? acc / sum : 0.0f;
+}
+
+// One CTA per (sequence, group): o_cmp, block scores, top-n (SPEC §2: forced 0, c−1, c; then the
+// complete blocks by score, higher first, lower index on ties; ascending, −1 padded).
+__global__ void select_kernel(DecodeDims m, const int32_t* pos, const float* scores,
+                              const float* part_ml, const float* part_o, float* o_cmp,
+                              int32_t* sel) {
+  extern __shared__ float block_score[];
+  __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
+  __shared__ float red_s[32];
+  __shared__ int red_j[32];
+  __shared__ int chosen[64];
+  __shared__ int n_chosen;
+  const int bg = blockIdx.x, b = bg / m.G, t = pos[b];
+  const int n = num_cmp(m, t), parts = (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart;
+  for (int idx = threadIdx.x; idx < m.hpg * m.dv; idx += blockDim.x) {
+    const int hh = idx / m.dv, e = idx % m.dv;
+    float M, L;
+    const float o = merge_parts(m, part_ml, part_o, bg, hh, 0, parts, e, &M, &L);
+    o_cmp[(static_cast<int64_t>(bg) * m.hpg + hh) * m.dv + e] = o;
+    if (e == 0) {
+      head_max[hh] = M;
+      head_sum[hh] = L;
+    }
+  }
+  __syncthreads();
+  const int c = t / m.l_sel, blocks = c + 1;
+  const float inv_l = 1.0f / static_cast<float>(m.l);
+  for (int j = threadIdx.x; j < blocks; j += blockDim.x) {
+    // Compressed tokens i whose raw range [i·d, i·d + l) meets block j, ascending.
+    const int lo_num = j * m.l_sel - m.l + 1;
+    const int i_lo = lo_num <= 0 ? 0 : (lo_num + m.d - 1) / m.d;
+    const int i_hi = min(n - 1, ((j + 1) * m.l_sel - 1) / m.d);
+    float score = 0.0f;
+    for (int i = i_lo; i <= i_hi; ++i) {
+      float gp = 0.0f;
+      for (int hh = 0; hh < m.hpg; ++hh) {
+        gp +=
+            __expf(scores[(static_cast<int64_t>(bg) * m.hpg + hh) * m.max_cmp + i] - head_max[hh]) /
+            head_sum[hh];
+      }
+      const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
+      score += gp * static_cast<float>(overlap) * inv_l;
+    }
+    block_score[j] = score;
+  }
+  if (threadIdx.x == 0) {
+    n_chosen = 0;
+    chosen[n_chosen++] = 0;
+    if (c - 1 > 0) chosen[n_chosen++] = c - 1;
+    if (c > 0) chosen[n_chosen++] = c;
+  }
+  __syncthreads();
+  const int candidates = max(0, c - 2), free_slots = m.n_sel - n_chosen;
+  const int rounds = min(candidates, max(0, free_slots));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int round = 0; round < rounds; ++round) {
+    float bs = -1.0f;  // scores are ≥ 0; taken blocks are marked −2
+    int bj = INT_MAX;
+    for (int j = 1 + threadIdx.x; j <= c - 2; j += blockDim.x) {
+      const float sj = block_score[j];
+      if (sj > bs || (sj == bs && j < bj)) {
+        bs = sj;
+        bj = j;
+      }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float os = __shfl_xor_sync(0xffffffffu, bs, off);
+      const int oj = __shfl_xor_sync(0xffffffffu, bj, off);
+      if (os > bs || (os == bs && oj < bj)) {
+        bs = os;
+        bj = oj;
+      }
+    }
+    if (lane == 0) {
+      red_s[warp] = bs;
+      red_j[warp] = bj;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w2 = 1; w2 < nw; ++w2) {
+        if (red_s[w2] > bs || (red_s[w2] == bs && red_j[w2] < bj)) {
+          bs = red_s[w2];
+          bj = red_j[w2];
+        }
+      }
+      chosen[n_chosen++] = bj;
+      block_score[bj] = -2.0f;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < n_chosen; ++i) {  // ascending (insertion sort, ≤ n_sel entries)
+      const int x = chosen[i];
+      int k = i;
+      for (; k > 0 && chosen[k - 1] > x; --k) chosen[k] = chosen[k - 1];
+      chosen[k] = x;
+    }
+    for (int k = 0; k < m.n_sel; ++k)
+      sel[static_cast<int64_t>(bg) * m.n_sel + k] = k < n_chosen ? chosen[k] : -1;
+  }
+}
+
+// Attention parts after the compressed ones: NSA – n_sel·sub selected sub-blocks, then win_parts
+// window chunks; dense – chunks of kAttnPart positions from 0. Empty parts write l = 0.
+__global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* q,
+                                  const int32_t* sel, const bf16* k_sel, const bf16* v_sel,
+                                  const bf16* k_win, const bf16* v_win, float* part_ml,
+                                  float* part_o) {
+  __shared__ float qs[kMaxHeadsPerGroup][256];
+  __shared__ float s[kMaxHeadsPerGroup][NsaDecodeCuda::kAttnPart];
+  __shared__ float ml[2 * kMaxHeadsPerGroup];
+  const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, part = blockIdx.y, t = pos[b];
+  constexpr int P = NsaDecodeCuda::kAttnPart;
+  int first = 0, count = 0;
+  bool window = false;
+  if (dense) {
+    first = part * P;
+    count = max(0, min(P, t + 1 - first));
+  } else if (part < m.n_sel * m.sub) {
+    const int j = sel[static_cast<int64_t>(bg) * m.n_sel + part / m.sub];
+    if (j >= 0) {
+      first = j * m.l_sel + (part % m.sub) * P;
+      count = max(0, min(min(P, (j + 1) * m.l_sel - first), t + 1 - first));
+    }
+  } else {
+    const int start = max(0, t - m.w + 1);
+    first = start + (part - m.n_sel * m.sub) * P;
+    count = max(0, min(P, t + 1 - first));
+    window = true;
+  }
+  const int64_t pi = part_index(m, bg, m.cmp_parts + part);
+  if (count == 0) {
+    for (int h = threadIdx.x; h < m.hpg; h += blockDim.x) {
+      part_ml[2 * (pi + h)] = -FLT_MAX;
+      part_ml[2 * (pi + h) + 1] = 0.0f;
+    }
+    return;
+  }
+  load_q(m, q, b, g, qs);
+  attend_part<P>(m, qs, window ? k_win : k_sel, window ? v_win : v_sel, window ? m.w : m.max_len, b,
+                 g, first, count, window, nullptr, s, ml, part_o + pi * m.dv);
+  for (int h = threadIdx.x; h < 2 * m.hpg; h += blockDim.x) part_ml[2 * pi + h] = ml[h];
+}
+
+// One CTA per (sequence, head), one thread per output channel.
+__global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* o_cmp,
+                               const float* part_ml, const float* part_o, const bf16* g_cmp,
+                               const bf16* g_sel, const bf16* g_win, bf16* o) {
+  const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg, e = threadIdx.x;
+  if (e >= m.dv) return;
+  const int bg = b * m.G + g, t = pos[b], H = m.G * m.hpg;
+  float out;
+  if (dense) {
+    const int parts = (t + NsaDecodeCuda::kAttnPart) / NsaDecodeCuda::kAttnPart;
+    out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, e);
+  } else {
+    const int64_t gi = static_cast<int64_t>(b) * H + h;
+    const float os = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, e);
+    const float ow =
+        merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub, m.win_parts, e);
+    out = __bfloat162float(g_cmp[gi]) * o_cmp[(static_cast<int64_t>(bg) * m.hpg + hh) * m.dv + e] +
+          __bfloat162float(g_sel[gi]) * os + __bfloat162float(g_win[gi]) * ow;
+  }
+  o[(static_cast<int64_t>(b) * H + h) * m.dv + e] = __float2bfloat16(out);
+}
+
+__global__ void fill_random_kernel(bf16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    x[i] =
+        __float2bfloat16(static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
+  }
+}
+
+DecodeDims dims_of(const NsaConfig& c, int64_t max_len, int64_t max_cmp, int cmp_parts,
+                   int attn_parts) {
+  DecodeDims m{};
+  m.G = static_cast<int>(c.groups);
+  m.hpg = static_cast<int>(c.heads / c.groups);
+  m.dk = static_cast<int>(c.dk);
+  m.dv = static_cast<int>(c.dv);
+  m.l = static_cast<int>(c.l);
+  m.d = static_cast<int>(c.d);
+  m.l_sel = static_cast<int>(c.l_sel);
+  m.n_sel = static_cast<int>(c.n_sel);
+  m.w = static_cast<int>(c.w);
+  m.sub = static_cast<int>((c.l_sel + NsaDecodeCuda::kAttnPart - 1) / NsaDecodeCuda::kAttnPart);
+  m.win_parts = static_cast<int>((c.w + NsaDecodeCuda::kAttnPart - 1) / NsaDecodeCuda::kAttnPart);
+  m.max_len = max_len;
+  m.max_cmp = max_cmp;
+  m.cmp_parts = cmp_parts;
+  m.attn_parts = attn_parts;
+  m.scale = static_cast<float>(c.softmax_scale());
+  return m;
+}
+
+}  // namespace
+
+NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_len, bool dense)
+    : cfg_(cfg), B_(batch), max_len_(max_len), dense_(dense) {
+  cfg.validate();
+  NSA_CHECK(batch > 0 && max_len > 0, "decode: batch and max length must be positive");
+  NSA_CHECK(cfg.phi == Phi::kAvg, "decode on the GPU supports phi = avg only");
+  NSA_CHECK(cfg.heads / cfg.groups <= kMaxHeadsPerGroup && cfg.dk <= 256 && cfg.dv <= 1024,
+            "decode on the GPU supports up to ", kMaxHeadsPerGroup,
+            " heads per group and dk <= 256, got ", cfg.heads / cfg.groups, " and ", cfg.dk);
+  NSA_CHECK(cfg.n_sel <= 61, "decode on the GPU supports n_sel <= 61, got ", cfg.n_sel);
+  NSA_CHECK(max_len / cfg.l_sel < 12000, "decode on the GPU: max length ", max_len,
+            " has too many selection blocks of ", cfg.l_sel, " for one CTA's shared memory");
+  const int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv, H = cfg.heads;
+  max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
+  cmp_parts_ = dense ? 0 : (max_cmp_ + kCmpPart - 1) / kCmpPart;
+  const int64_t sub = (cfg.l_sel + kAttnPart - 1) / kAttnPart;
+  attn_parts_ = dense ? (max_len + kAttnPart - 1) / kAttnPart
+                      : cfg.n_sel * sub + (cfg.w + kAttnPart - 1) / kAttnPart;
+  k_sel_.resize(B_ * max_len * G * dk);
+  v_sel_.resize(B_ * max_len * G * dv);
+  if (!dense) {
+    k_win_.resize(B_ * cfg.w * G * dk);
+    v_win_.resize(B_ * cfg.w * G * dv);
+    k_raw_.resize(B_ * cfg.l * G * dk);
+    v_raw_.resize(B_ * cfg.l * G * dv);
+    k_cmp_.resize(B_ * max_cmp_ * G * dk);
+    v_cmp_.resize(B_ * max_cmp_ * G * dv);
+    scores_.resize(B_ * H * max_cmp_);
+    o_cmp_.resize(B_ * H * dv);
+    sel_.resize(B_ * G * cfg.n_sel);
+    sel_.zero();
+  }
+  const int64_t parts = cmp_parts_ + attn_parts_;
+  part_ml_.resize(B_ * G * parts * (H / G) * 2);
+  part_o_.resize(B_ * G * parts * (H / G) * dv);
+}
+
+void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
+                         const bf16* const v[kNumBranches], const bf16* const gate[kNumBranches],
+                         const int32_t* pos, bf16* o, cudaStream_t stream) {
+  const NsaConfig& c = cfg_;
+  const DecodeDims m =
+      dims_of(c, max_len_, max_cmp_, static_cast<int>(cmp_parts_), static_cast<int>(attn_parts_));
+  const int B = static_cast<int>(B_), G = m.G;
+  const int ks = c.kv_index(kSel), kw = c.kv_index(kWin), kc = c.kv_index(kCmp);
+  append_kernel<<<dim3(B, G), kThreads, 0, stream>>>(
+      m, dense_, pos, k[ks], v[ks], k[kw], v[kw], k[kc], v[kc], k_sel_.get(), v_sel_.get(),
+      k_win_.get(), v_win_.get(), k_raw_.get(), v_raw_.get(), k_cmp_.get(), v_cmp_.get());
+  NSA_CUDA_LAUNCH_CHECK();
+  if (!dense_) {
+    cmp_parts_kernel<<<dim3(B * G, static_cast<unsigned>(cmp_parts_)), kThreads, 0, stream>>>(
+        m, pos, q, k_cmp_.get(), v_cmp_.get(), scores_.get(), part_ml_.get(), part_o_.get());
+    NSA_CUDA_LAUNCH_CHECK();
+    const int64_t blocks = max_len_ / c.l_sel + 1;
+    select_kernel<<<B * G, 256, static_cast<size_t>(blocks) * sizeof(float), stream>>>(
+        m, pos, scores_.get(), part_ml_.get(), part_o_.get(), o_cmp_.get(), sel_.get());
+    NSA_CUDA_LAUNCH_CHECK();
+  }
+  attn_parts_kernel<<<dim3(B * G, static_cast<unsigned>(attn_parts_)), kThreads, 0, stream>>>(
+      m, dense_, pos, q, sel_.get(), k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(),
+      part_ml_.get(), part_o_.get());
+  NSA_CUDA_LAUNCH_CHECK();
+  const int threads = static_cast<int>((c.dv + 31) / 32 * 32);
+  combine_kernel<<<dim3(B, static_cast<unsigned>(c.heads)), threads, 0, stream>>>(
+      m, dense_, pos, o_cmp_.get(), part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
+      gate[kWin], o);
+  NSA_CUDA_LAUNCH_CHECK();
+}
+
+void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream) {
+  NSA_CHECK(len >= 0 && len <= max_len_, "decode: fill length ", len, " is outside [0, ", max_len_,
+            "]");
+  uint64_t s = seed;
+  for (DeviceBuffer<bf16>* buf :
+       {&k_sel_, &v_sel_, &k_win_, &v_win_, &k_raw_, &v_raw_, &k_cmp_, &v_cmp_}) {
+    if (buf->size() == 0) continue;
+    fill_random_kernel<<<1024, 256, 0, stream>>>(buf->get(), buf->size(), s += 0x1234567ull);
+    NSA_CUDA_LAUNCH_CHECK();
+  }
+}
+
+namespace {
+__global__ void advance_kernel(int32_t* pos, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) pos[i] += 1;
+}
+}  // namespace
+
+void launch_advance_positions(int32_t* pos, int64_t batch, cudaStream_t stream) {
+  advance_kernel<<<static_cast<unsigned>((batch + 255) / 256), 256, 0, stream>>>(pos, batch);
+  NSA_CUDA_LAUNCH_CHECK();
+}
+
+int64_t NsaDecodeCuda::kv_bytes_per_step(int64_t t) const {
+  const NsaConfig& c = cfg_;
+  int64_t tokens = t + 1;
+  if (!dense_) {
+    const int64_t blk = t / c.l_sel, chosen = std::min(c.n_sel, blk + 1);
+    tokens = c.num_visible_compressed(t) + (chosen - 1) * c.l_sel + (t - blk * c.l_sel + 1) +
+             std::min(c.w, t + 1);
+  }
+  return c.groups * tokens * (c.dk + c.dv) * static_cast<int64_t>(sizeof(bf16));
+}
+
+size_t NsaDecodeCuda::bytes() const {
+  return k_sel_.bytes() + v_sel_.bytes() + k_win_.bytes() + v_win_.bytes() + k_raw_.bytes() +
+         v_raw_.bytes() + k_cmp_.bytes() + v_cmp_.bytes() + scores_.bytes() + part_ml_.bytes() +
+         part_o_.bytes() + o_cmp_.bytes() + sel_.bytes();
+}
+
+}  // namespace nsa::cuda

@@ -1,0 +1,65 @@
+// NSA attention for one new token per sequence, with caches on the GPU (SPEC §8; the CPU twin is
+// src/model/nsa_decode.h): a batch of B independent sequences, each at its own position.
+//
+// Caches (bf16, per sequence): raw K/V of the selected branch for every position, a ring of the
+// last w raw K/V for the window, a ring of the last l raw K/V of the compressed branch, and the
+// compressed K/V – one token emitted every d steps once l are available (φ = avg). Dense decoding
+// (the baseline of `nsa bench decode`) keeps only the first cache and attends over all of it.
+//
+// A step is five kernels, all reading the positions from device memory (nothing on the host
+// depends on them, so a step can be captured in a CUDA graph and replayed):
+//   append      write the token's K/V, emit a compressed token when its block completes;
+//   cmp parts   compressed attention in chunks of kCmpPart keys: scores kept, partial softmax;
+//   select      merge the chunks (o_cmp), block scores, the exact top-n rule (SPEC §2);
+//   attn parts  selected blocks and window chunks (dense: all chunks) of kAttnPart keys;
+//   combine     merge the parts, gate the branches: o [B, H·dv] (bf16).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/device_buffer.h"
+#include "nsa/attention.h"
+
+namespace nsa::cuda {
+
+class NsaDecodeCuda {
+ public:
+  static constexpr int kCmpPart = 256, kAttnPart = 64;
+
+  // dense: the baseline (full causal attention over the selected branch's K/V, no gates).
+  NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_len, bool dense);
+
+  // One token per sequence at positions pos[b] (device, [B]): q [B, H, dk], k/v per branch
+  // [B, G, dk] / [B, G, dv] (kv = shared: index 0), gates per branch [B, H]; o [B, H·dv].
+  void step(const __nv_bfloat16* q, const __nv_bfloat16* const k[kNumBranches],
+            const __nv_bfloat16* const v[kNumBranches],
+            const __nv_bfloat16* const gate[kNumBranches], const int32_t* pos, __nv_bfloat16* o,
+            cudaStream_t stream);
+
+  // For benchmarks: every sequence holds `len` tokens of random K/V (compressed tokens included).
+  void fill_random(int64_t len, uint64_t seed, cudaStream_t stream);
+
+  // The last step's selected blocks [B, G, n_sel] (ascending, −1 padded; NSA only).
+  const int32_t* selection() const { return sel_.get(); }
+  // K/V bytes a step at position t reads per sequence: the paper's access model, exact for bf16
+  // caches (compressed + selected + window tokens, or t + 1 for dense).
+  int64_t kv_bytes_per_step(int64_t t) const;
+  // Cache bytes held on the device.
+  size_t bytes() const;
+
+ private:
+  NsaConfig cfg_;
+  int64_t B_, max_len_, max_cmp_, cmp_parts_, attn_parts_;
+  bool dense_;
+  DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
+  DeviceBuffer<float> scores_, part_ml_, part_o_, o_cmp_;
+  DeviceBuffer<int32_t> sel_;
+};
+
+// pos[b] += 1 for b < batch: the end of a step, on the device (so a captured step replays).
+void launch_advance_positions(int32_t* pos, int64_t batch, cudaStream_t stream);
+
+}  // namespace nsa::cuda

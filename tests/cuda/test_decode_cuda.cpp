@@ -1,0 +1,281 @@
+// GPU decoding against the CPU: the NSA decode layer (and its dense baseline) step by step on
+// random bf16 inputs against NsaDecodeCache / a plain softmax, over lengths that cross the window,
+// many compressed emissions and selection blocks; then the whole decoder's logits and selected
+// blocks against the CPU ModelDecoder.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "common/device_buffer.h"
+#include "model/model_decode.h"
+#include "model/model_decoder_cuda.h"
+#include "model/nsa_decode.h"
+#include "nsa/nsa_decode.h"
+
+namespace nsa::test {
+namespace {
+
+using cuda::bf16;
+using cuda::DeviceBuffer;
+
+float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
+
+// Random values already representable in bf16, as floats (CPU) and bf16 (GPU).
+struct Bf16Input {
+  std::vector<float> host;
+  DeviceBuffer<bf16> dev;
+  void fill(int64_t n, std::mt19937& rng, float scale) {
+    std::normal_distribution<float> dist(0.0f, scale);
+    host.resize(static_cast<size_t>(n));
+    std::vector<bf16> b(host.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+      host[i] = round_bf16(dist(rng));
+      b[i] = __float2bfloat16(host[i]);
+    }
+    dev.upload(b.data(), n);
+  }
+};
+
+std::vector<float> to_float(const DeviceBuffer<bf16>& d) {
+  const std::vector<bf16> b = d.download();
+  std::vector<float> f(b.size());
+  for (size_t i = 0; i < b.size(); ++i) f[i] = __bfloat162float(b[i]);
+  return f;
+}
+
+struct LayerCase {
+  std::string name;
+  NsaConfig cfg;
+  int64_t batch, steps;
+};
+
+NsaConfig layer_config(int64_t H, int64_t G, int64_t dk, int64_t dv, int64_t l, int64_t d,
+                       int64_t l_sel, int64_t n_sel, int64_t w) {
+  NsaConfig c;
+  c.heads = H, c.groups = G, c.dk = dk, c.dv = dv, c.l = l, c.d = d, c.l_sel = l_sel;
+  c.n_sel = n_sel, c.w = w;
+  c.validate();
+  return c;
+}
+
+class CudaDecodeLayer : public ::testing::TestWithParam<LayerCase> {};
+
+// Every step: o within 2^-7·max|o| + 1e-3 of the CPU cache (bf16 output and compressed tokens);
+// the selected blocks identical but for rare near ties (≤ 2 % of (step, sequence, group) sets).
+TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
+  const LayerCase& lc = GetParam();
+  const NsaConfig& c = lc.cfg;
+  const int64_t B = lc.batch, H = c.heads, G = c.groups, hpg = H / G;
+  cuda::NsaDecodeCuda gpu(c, B, lc.steps, false);
+  std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
+  DeviceBuffer<int32_t> pos(B);
+  DeviceBuffer<bf16> o(B * H * c.dv);
+  std::mt19937 rng(17);
+  int64_t sel_sets = 0, sel_diff = 0;
+  double worst = 0;
+  for (int64_t t = 0; t < lc.steps; ++t) {
+    const std::vector<int32_t> p(static_cast<size_t>(B), static_cast<int32_t>(t));
+    pos.upload(p.data(), B);
+    Bf16Input q, k[3], v[3], gate[3];
+    q.fill(B * H * c.dk, rng, 2.0f);  // spread scores: selection is decided, not tied
+    for (int br = 0; br < 3; ++br) {
+      k[br].fill(B * G * c.dk, rng, 1.0f);
+      v[br].fill(B * G * c.dv, rng, 1.0f);
+      gate[br].fill(B * H, rng, 0.5f);
+    }
+    const bf16* kp[3] = {k[0].dev.get(), k[1].dev.get(), k[2].dev.get()};
+    const bf16* vp[3] = {v[0].dev.get(), v[1].dev.get(), v[2].dev.get()};
+    const bf16* gp[3] = {gate[0].dev.get(), gate[1].dev.get(), gate[2].dev.get()};
+    gpu.step(q.dev.get(), kp, vp, gp, pos.get(), o.get(), nullptr);
+    NSA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> og = to_float(o);
+    std::vector<int32_t> sel_gpu(static_cast<size_t>(B * G * c.n_sel));
+    NSA_CUDA_CHECK(cudaMemcpy(sel_gpu.data(), gpu.selection(), sel_gpu.size() * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost));
+    for (int64_t b = 0; b < B; ++b) {
+      const float* kb[3];
+      const float* vb[3];
+      const float* gb[3];
+      for (int br = 0; br < 3; ++br) {
+        kb[br] = k[br].host.data() + b * G * c.dk;
+        vb[br] = v[br].host.data() + b * G * c.dv;
+        gb[br] = gate[br].host.data() + b * H;
+      }
+      std::vector<float> oc(static_cast<size_t>(H * c.dv));
+      std::vector<int32_t> sc(static_cast<size_t>(G * c.n_sel));
+      cpu[b].step(q.host.data() + b * H * c.dk, kb, vb, gb, nullptr, nullptr, oc.data(), sc.data());
+      float mx = 0, err = 0;
+      for (size_t i = 0; i < oc.size(); ++i) {
+        mx = std::max(mx, std::fabs(oc[i]));
+        err = std::max(err, std::fabs(oc[i] - og[b * H * c.dv + i]));
+      }
+      const float tol = mx / 128.0f + 1e-3f;
+      worst = std::max(worst, static_cast<double>(err / tol));
+      for (int64_t g = 0; g < G; ++g) {
+        ++sel_sets;
+        bool same = true;
+        for (int64_t j = 0; j < c.n_sel; ++j)
+          same = same && sc[g * c.n_sel + j] == sel_gpu[(b * G + g) * c.n_sel + j];
+        sel_diff += same ? 0 : 1;
+      }
+      // A selection difference changes o legitimately; judge o only where the sets agree.
+      bool all_same = true;
+      for (int64_t g = 0; g < G; ++g) {
+        for (int64_t j = 0; j < c.n_sel; ++j)
+          all_same = all_same && sc[g * c.n_sel + j] == sel_gpu[(b * G + g) * c.n_sel + j];
+      }
+      if (all_same) {
+        ASSERT_LE(err, tol) << "step " << t << " sequence " << b << " (max |o| " << mx << ")";
+      }
+    }
+    (void)hpg;
+  }
+  std::printf(
+      "[ %s ] %lld steps × %lld sequences: worst |Δo| / tol %.3f; selection sets that "
+      "differ %lld of %lld\n",
+      lc.name.c_str(), static_cast<long long>(lc.steps), static_cast<long long>(B), worst,
+      static_cast<long long>(sel_diff), static_cast<long long>(sel_sets));
+  EXPECT_LE(sel_diff * 50, sel_sets) << "more than 2 % of the selections differ";
+}
+
+// The dense baseline: softmax over every cached key of the selected branch, per head.
+TEST_P(CudaDecodeLayer, DenseMatchesPlainSoftmax) {
+  const LayerCase& lc = GetParam();
+  const NsaConfig& c = lc.cfg;
+  const int64_t B = lc.batch, H = c.heads, G = c.groups, hpg = H / G;
+  cuda::NsaDecodeCuda gpu(c, B, lc.steps, true);
+  DeviceBuffer<int32_t> pos(B);
+  DeviceBuffer<bf16> o(B * H * c.dv);
+  std::mt19937 rng(23);
+  std::vector<float> keys, values;  // [B][t][G][d], appended per step
+  std::vector<std::vector<float>> kc(static_cast<size_t>(B)), vc(static_cast<size_t>(B));
+  const float scale = static_cast<float>(c.softmax_scale());
+  double worst = 0;
+  for (int64_t t = 0; t < lc.steps; ++t) {
+    const std::vector<int32_t> p(static_cast<size_t>(B), static_cast<int32_t>(t));
+    pos.upload(p.data(), B);
+    Bf16Input q, k, v;
+    q.fill(B * H * c.dk, rng, 1.0f);
+    k.fill(B * G * c.dk, rng, 1.0f);
+    v.fill(B * G * c.dv, rng, 1.0f);
+    const int ks = static_cast<int>(c.kv_index(kSel));
+    const bf16* kp[3] = {nullptr, nullptr, nullptr};
+    const bf16* vp[3] = {nullptr, nullptr, nullptr};
+    const bf16* gp[3] = {nullptr, nullptr, nullptr};
+    kp[ks] = k.dev.get();
+    vp[ks] = v.dev.get();
+    gpu.step(q.dev.get(), kp, vp, gp, pos.get(), o.get(), nullptr);
+    NSA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> og = to_float(o);
+    for (int64_t b = 0; b < B; ++b) {
+      kc[b].insert(kc[b].end(), k.host.begin() + b * G * c.dk, k.host.begin() + (b + 1) * G * c.dk);
+      vc[b].insert(vc[b].end(), v.host.begin() + b * G * c.dv, v.host.begin() + (b + 1) * G * c.dv);
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / hpg;
+        std::vector<double> s(static_cast<size_t>(t + 1));
+        double mx = -1e30, sum = 0;
+        for (int64_t r = 0; r <= t; ++r) {
+          double a = 0;
+          for (int64_t i = 0; i < c.dk; ++i)
+            a +=
+                static_cast<double>(q.host[(b * H + h) * c.dk + i]) * kc[b][(r * G + g) * c.dk + i];
+          s[r] = a * scale;
+          mx = std::max(mx, s[r]);
+        }
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t e = 0; e < c.dv; ++e) {
+          double ref = 0;
+          for (int64_t r = 0; r <= t; ++r) ref += s[r] / sum * vc[b][(r * G + g) * c.dv + e];
+          const double err = std::fabs(ref - og[(b * H + h) * c.dv + e]);
+          const double tol = std::fabs(ref) / 128.0 + 2e-3;
+          worst = std::max(worst, err / tol);
+          ASSERT_LE(err, tol) << "step " << t << " sequence " << b << " head " << h;
+        }
+      }
+    }
+  }
+  std::printf("[ %s dense ] worst |Δo| / tol %.3f\n", lc.name.c_str(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaDecodeLayer,
+    ::testing::Values(
+        // tiny's attention, lengths far past w, with many emissions and blocks.
+        LayerCase{"tiny", layer_config(4, 2, 16, 16, 16, 8, 32, 4, 64), 2, 333},
+        // m7c's attention (hpg 6, dk 64), B = 1, several compressed parts.
+        LayerCase{"m7c", layer_config(12, 2, 64, 64, 32, 16, 64, 16, 512), 1, 700},
+        // l_sel > the part size (two sub-parts per block), dv ≠ dk, one group of 16 heads.
+        LayerCase{"wide", layer_config(16, 1, 32, 48, 32, 16, 128, 3, 96), 3, 420}),
+    [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
+
+ModelConfig tiny_model() {
+  ModelConfig cfg = load_model_config(std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml");
+  cfg.validate();
+  return cfg;
+}
+
+// The whole decoder: logits within 3 % of max |logit| of the CPU decoder (bf16 weights and
+// activations) and selected blocks as the CPU chose, for three sequences decoded together.
+TEST(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
+  const ModelConfig cfg = tiny_model();
+  ModelParams<float> params = init_model_params<float>(cfg);
+  for (auto& layer : params.layers) {  // sharper attention: selections are decided, not tied
+    for (float& x : layer.wq.data) x *= 6.0f;
+    for (auto& wk : layer.wk)
+      for (float& x : wk.data) x *= 6.0f;
+  }
+  const int64_t B = 3, steps = 200, V = cfg.vocab_size, G = cfg.attn.groups;
+  cuda::ModelDecoderCuda gpu(cfg, params, B, steps, false);
+  std::vector<ModelDecoder> cpu;
+  for (int64_t b = 0; b < B; ++b) cpu.emplace_back(cfg, params);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
+  int64_t sets = 0, differ = 0;
+  double worst = 0;
+  for (int64_t t = 0; t < steps; ++t) {
+    std::vector<int32_t> tokens(static_cast<size_t>(B));
+    for (auto& x : tokens) x = tok(rng);
+    const std::vector<float> lg = gpu.step(tokens);
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<float> lc = cpu[b].step(tokens[b]);
+      float mx = 0, err = 0;
+      for (int64_t i = 0; i < V; ++i) {
+        mx = std::max(mx, std::fabs(lc[i]));
+        err = std::max(err, std::fabs(lc[i] - lg[b * V + i]));
+      }
+      worst = std::max(worst, static_cast<double>(err / (0.03f * mx + 1e-3f)));
+      ASSERT_LE(err, 0.03f * mx + 1e-3f) << "step " << t << " sequence " << b;
+    }
+    for (int64_t li = 0; li < cfg.n_layers; ++li) {
+      const std::vector<int32_t> sg = gpu.selection(li);
+      for (int64_t b = 0; b < B; ++b) {
+        const std::vector<int32_t>& sc = cpu[b].last_selection()[li];
+        for (int64_t g = 0; g < G; ++g) {
+          ++sets;
+          bool same = true;
+          for (int64_t j = 0; j < cfg.attn.n_sel; ++j)
+            same = same && sc[g * cfg.attn.n_sel + j] == sg[(b * G + g) * cfg.attn.n_sel + j];
+          differ += same ? 0 : 1;
+        }
+      }
+    }
+  }
+  std::printf(
+      "[ decoder ] %lld steps × %lld sequences: worst |Δlogit| / tol %.3f; selection sets "
+      "that differ %lld of %lld\n",
+      static_cast<long long>(steps), static_cast<long long>(B), worst,
+      static_cast<long long>(differ), static_cast<long long>(sets));
+  EXPECT_LE(differ * 20, sets) << "more than 5 % of the selections differ";
+  EXPECT_EQ(gpu.position(), steps);
+  EXPECT_THROW(gpu.step(std::vector<int32_t>(static_cast<size_t>(B), 0)), Error);  // caches full
+  cuda::ModelDecoderCuda small(cfg, params, 2, 8, false);
+  EXPECT_THROW(small.step({0, static_cast<int32_t>(V)}), Error);  // out of the vocabulary
+  EXPECT_THROW(small.step({0}), Error);                           // wrong batch
+}
+
+}  // namespace
+}  // namespace nsa::test
