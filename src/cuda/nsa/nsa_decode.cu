@@ -72,38 +72,50 @@ __global__ void append_kernel(DecodeDims m, bool dense, const int32_t* pos, cons
   }
 }
 
-// Scores of the group's hpg heads against `count` ≤ kCapacity keys (rows given by key_row), the
-// part's max and sum of exp, and its unnormalised output. Shared by the compressed parts and the
-// attention parts. s_out (optional) receives the scores.
+// Scores of the group's hpg heads against `count` ≤ kCapacity keys (rows first .. first + count −
+// 1, modulo w for the window ring), the part's max and sum of exp, and its unnormalised output.
+// Shared by the compressed parts and the attention parts; s_out (optional) receives the scores.
+// Latency is what matters here: each thread loads whole key rows with 16-byte loads (all issued
+// at once), and the values go through shared memory in chunks of kVChunk rows, loaded coalesced.
+constexpr int kVChunk = 64, kPartThreads = 256, kPairsPerThread = 8;
+
 template <int kCapacity>
 __device__ void attend_part(const DecodeDims& m, const float (*q)[256], const bf16* k_base,
                             const bf16* v_base, int64_t rows, int b, int g, int first, int count,
-                            bool ring_w, float* s_out, float (*s)[kCapacity], float* ml,
+                            bool ring_w, float* s_out, float (*s)[kCapacity], float* ml, bf16* vbuf,
                             float* o_out) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  for (int c = warp; c < count; c += nw) {
-    const int64_t r = ring_w ? (first + c) % m.w : first + c;
-    const bf16* kr = row(k_base, b, rows, r, g, m, m.dk);
+  const auto row_of = [&](int c) -> int64_t { return ring_w ? (first + c) % m.w : first + c; };
+  for (int c = threadIdx.x; c < count; c += blockDim.x) {
+    const uint4* kr = reinterpret_cast<const uint4*>(row(k_base, b, rows, row_of(c), g, m, m.dk));
     float acc[kMaxHeadsPerGroup];
 #pragma unroll
     for (int h = 0; h < kMaxHeadsPerGroup; ++h) acc[h] = 0.0f;
-    for (int i = lane; i < m.dk; i += 32) {
-      const float kv = __bfloat162float(kr[i]);
+    for (int i8 = 0; i8 < m.dk / 8; ++i8) {
+      const uint4 raw = kr[i8];
+      const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      float kf[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(k2[j]);
+        kf[2 * j] = f.x;
+        kf[2 * j + 1] = f.y;
+      }
 #pragma unroll
       for (int h = 0; h < kMaxHeadsPerGroup; ++h) {
-        if (h < m.hpg) acc[h] += q[h][i] * kv;
+        if (h < m.hpg) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[h] += q[h][i8 * 8 + j] * kf[j];
+        }
       }
     }
 #pragma unroll
     for (int h = 0; h < kMaxHeadsPerGroup; ++h) {
-      if (h >= m.hpg) break;
-      float a = acc[h];
-      for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
-      if (lane == 0) s[h][c] = a * m.scale;
+      if (h < m.hpg) s[h][c] = acc[h] * m.scale;
     }
   }
   __syncthreads();
-  // Per head: max and sum of exp (one warp per head).
+  // Per head (one warp each): max, then s ← exp(s − max) and its sum.
   for (int h = warp; h < m.hpg; h += nw) {
     float mx = -FLT_MAX;
     for (int c = lane; c < count; c += 32) mx = fmaxf(mx, s[h][c]);
@@ -111,7 +123,9 @@ __device__ void attend_part(const DecodeDims& m, const float (*q)[256], const bf
     float sum = 0.0f;
     for (int c = lane; c < count; c += 32) {
       if (s_out) s_out[static_cast<int64_t>(h) * m.max_cmp + c] = s[h][c];
-      sum += __expf(s[h][c] - mx);
+      const float p = __expf(s[h][c] - mx);
+      s[h][c] = p;
+      sum += p;
     }
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     if (lane == 0) {
@@ -119,17 +133,35 @@ __device__ void attend_part(const DecodeDims& m, const float (*q)[256], const bf
       ml[2 * h + 1] = sum;
     }
   }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < m.hpg * m.dv; idx += blockDim.x) {
-    const int h = idx / m.dv, e = idx % m.dv;
-    const float mx = ml[2 * h];
-    float acc = 0.0f;
-    for (int c = 0; c < count; ++c) {
-      const int64_t r = ring_w ? (first + c) % m.w : first + c;
-      acc += __expf(s[h][c] - mx) * __bfloat162float(row(v_base, b, rows, r, g, m, m.dv)[e]);
+  float acc[kPairsPerThread];  // (h, e) pairs threadIdx.x + k·blockDim.x
+#pragma unroll
+  for (int k = 0; k < kPairsPerThread; ++k) acc[k] = 0.0f;
+  const int pairs = m.hpg * m.dv, vec_per_row = m.dv / 8;
+  for (int c0 = 0; c0 < count; c0 += kVChunk) {
+    const int n = min(kVChunk, count - c0);
+    __syncthreads();  // s is final (first chunk) / vbuf is free (later chunks)
+    for (int idx = threadIdx.x; idx < n * vec_per_row; idx += blockDim.x) {
+      const int c = idx / vec_per_row, i8 = idx % vec_per_row;
+      reinterpret_cast<uint4*>(vbuf)[idx] =
+          reinterpret_cast<const uint4*>(row(v_base, b, rows, row_of(c0 + c), g, m, m.dv))[i8];
     }
-    o_out[idx] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kPairsPerThread; ++k) {
+      const int idx = threadIdx.x + k * blockDim.x;
+      if (idx >= pairs) break;
+      const int h = idx / m.dv, e = idx % m.dv;
+      float a = acc[k];
+      for (int c = 0; c < n; ++c) a += s[h][c0 + c] * __bfloat162float(vbuf[c * m.dv + e]);
+      acc[k] = a;
+    }
   }
+#pragma unroll
+  for (int k = 0; k < kPairsPerThread; ++k) {
+    const int idx = threadIdx.x + k * blockDim.x;
+    if (idx < pairs) o_out[idx] = acc[k];
+  }
+  __syncthreads();  // ml is read by the caller
 }
 
 __device__ void load_q(const DecodeDims& m, const bf16* q, int b, int g, float (*qs)[256]) {
@@ -150,6 +182,7 @@ __global__ void cmp_parts_kernel(DecodeDims m, const int32_t* pos, const bf16* q
                                  const bf16* v_cmp, float* scores, float* part_ml, float* part_o) {
   __shared__ float qs[kMaxHeadsPerGroup][256];
   __shared__ float s[kMaxHeadsPerGroup][NsaDecodeCuda::kCmpPart];
+  extern __shared__ uint4 vbuf_raw[];
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, part = blockIdx.y;
   const int n = num_cmp(m, pos[b]), first = part * NsaDecodeCuda::kCmpPart;
   if (first >= n) return;  // the selection kernel reads parts < ceil(n / kCmpPart) only
@@ -160,7 +193,7 @@ __global__ void cmp_parts_kernel(DecodeDims m, const int32_t* pos, const bf16* q
       m, qs, k_cmp + static_cast<int64_t>(first) * m.G * m.dk,
       v_cmp + static_cast<int64_t>(first) * m.G * m.dv, m.max_cmp, b, g, 0, count, false,
       scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first, s, part_ml + 2 * pi,
-      part_o + pi * m.dv);
+      reinterpret_cast<bf16*>(vbuf_raw), part_o + pi * m.dv);
 }
 
 // Merges parts [first, first + n) of head hh of group-row bg at channel e: the normalised output
@@ -192,7 +225,7 @@ __device__ float merge_parts(const DecodeDims& m, const float* part_ml, const fl
 __global__ void select_kernel(DecodeDims m, const int32_t* pos, const float* scores,
                               const float* part_ml, const float* part_o, float* o_cmp,
                               int32_t* sel) {
-  extern __shared__ float block_score[];
+  extern __shared__ float select_smem[];  // gp [max_cmp], then block scores
   __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
   __shared__ float red_s[32];
   __shared__ int red_j[32];
@@ -209,6 +242,18 @@ __global__ void select_kernel(DecodeDims m, const int32_t* pos, const float* sco
       head_max[hh] = M;
       head_sum[hh] = L;
     }
+  }
+  __syncthreads();
+  // Group probabilities of the compressed tokens: Σ over the group's heads, in head order.
+  float* gp = select_smem;
+  float* block_score = select_smem + m.max_cmp;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float p = 0.0f;
+    for (int hh = 0; hh < m.hpg; ++hh) {
+      p += __expf(scores[(static_cast<int64_t>(bg) * m.hpg + hh) * m.max_cmp + i] - head_max[hh]) /
+           head_sum[hh];
+    }
+    gp[i] = p;
   }
   __syncthreads();
   const int c = t / m.l_sel, blocks = c + 1;
@@ -297,6 +342,7 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
   __shared__ float qs[kMaxHeadsPerGroup][256];
   __shared__ float s[kMaxHeadsPerGroup][NsaDecodeCuda::kAttnPart];
   __shared__ float ml[2 * kMaxHeadsPerGroup];
+  extern __shared__ uint4 vbuf_raw[];
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, part = blockIdx.y, t = pos[b];
   constexpr int P = NsaDecodeCuda::kAttnPart;
   int first = 0, count = 0;
@@ -326,7 +372,8 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
   }
   load_q(m, q, b, g, qs);
   attend_part<P>(m, qs, window ? k_win : k_sel, window ? v_win : v_sel, window ? m.w : m.max_len, b,
-                 g, first, count, window, nullptr, s, ml, part_o + pi * m.dv);
+                 g, first, count, window, nullptr, s, ml, reinterpret_cast<bf16*>(vbuf_raw),
+                 part_o + pi * m.dv);
   for (int h = threadIdx.x; h < 2 * m.hpg; h += blockDim.x) part_ml[2 * pi + h] = ml[h];
 }
 
@@ -393,12 +440,14 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   cfg.validate();
   NSA_CHECK(batch > 0 && max_len > 0, "decode: batch and max length must be positive");
   NSA_CHECK(cfg.phi == Phi::kAvg, "decode on the GPU supports phi = avg only");
-  NSA_CHECK(cfg.heads / cfg.groups <= kMaxHeadsPerGroup && cfg.dk <= 256 && cfg.dv <= 1024,
-            "decode on the GPU supports up to ", kMaxHeadsPerGroup,
-            " heads per group and dk <= 256, got ", cfg.heads / cfg.groups, " and ", cfg.dk);
+  const int64_t hpg = cfg.heads / cfg.groups;
+  NSA_CHECK(
+      hpg <= kMaxHeadsPerGroup && cfg.dk <= 256 && cfg.dv <= 256 &&
+          hpg * cfg.dv <= kPartThreads * kPairsPerThread && cfg.dk % 8 == 0 && cfg.dv % 8 == 0,
+      "decode on the GPU supports up to ", kMaxHeadsPerGroup,
+      " heads per group, dk and dv up to 256 and multiples of 8, and heads per group · dv <= ",
+      kPartThreads * kPairsPerThread, "; got ", hpg, ", ", cfg.dk, ", ", cfg.dv);
   NSA_CHECK(cfg.n_sel <= 61, "decode on the GPU supports n_sel <= 61, got ", cfg.n_sel);
-  NSA_CHECK(max_len / cfg.l_sel < 12000, "decode on the GPU: max length ", max_len,
-            " has too many selection blocks of ", cfg.l_sel, " for one CTA's shared memory");
   const int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv, H = cfg.heads;
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
   cmp_parts_ = dense ? 0 : (max_cmp_ + kCmpPart - 1) / kCmpPart;
@@ -419,6 +468,16 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
+  NSA_CHECK(select_smem_bytes() <= 200 * 1024, "decode on the GPU: max length ", max_len,
+            " needs more shared memory for the selection than a CTA has (",
+            select_smem_bytes() / 1024, " KiB); shorten it");
+  // Beyond the default 48 KiB of shared memory per CTA (vbuf up to 32 KiB beside 25 KiB static).
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(select_smem_bytes())));
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(cmp_parts_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      32 * 1024));
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, 32 * 1024));
   const int64_t parts = cmp_parts_ + attn_parts_;
   part_ml_.resize(B_ * G * parts * (H / G) * 2);
   part_o_.resize(B_ * G * parts * (H / G) * dv);
@@ -432,22 +491,23 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
       dims_of(c, max_len_, max_cmp_, static_cast<int>(cmp_parts_), static_cast<int>(attn_parts_));
   const int B = static_cast<int>(B_), G = m.G;
   const int ks = c.kv_index(kSel), kw = c.kv_index(kWin), kc = c.kv_index(kCmp);
+  const size_t vbuf_bytes = static_cast<size_t>(kVChunk * c.dv) * sizeof(bf16);
   append_kernel<<<dim3(B, G), kThreads, 0, stream>>>(
       m, dense_, pos, k[ks], v[ks], k[kw], v[kw], k[kc], v[kc], k_sel_.get(), v_sel_.get(),
       k_win_.get(), v_win_.get(), k_raw_.get(), v_raw_.get(), k_cmp_.get(), v_cmp_.get());
   NSA_CUDA_LAUNCH_CHECK();
   if (!dense_) {
-    cmp_parts_kernel<<<dim3(B * G, static_cast<unsigned>(cmp_parts_)), kThreads, 0, stream>>>(
-        m, pos, q, k_cmp_.get(), v_cmp_.get(), scores_.get(), part_ml_.get(), part_o_.get());
+    cmp_parts_kernel<<<dim3(B * G, static_cast<unsigned>(cmp_parts_)), kPartThreads, vbuf_bytes,
+                       stream>>>(m, pos, q, k_cmp_.get(), v_cmp_.get(), scores_.get(),
+                                 part_ml_.get(), part_o_.get());
     NSA_CUDA_LAUNCH_CHECK();
-    const int64_t blocks = max_len_ / c.l_sel + 1;
-    select_kernel<<<B * G, 256, static_cast<size_t>(blocks) * sizeof(float), stream>>>(
+    select_kernel<<<B * G, 256, select_smem_bytes(), stream>>>(
         m, pos, scores_.get(), part_ml_.get(), part_o_.get(), o_cmp_.get(), sel_.get());
     NSA_CUDA_LAUNCH_CHECK();
   }
-  attn_parts_kernel<<<dim3(B * G, static_cast<unsigned>(attn_parts_)), kThreads, 0, stream>>>(
-      m, dense_, pos, q, sel_.get(), k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(),
-      part_ml_.get(), part_o_.get());
+  attn_parts_kernel<<<dim3(B * G, static_cast<unsigned>(attn_parts_)), kPartThreads, vbuf_bytes,
+                      stream>>>(m, dense_, pos, q, sel_.get(), k_sel_.get(), v_sel_.get(),
+                                k_win_.get(), v_win_.get(), part_ml_.get(), part_o_.get());
   NSA_CUDA_LAUNCH_CHECK();
   const int threads = static_cast<int>((c.dv + 31) / 32 * 32);
   combine_kernel<<<dim3(B, static_cast<unsigned>(c.heads)), threads, 0, stream>>>(
@@ -489,6 +549,10 @@ int64_t NsaDecodeCuda::kv_bytes_per_step(int64_t t) const {
              std::min(c.w, t + 1);
   }
   return c.groups * tokens * (c.dk + c.dv) * static_cast<int64_t>(sizeof(bf16));
+}
+
+size_t NsaDecodeCuda::select_smem_bytes() const {
+  return static_cast<size_t>(max_cmp_ + max_len_ / cfg_.l_sel + 1) * sizeof(float);
 }
 
 size_t NsaDecodeCuda::bytes() const {

@@ -27,7 +27,7 @@ namespace nsa::cuda {
 
 class NsaDecodeCuda {
  public:
-  static constexpr int kCmpPart = 256, kAttnPart = 64;
+  static constexpr int kCmpPart = 128, kAttnPart = 64;
 
   // dense: the baseline (full causal attention over the selected branch's K/V, no gates).
   NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_len, bool dense);
@@ -51,6 +51,7 @@ class NsaDecodeCuda {
   size_t bytes() const;
 
  private:
+  size_t select_smem_bytes() const;
   NsaConfig cfg_;
   int64_t B_, max_len_, max_cmp_, cmp_parts_, attn_parts_;
   bool dense_;
