@@ -196,25 +196,57 @@ __global__ void cmp_parts_kernel(DecodeDims m, const int32_t* pos, const bf16* q
       reinterpret_cast<bf16*>(vbuf_raw), part_o + pi * m.dv);
 }
 
-// Merges parts [first, first + n) of head hh of group-row bg at channel e: the normalised output
-// (0 when every part is empty); M / L receive the merged max and sum of exp.
+// Merges parts [first, first + n) of head hh of group-row bg, with the whole CTA: the parts are
+// dealt to blockDim / dv groups of threads (one thread per channel), whose sums are then added in
+// group order – deterministic, and n / groups loads deep instead of n. Returns the normalised
+// output of channel e = threadIdx.x % dv in threads of group 0 (0 when every part is empty) and
+// the merged max and sum of exp in *M, *L for all threads. Every thread must call it.
+struct MergeScratch {
+  float acc[kPartThreads];
+  float sum[kPartThreads];
+  float red[32];
+};
+
 __device__ float merge_parts(const DecodeDims& m, const float* part_ml, const float* part_o, int bg,
-                             int hh, int first, int n, int e, float* M = nullptr,
+                             int hh, int first, int n, MergeScratch& sh, float* M = nullptr,
                              float* L = nullptr) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
   float mx = -FLT_MAX;
-  for (int p = first; p < first + n; ++p) {
+  for (int p = first + threadIdx.x; p < first + n; p += blockDim.x) {
     const float* ml = part_ml + 2 * (part_index(m, bg, p) + hh);
     if (ml[1] > 0.0f) mx = fmaxf(mx, ml[0]);
   }
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if (lane == 0) sh.red[warp] = mx;
+  __syncthreads();
+  mx = sh.red[0];
+  for (int w = 1; w < nw; ++w) mx = fmaxf(mx, sh.red[w]);
+  const int groups = blockDim.x / m.dv, grp = threadIdx.x / m.dv, e = threadIdx.x % m.dv;
   float sum = 0.0f, acc = 0.0f;
-  for (int p = first; p < first + n; ++p) {
-    const int64_t pi = part_index(m, bg, p) + hh;
-    const float* ml = part_ml + 2 * pi;
-    if (!(ml[1] > 0.0f)) continue;
-    const float f = __expf(ml[0] - mx);
-    sum += ml[1] * f;
-    if (e >= 0) acc += part_o[pi * m.dv + e] * f;
+  if (grp < groups) {
+#pragma unroll 4
+    for (int p = first + grp; p < first + n; p += groups) {
+      const int64_t pi = part_index(m, bg, p) + hh;
+      const float l = part_ml[2 * pi + 1];
+      const float f = l > 0.0f ? __expf(part_ml[2 * pi] - mx) : 0.0f;
+      sum += l * f;
+      acc += l > 0.0f ? part_o[pi * m.dv + e] * f : 0.0f;
+    }
   }
+  sh.acc[threadIdx.x] = acc;
+  sh.sum[threadIdx.x] = sum;
+  __syncthreads();
+  if (grp == 0) {
+    for (int k = 1; k < groups; ++k) {
+      acc += sh.acc[k * m.dv + e];
+      sum += sh.sum[k * m.dv + e];
+    }
+  }
+  __syncthreads();  // sh is reused by the next call
+  if (grp == 0 && e == 0) sh.red[0] = sum;
+  __syncthreads();
+  sum = sh.red[0];
+  __syncthreads();
   if (M) *M = mx;
   if (L) *L = sum;
   return sum > 0.0f ? acc / sum : 0.0f;
@@ -231,14 +263,14 @@ __global__ void select_kernel(DecodeDims m, const int32_t* pos, const float* sco
   __shared__ int red_j[32];
   __shared__ int chosen[64];
   __shared__ int n_chosen;
+  __shared__ MergeScratch merge;
   const int bg = blockIdx.x, b = bg / m.G, t = pos[b];
   const int n = num_cmp(m, t), parts = (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart;
-  for (int idx = threadIdx.x; idx < m.hpg * m.dv; idx += blockDim.x) {
-    const int hh = idx / m.dv, e = idx % m.dv;
+  for (int hh = 0; hh < m.hpg; ++hh) {
     float M, L;
-    const float o = merge_parts(m, part_ml, part_o, bg, hh, 0, parts, e, &M, &L);
-    o_cmp[(static_cast<int64_t>(bg) * m.hpg + hh) * m.dv + e] = o;
-    if (e == 0) {
+    const float o = merge_parts(m, part_ml, part_o, bg, hh, 0, parts, merge, &M, &L);
+    if (threadIdx.x < m.dv) o_cmp[(static_cast<int64_t>(bg) * m.hpg + hh) * m.dv + threadIdx.x] = o;
+    if (threadIdx.x == 0) {
       head_max[hh] = M;
       head_sum[hh] = L;
     }
@@ -335,16 +367,16 @@ __global__ void select_kernel(DecodeDims m, const int32_t* pos, const float* sco
 
 // Attention parts after the compressed ones: NSA – n_sel·sub selected sub-blocks, then win_parts
 // window chunks; dense – chunks of kAttnPart positions from 0. Empty parts write l = 0.
+template <int P>
 __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* q,
                                   const int32_t* sel, const bf16* k_sel, const bf16* v_sel,
                                   const bf16* k_win, const bf16* v_win, float* part_ml,
                                   float* part_o) {
   __shared__ float qs[kMaxHeadsPerGroup][256];
-  __shared__ float s[kMaxHeadsPerGroup][NsaDecodeCuda::kAttnPart];
+  __shared__ float s[kMaxHeadsPerGroup][P];
   __shared__ float ml[2 * kMaxHeadsPerGroup];
   extern __shared__ uint4 vbuf_raw[];
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, part = blockIdx.y, t = pos[b];
-  constexpr int P = NsaDecodeCuda::kAttnPart;
   int first = 0, count = 0;
   bool window = false;
   if (dense) {
@@ -377,26 +409,28 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
   for (int h = threadIdx.x; h < 2 * m.hpg; h += blockDim.x) part_ml[2 * pi + h] = ml[h];
 }
 
-// One CTA per (sequence, head), one thread per output channel.
+// One CTA per (sequence, head); channel e = threadIdx.x for threads below dv.
 __global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* o_cmp,
                                const float* part_ml, const float* part_o, const bf16* g_cmp,
                                const bf16* g_sel, const bf16* g_win, bf16* o) {
+  __shared__ MergeScratch merge;
   const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg, e = threadIdx.x;
-  if (e >= m.dv) return;
   const int bg = b * m.G + g, t = pos[b], H = m.G * m.hpg;
   float out;
   if (dense) {
-    const int parts = (t + NsaDecodeCuda::kAttnPart) / NsaDecodeCuda::kAttnPart;
-    out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, e);
+    const int parts = (t + NsaDecodeCuda::kDensePart) / NsaDecodeCuda::kDensePart;
+    out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, merge);
   } else {
     const int64_t gi = static_cast<int64_t>(b) * H + h;
-    const float os = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, e);
+    const float os = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, merge);
     const float ow =
-        merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub, m.win_parts, e);
-    out = __bfloat162float(g_cmp[gi]) * o_cmp[(static_cast<int64_t>(bg) * m.hpg + hh) * m.dv + e] +
-          __bfloat162float(g_sel[gi]) * os + __bfloat162float(g_win[gi]) * ow;
+        merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub, m.win_parts, merge);
+    out = e < m.dv ? __bfloat162float(g_cmp[gi]) *
+                             o_cmp[(static_cast<int64_t>(bg) * m.hpg + hh) * m.dv + e] +
+                         __bfloat162float(g_sel[gi]) * os + __bfloat162float(g_win[gi]) * ow
+                   : 0.0f;
   }
-  o[(static_cast<int64_t>(b) * H + h) * m.dv + e] = __float2bfloat16(out);
+  if (e < m.dv) o[(static_cast<int64_t>(b) * H + h) * m.dv + e] = __float2bfloat16(out);
 }
 
 __global__ void fill_random_kernel(bf16* x, int64_t n, uint64_t seed) {
@@ -452,7 +486,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
   cmp_parts_ = dense ? 0 : (max_cmp_ + kCmpPart - 1) / kCmpPart;
   const int64_t sub = (cfg.l_sel + kAttnPart - 1) / kAttnPart;
-  attn_parts_ = dense ? (max_len + kAttnPart - 1) / kAttnPart
+  attn_parts_ = dense ? (max_len + kDensePart - 1) / kDensePart
                       : cfg.n_sel * sub + (cfg.w + kAttnPart - 1) / kAttnPart;
   k_sel_.resize(B_ * max_len * G * dk);
   v_sel_.resize(B_ * max_len * G * dv);
@@ -476,7 +510,9 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
                                       static_cast<int>(select_smem_bytes())));
   NSA_CUDA_CHECK(cudaFuncSetAttribute(cmp_parts_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       32 * 1024));
-  NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel,
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel<kAttnPart>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, 32 * 1024));
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel<kDensePart>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, 32 * 1024));
   const int64_t parts = cmp_parts_ + attn_parts_;
   part_ml_.resize(B_ * G * parts * (H / G) * 2);
@@ -505,12 +541,18 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
         m, pos, scores_.get(), part_ml_.get(), part_o_.get(), o_cmp_.get(), sel_.get());
     NSA_CUDA_LAUNCH_CHECK();
   }
-  attn_parts_kernel<<<dim3(B * G, static_cast<unsigned>(attn_parts_)), kPartThreads, vbuf_bytes,
-                      stream>>>(m, dense_, pos, q, sel_.get(), k_sel_.get(), v_sel_.get(),
-                                k_win_.get(), v_win_.get(), part_ml_.get(), part_o_.get());
+  const dim3 grid(B * G, static_cast<unsigned>(attn_parts_));
+  if (dense_) {
+    attn_parts_kernel<kDensePart><<<grid, kPartThreads, vbuf_bytes, stream>>>(
+        m, true, pos, q, nullptr, k_sel_.get(), v_sel_.get(), nullptr, nullptr, part_ml_.get(),
+        part_o_.get());
+  } else {
+    attn_parts_kernel<kAttnPart><<<grid, kPartThreads, vbuf_bytes, stream>>>(
+        m, false, pos, q, sel_.get(), k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(),
+        part_ml_.get(), part_o_.get());
+  }
   NSA_CUDA_LAUNCH_CHECK();
-  const int threads = static_cast<int>((c.dv + 31) / 32 * 32);
-  combine_kernel<<<dim3(B, static_cast<unsigned>(c.heads)), threads, 0, stream>>>(
+  combine_kernel<<<dim3(B, static_cast<unsigned>(c.heads)), kPartThreads, 0, stream>>>(
       m, dense_, pos, o_cmp_.get(), part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
       gate[kWin], o);
   NSA_CUDA_LAUNCH_CHECK();

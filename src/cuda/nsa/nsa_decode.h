@@ -11,7 +11,7 @@
 //   append      write the token's K/V, emit a compressed token when its block completes;
 //   cmp parts   compressed attention in chunks of kCmpPart keys: scores kept, partial softmax;
 //   select      merge the chunks (o_cmp), block scores, the exact top-n rule (SPEC §2);
-//   attn parts  selected blocks and window chunks (dense: all chunks) of kAttnPart keys;
+//   attn parts  selected blocks and window chunks of kAttnPart keys (dense: kDensePart chunks);
 //   combine     merge the parts, gate the branches: o [B, H·dv] (bf16).
 #pragma once
 
@@ -27,7 +27,7 @@ namespace nsa::cuda {
 
 class NsaDecodeCuda {
  public:
-  static constexpr int kCmpPart = 128, kAttnPart = 64;
+  static constexpr int kCmpPart = 128, kAttnPart = 64, kDensePart = 256;
 
   // dense: the baseline (full causal attention over the selected branch's K/V, no gates).
   NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_len, bool dense);
