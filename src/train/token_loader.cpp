@@ -29,8 +29,9 @@ TokenLoader::TokenLoader(const std::string& source, const std::string& split, in
     seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
     return;
   }
-  if (source == "synthetic") {
+  if (source == "synthetic" || source == "repeat") {
     synthetic_ = true;
+    repeat_ = source == "repeat";
     seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
     return;
   }
@@ -82,6 +83,17 @@ Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
       const auto tok = static_cast<int32_t>(z % static_cast<uint64_t>(vocab_));
       if (i < n) b.inputs[i] = tok;
       if (i > 0) b.targets[i - 1] = tok;
+    }
+    if (repeat_) {  // every row's second half repeats its first: copying needs attention
+      const int64_t half = (seq_len + 2) / 2;  // row tokens 0..S (S + 1 with the last target)
+      for (int64_t r = 0; r < batch; ++r) {
+        for (int64_t t = half; t <= seq_len; ++t) {
+          const int32_t tok = t - half < seq_len ? b.inputs[r * seq_len + t - half]
+                                                 : b.targets[r * seq_len + t - half - 1];
+          if (t < seq_len) b.inputs[r * seq_len + t] = tok;
+          b.targets[r * seq_len + t - 1] = tok;
+        }
+      }
     }
     ++position_;
     return b;

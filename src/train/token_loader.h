@@ -4,7 +4,9 @@
 // read (validated) and concatenated; each batch is the next B·S + 1 contiguous tokens (inputs
 // [0, B·S), targets shifted by one), wrapping to the start at the end of the split. The position
 // is the whole state, so a checkpoint resumes the exact stream. Synthetic data ("synthetic"):
-// uniform random tokens from a counter-based generator of (seed, batch index) – nothing to store.
+// uniform random tokens from a counter-based generator of (seed, batch index) – nothing to store;
+// "repeat": the same, with each row's second half a copy of its first (learnable only through
+// attention that finds the earlier occurrence: the classic induction task).
 // The needle task ("needle", data/needle.h): one needle sequence per row at a random depth, also a
 // pure function of (seed, batch index, row); "needle:N" puts N needles and N questions in each row.
 // Every token is checked against the vocabulary when the split is opened.
@@ -22,7 +24,8 @@ struct Batch {
 
 class TokenLoader {
  public:
-  // source: a folder of shards, "synthetic", "needle" or "needle:N"; split: "train" or "val".
+  // source: a folder of shards, "synthetic", "repeat", "needle" or "needle:N"; split: "train" or
+  // "val".
   TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
               uint64_t seed);
   Batch next(int64_t batch, int64_t seq_len);
@@ -33,7 +36,7 @@ class TokenLoader {
   bool needle() const { return needle_; }
 
  private:
-  bool synthetic_ = false, needle_ = false;
+  bool synthetic_ = false, needle_ = false, repeat_ = false;
   uint64_t seed_ = 0;
   int64_t vocab_ = 0;
   int64_t needles_ = 1;

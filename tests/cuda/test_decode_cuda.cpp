@@ -212,16 +212,19 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"wide", layer_config(16, 1, 32, 48, 32, 16, 128, 3, 96), 3, 420}),
     [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 
-ModelConfig tiny_model() {
+ModelConfig tiny_model(const std::map<std::string, std::string>& overrides) {
   ModelConfig cfg = load_model_config(std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml");
+  for (const auto& [k, v] : overrides) set_model_field(cfg, k, v);
   cfg.validate();
   return cfg;
 }
 
+class CudaDecoder : public ::testing::TestWithParam<std::map<std::string, std::string>> {};
+
 // The whole decoder: logits within 3 % of max |logit| of the CPU decoder (bf16 weights and
 // activations) and selected blocks as the CPU chose, for three sequences decoded together.
-TEST(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
-  const ModelConfig cfg = tiny_model();
+TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
+  const ModelConfig cfg = tiny_model(GetParam());
   ModelParams<float> params = init_model_params<float>(cfg);
   for (auto& layer : params.layers) {  // sharper attention: selections are decided, not tied
     for (float& x : layer.wq.data) x *= 6.0f;
@@ -276,6 +279,13 @@ TEST(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
   EXPECT_THROW(small.step({0, static_cast<int32_t>(V)}), Error);  // out of the vocabulary
   EXPECT_THROW(small.step({0}), Error);                           // wrong batch
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaDecoder,
+                         ::testing::Values(std::map<std::string, std::string>{},
+                                           std::map<std::string, std::string>{
+                                               {"kv", "shared"}, {"gate", "softmax"}},
+                                           std::map<std::string, std::string>{
+                                               {"branches", "sel,win"}, {"mlp", "silu"}}));
 
 }  // namespace
 }  // namespace nsa::test

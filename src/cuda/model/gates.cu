@@ -2,6 +2,7 @@
 // the three branches of a head; one thread per (row, head).
 #include "common/cuda_check.h"
 #include "model_ops.h"
+#include "pointwise.cuh"
 
 namespace nsa::cuda {
 namespace {
@@ -23,14 +24,7 @@ __global__ void gate_forward_kernel(const float* __restrict__ z, const float* __
   const int64_t h = i % H;
   float v[3];
   for (int c = 0; c < 3; ++c) v[c] = z[i * 3 + c] + bias[h * 3 + c];
-  if (softmax) {
-    const float m = fmaxf(v[0], fmaxf(v[1], v[2]));
-    float sum = 0.0f;
-    for (int c = 0; c < 3; ++c) sum += (v[c] = expf(v[c] - m));
-    for (int c = 0; c < 3; ++c) v[c] /= sum;
-  } else {
-    for (int c = 0; c < 3; ++c) v[c] = 1.0f / (1.0f + expf(-v[c]));
-  }
+  gate_values(v, softmax);
   for (int c = 0; c < 3; ++c) {
     g_raw[i * 3 + c] = v[c];
     out.gate[c][i] = __float2bfloat16(out.enabled[c] ? v[c] : 0.0f);

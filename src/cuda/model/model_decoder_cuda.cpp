@@ -48,18 +48,40 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
   upload_f32(tok_emb_, params.tok_emb);
   upload_f32(norm_, params.norm);
   upload_bf16(head_, cfg.tie_embeddings ? params.tok_emb : params.output);
+  // The fused input projection's rows: q, then k and v of every branch with its own K/V (dense:
+  // the selected branch's only), then the gate logits.
+  const auto needed = [&](int c) {
+    return a.kv_index(c) == c && (!dense || c == a.kv_index(kSel));
+  };
+  int64_t width = H * a.dk;
+  for (int c = 0; c < kNumBranches; ++c) {
+    inputs_.k_offset[c] = needed(c) ? width : -1;
+    width += needed(c) ? G * a.dk : 0;
+  }
+  for (int c = 0; c < kNumBranches; ++c) {
+    inputs_.v_offset[c] = needed(c) ? width : -1;
+    width += needed(c) ? G * a.dv : 0;
+  }
+  inputs_.gate_offset = dense ? -1 : width;
+  width += dense ? 0 : 3 * H;
+  inputs_.width = width;
   for (const LayerParams<float>& p : params.layers) {
     LayerWeights w;
     upload_f32(w.attn_norm, p.attn_norm);
     upload_f32(w.bg, p.bg);
     upload_f32(w.ffn_norm, p.ffn_norm);
-    upload_bf16(w.wq, p.wq);
+    Tensor<float> w_in({width, D});
+    const auto put = [&](const Tensor<float>& t, int64_t row) {
+      std::copy(t.data.begin(), t.data.end(), w_in.data.begin() + row * D);
+    };
+    put(p.wq, 0);
     for (int c = 0; c < kNumBranches; ++c) {
-      if (a.kv_index(c) != c) continue;
-      upload_bf16(w.wk[c], p.wk[c]);
-      upload_bf16(w.wv[c], p.wv[c]);
+      if (!needed(c)) continue;
+      put(p.wk[c], inputs_.k_offset[c]);
+      put(p.wv[c], inputs_.v_offset[c]);
     }
-    upload_bf16(w.wg, p.wg);
+    if (!dense) put(p.wg, inputs_.gate_offset);
+    upload_bf16(w.w_in, w_in);
     upload_bf16(w.wo, p.wo);
     upload_bf16(w.w1, p.w1);
     upload_bf16(w.w2, p.w2);
@@ -72,8 +94,7 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
   positions_.resize(B);
   positions_.zero();
   x_.resize(B * D);
-  proj_.resize(B * std::max({H * a.dk, G * a.dk, 3 * H}));
-  g_raw_.resize(B * 3 * H);
+  proj_.resize(B * width);
   rstd_.resize(B);
   logits_.resize(B * cfg.vocab_size);
   h_.resize(B * D);
@@ -87,6 +108,15 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
   u1_.resize(B * F_);
   u3_.resize(B * F_);
   m_.resize(B * F_);
+  inputs_.H = H, inputs_.G = G, inputs_.dk = a.dk, inputs_.dv = a.dv;
+  inputs_.softmax = a.gate == GateActivation::kSoftmax;
+  inputs_.q = q_.get();
+  for (int c = 0; c < kNumBranches; ++c) {
+    inputs_.k[c] = needed(c) ? k_[c].get() : nullptr;
+    inputs_.v[c] = needed(c) ? v_[c].get() : nullptr;
+    inputs_.gate[c] = dense ? nullptr : gates_[c].get();
+    inputs_.enabled[c] = cfg.branch_enabled(c);
+  }
   NSA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -97,37 +127,22 @@ ModelDecoderCuda::~ModelDecoderCuda() {
 
 void ModelDecoderCuda::record_step() {
   const NsaConfig& a = cfg_.attn;
-  const int64_t B = B_, D = cfg_.dim, H = a.heads, G = a.groups;
+  const int64_t B = B_, D = cfg_.dim, H = a.heads;
   const float eps = static_cast<float>(cfg_.norm_eps);
   cudaStream_t st = stream_;
   launch_embedding_forward(tokens_.get(), tok_emb_.get(), x_.get(), B, D, st);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const LayerWeights& w = layers_[li];
     launch_rmsnorm_forward(x_.get(), w.attn_norm.get(), eps, h_.get(), rstd_.get(), B, D, st);
-    gemm_.linear_forward(h_.get(), w.wq.get(), f32(proj_.get()), B, D, H * a.dk, 0.0f, st);
-    launch_rope_to_bf16(proj_.get(), q_.get(), positions_.get(), B, H, a.dk, cfg_.rope_base, false,
-                        st);
+    gemm_.linear_forward(h_.get(), w.w_in.get(), f32(proj_.get()), B, D, inputs_.width, 0.0f, st);
+    launch_decode_inputs(proj_.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base, B, st);
     const bf16* k[kNumBranches];
     const bf16* v[kNumBranches];
     const bf16* gates[kNumBranches];
-    bf16* gates_out[kNumBranches];
-    bool enabled[kNumBranches];
     for (int c = 0; c < kNumBranches; ++c) {
-      const int kv = a.kv_index(c);
-      k[c] = k_[kv].get();
-      v[c] = v_[kv].get();
-      gates[c] = gates_out[c] = gates_[c].get();
-      enabled[c] = cfg_.branch_enabled(c);
-      if (kv != c || (dense_ && c != a.kv_index(kSel))) continue;
-      gemm_.linear_forward(h_.get(), w.wk[c].get(), f32(proj_.get()), B, D, G * a.dk, 0.0f, st);
-      launch_rope_to_bf16(proj_.get(), k_[c].get(), positions_.get(), B, G, a.dk, cfg_.rope_base,
-                          false, st);
-      gemm_.linear_forward(h_.get(), w.wv[c].get(), b16(v_[c].get()), B, D, G * a.dv, 0.0f, st);
-    }
-    if (!dense_) {
-      gemm_.linear_forward(h_.get(), w.wg.get(), f32(proj_.get()), B, D, 3 * H, 0.0f, st);
-      launch_gate_forward(proj_.get(), w.bg.get(), a.gate == GateActivation::kSoftmax, enabled,
-                          g_raw_.get(), gates_out, B, H, st);
+      k[c] = k_[a.kv_index(c)].get();
+      v[c] = v_[a.kv_index(c)].get();
+      gates[c] = gates_[c].get();
     }
     attn_[li]->step(q_.get(), k, v, gates, positions_.get(), o_.get(), st);
     gemm_.linear_forward(o_.get(), w.wo.get(), f32(x_.get()), B, H * a.dv, D, 1.0f, st);
@@ -207,9 +222,8 @@ int64_t ModelDecoderCuda::kv_bytes_per_step() const {
 size_t ModelDecoderCuda::device_bytes() const {
   size_t total = tok_emb_.bytes() + norm_.bytes() + head_.bytes() + logits_.bytes();
   for (const LayerWeights& w : layers_) {
-    total += w.attn_norm.bytes() + w.bg.bytes() + w.ffn_norm.bytes() + w.wq.bytes() + w.wg.bytes() +
+    total += w.attn_norm.bytes() + w.bg.bytes() + w.ffn_norm.bytes() + w.w_in.bytes() +
              w.wo.bytes() + w.w1.bytes() + w.w2.bytes() + w.w3.bytes();
-    for (int c = 0; c < kNumBranches; ++c) total += w.wk[c].bytes() + w.wv[c].bytes();
   }
   for (const auto& a : attn_) total += a->bytes();
   return total;

@@ -48,7 +48,9 @@ class ModelDecoderCuda {
  private:
   struct LayerWeights {
     DeviceBuffer<float> attn_norm, bg, ffn_norm;
-    DeviceBuffer<bf16> wq, wk[3], wv[3], wg, wo, w1, w2, w3;
+    // [wq; wk of each branch with its own K/V; wv likewise; wg] – one GEMM for the attention
+    // inputs (dense decoding: wq and the selected branch's wk, wv only).
+    DeviceBuffer<bf16> w_in, wo, w1, w2, w3;
   };
   void record_step();  // the kernels of one step, on stream_
 
@@ -61,9 +63,10 @@ class ModelDecoderCuda {
   DeviceBuffer<float> tok_emb_, norm_;
   DeviceBuffer<bf16> head_;  // LM head (the embedding when tied)
   std::vector<LayerWeights> layers_;
+  DecodeInputs inputs_{};  // offsets into the fused projection and the output buffers
   std::vector<std::unique_ptr<NsaDecodeCuda>> attn_;
   DeviceBuffer<int32_t> tokens_, positions_;
-  DeviceBuffer<float> x_, proj_, g_raw_, rstd_, logits_;
+  DeviceBuffer<float> x_, proj_, rstd_, logits_;
   DeviceBuffer<bf16> h_, q_, k_[3], v_[3], gates_[3], o_, u1_, u3_, m_;
 };
 

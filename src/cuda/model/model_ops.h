@@ -58,6 +58,23 @@ void launch_gate_backward(const float* g_raw, const float* const d_gate[3], bool
                           const bool enabled[3], float* dz, int64_t T, int64_t H,
                           cudaStream_t stream);
 
+// decode_inputs.cu: one decode step's attention inputs from the fused projection proj [B, width]
+// = [q (H·dk) | k of branch c at k_offset[c] (G·dk) | v of branch c at v_offset[c] (G·dv) | gate
+// logits at gate_offset (3H, column h·3 + c)]: q and k rotated at positions[b] (as
+// launch_rope_to_bf16), v converted, gates as launch_gate_forward. A null k[c] / v[c] skips the
+// branch (shared K/V, or dense decoding); a null gate[0] skips the gates.
+struct DecodeInputs {
+  int64_t width, H, G, dk, dv;
+  int64_t k_offset[3], v_offset[3], gate_offset;
+  bool softmax, enabled[3];
+  bf16* q;
+  bf16* k[3];
+  bf16* v[3];
+  bf16* gate[3];
+};
+void launch_decode_inputs(const float* proj, const DecodeInputs& in, const int32_t* positions,
+                          const float* gate_bias, double rope_base, int64_t B, cudaStream_t stream);
+
 // swiglu.cu: m = silu(u1)·u3 (u3 == nullptr: m = silu(u1)); backward into bf16 du1, du3.
 void launch_swiglu_forward(const bf16* u1, const bf16* u3, bf16* m, int64_t n, cudaStream_t stream);
 void launch_swiglu_backward(const bf16* u1, const bf16* u3, const float* dm, bf16* du1, bf16* du3,

@@ -4,6 +4,7 @@
 
 #include "common/cuda_check.h"
 #include "model_ops.h"
+#include "pointwise.cuh"
 
 namespace nsa::cuda {
 namespace {
@@ -15,9 +16,8 @@ __global__ void rope_kernel(const float* __restrict__ in, bf16* __restrict__ out
   const int64_t t = blockIdx.x;
   const double pos = static_cast<double>(positions[t]);
   for (int64_t i = threadIdx.x; i < D / 2; i += blockDim.x) {
-    double s, c;
-    sincos(pos * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D)), &s, &c);
-    const float fc = static_cast<float>(c), fs = static_cast<float>(inverse ? -s : s);
+    float fc, fs;
+    rope_cos_sin(pos, i, D, base, inverse, fc, fs);
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t off = (t * heads + h) * D + 2 * i;
       const float a = in[off], b = in[off + 1];
