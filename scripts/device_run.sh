@@ -58,23 +58,17 @@ if [ "$what" = decode ] || [ "$what" = all ]; then
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
 fi
-# needle: `small` (byte vocabulary), all branches and the window only, side by side on the GPU, in
-# two phases – induction first (`--data repeat` at S = 256: every row's second half copies its
-# first, inside the window), then the needle task at S = 4096 (`--data needle:32`, resumed from
-# phase 1) – then the retrieval table of each.
+# needle: `small` (byte vocabulary), all branches and the window only, side by side on the GPU, on
+# --data needle-mix:32 (needle rows with 32 needles and questions, every other row a periodic copy
+# row that teaches recall at distances from 16 to S/2), then the retrieval table of each.
 if [ "$what" = needle ]; then
-  p1=${NEEDLE_P1_STEPS:-600}; p2=${NEEDLE_STEPS:-3100}
-  base=(--config configs/small.yaml --set vocab_size=256 --device cuda --lr "${NEEDLE_LR:-2e-3}" --warmup 100
-        --val-every 250 --val-batches 4 --ckpt-every 250 --keep 1)
-  needle_run() {  # name, extra flags
-    local dir=/tmp/needle_$1; shift
-    rm -rf "$dir"
-    ./build/nsa train "${base[@]}" "$@" --data repeat --seq-len 256 --batch 128 --steps "$p1" --out "$dir" &&
-      timeout "${NEEDLE_TRAIN_S:-280}" ./build/nsa train "${base[@]}" "$@" --data "needle:${NEEDLES:-32}" \
-        --seq-len "${NEEDLE_SEQ:-4096}" --batch "${NEEDLE_BATCH:-8}" --steps "$p2" --resume --out "$dir"
-  }
-  needle_run nsa >"$out/needle_nsa_train.txt" 2>&1 &
-  needle_run win --branches win >"$out/needle_win_train.txt" 2>&1 &
+  common=(--config configs/small.yaml --set vocab_size=256 --device cuda --lr "${NEEDLE_LR:-1e-3}" --warmup 100
+          --data "needle-mix:${NEEDLES:-32}" --seq-len "${NEEDLE_SEQ:-4096}" --batch "${NEEDLE_BATCH:-8}"
+          --steps "${NEEDLE_STEPS:-4000}" --val-every 250 --val-batches 4 --ckpt-every 250 --keep 1)
+  rm -rf /tmp/needle_nsa /tmp/needle_win
+  timeout "${NEEDLE_TRAIN_S:-250}" ./build/nsa train "${common[@]}" --out /tmp/needle_nsa >"$out/needle_nsa_train.txt" 2>&1 &
+  timeout "${NEEDLE_TRAIN_S:-250}" ./build/nsa train "${common[@]}" --branches win --out /tmp/needle_win \
+    >"$out/needle_win_train.txt" 2>&1 &
   wait
   for r in nsa win; do
     grep -E "val" "$out/needle_${r}_train.txt" | tail -8 | cut -c1-60,100-

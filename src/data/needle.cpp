@@ -1,6 +1,7 @@
 // The needle-retrieval task (see needle.h).
 #include "needle.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "nsa/error.h"
@@ -121,6 +122,20 @@ NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64
     put_pair(s.tokens, at, kNeedleQuery, keys[k], values[k]);
   }
   return s;
+}
+
+std::vector<int32_t> make_periodic_sequence(int64_t length, int64_t vocab, uint64_t seed) {
+  check_needle_args(length, vocab, 1);
+  NSA_CHECK(length >= 32, "periodic copy rows need at least 32 tokens, got ", length);
+  NeedleFill fill(seed);
+  const double u = static_cast<double>(fill.next() % 1000001) / 1e6;
+  const double top = static_cast<double>(length / 2);
+  const auto period = std::max<int64_t>(
+      16, std::min<int64_t>(length / 2, std::llround(16.0 * std::pow(top / 16.0, u))));
+  std::vector<int32_t> t = fill.symbols(period, vocab);
+  t.resize(static_cast<size_t>(length));
+  for (int64_t i = period; i < length; ++i) t[i] = t[i - period];
+  return t;
 }
 
 }  // namespace nsa

@@ -38,4 +38,9 @@ NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64
                                           uint64_t seed);
 constexpr int64_t kMaxNeedles = 64;
 
+// A copy row for training recall alongside needles ("needle-mix:N"): random symbols that repeat
+// with a period P drawn log-uniformly from [16, length / 2] – every token after the first P is
+// predictable by finding its earlier occurrence P back, near (inside the window) or far.
+std::vector<int32_t> make_periodic_sequence(int64_t length, int64_t vocab, uint64_t seed);
+
 }  // namespace nsa

@@ -14,16 +14,18 @@ namespace fs = std::filesystem;
 TokenLoader::TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
                          uint64_t seed)
     : seed_(seed), vocab_(vocab_size) {
-  if (source == "needle" || source.rfind("needle:", 0) == 0) {
+  const bool mix = source.rfind("needle-mix:", 0) == 0;
+  if (source == "needle" || source.rfind("needle:", 0) == 0 || mix) {
     NSA_CHECK(vocab_size >= kNeedleMinVocab, "--data needle needs vocab_size >= ", kNeedleMinVocab,
               ", got ", vocab_size);
+    mix_ = mix;
     if (source != "needle") {
-      const std::string n = source.substr(7);
+      const std::string n = source.substr(source.find(':') + 1);
       const bool digits =
           !n.empty() && n.size() <= 3 && n.find_first_not_of("0123456789") == std::string::npos;
       needles_ = digits ? std::stoll(n) : 0;
       NSA_CHECK(needles_ >= 1 && needles_ <= kMaxNeedles, "--data '", source,
-                "': needle:N takes N needles per sequence, 1 to ", kMaxNeedles);
+                "': needle:N and needle-mix:N take N needles per sequence, 1 to ", kMaxNeedles);
     }
     synthetic_ = needle_ = true;
     seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
@@ -63,9 +65,14 @@ Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
   b.targets.resize(static_cast<size_t>(n));
   if (needle_) {  // one needle sequence of S + 1 tokens per row, a pure function of (seed, row)
     for (int64_t r = 0; r < batch; ++r) {
-      const NeedleSequence s =
-          make_multi_needle_sequence(seq_len + 1, needles_, vocab_,
-                                     seed_ + static_cast<uint64_t>(position_ * batch + r) * 7919u);
+      const uint64_t row_seed = seed_ + static_cast<uint64_t>(position_ * batch + r) * 7919u;
+      if (mix_ && r % 2 == 1) {  // needle-mix: every other row a periodic copy row
+        const std::vector<int32_t> t = make_periodic_sequence(seq_len + 1, vocab_, row_seed);
+        std::copy(t.begin(), t.end() - 1, b.inputs.begin() + r * seq_len);
+        std::copy(t.begin() + 1, t.end(), b.targets.begin() + r * seq_len);
+        continue;
+      }
+      const NeedleSequence s = make_multi_needle_sequence(seq_len + 1, needles_, vocab_, row_seed);
       std::copy(s.tokens.begin(), s.tokens.end() - 1, b.inputs.begin() + r * seq_len);
       std::copy(s.tokens.begin() + 1, s.tokens.end(), b.targets.begin() + r * seq_len);
     }

@@ -8,7 +8,8 @@
 // "repeat": the same, with each row's second half a copy of its first (learnable only through
 // attention that finds the earlier occurrence: the classic induction task).
 // The needle task ("needle", data/needle.h): one needle sequence per row at a random depth, also a
-// pure function of (seed, batch index, row); "needle:N" puts N needles and N questions in each row.
+// pure function of (seed, batch index, row); "needle:N" puts N needles and N questions in each row;
+// "needle-mix:N" makes every other row a periodic copy row (data/needle.h) to teach recall.
 // Every token is checked against the vocabulary when the split is opened.
 #pragma once
 
@@ -24,8 +25,8 @@ struct Batch {
 
 class TokenLoader {
  public:
-  // source: a folder of shards, "synthetic", "repeat", "needle" or "needle:N"; split: "train" or
-  // "val".
+  // source: a folder of shards, "synthetic", "repeat", "needle", "needle:N" or "needle-mix:N";
+  // split: "train" or "val".
   TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
               uint64_t seed);
   Batch next(int64_t batch, int64_t seq_len);
@@ -36,7 +37,7 @@ class TokenLoader {
   bool needle() const { return needle_; }
 
  private:
-  bool synthetic_ = false, needle_ = false, repeat_ = false;
+  bool synthetic_ = false, needle_ = false, repeat_ = false, mix_ = false;
   uint64_t seed_ = 0;
   int64_t vocab_ = 0;
   int64_t needles_ = 1;
