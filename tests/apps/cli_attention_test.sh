@@ -85,6 +85,12 @@ expect_ok "train needle" "$nsa" train --config "$(dirname "$0")/../../configs/ti
 expect_ok "eval needle" "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --depths 0,1 --samples 2
 grep -q '"task":"needle","seq_len":96,"depth":1.0000,"samples":2' "$dir/out.txt" &&
   pass "needle table" || fail "needle table"
+expect_ok "train needle-mix" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
+  --data needle-mix:2 --steps 1 --batch 2 --seq-len 96 --val-every 0 --out "$dir/needle_mix"
+expect_ok "train repeat" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data repeat \
+  --steps 1 --batch 2 --seq-len 64 --val-every 0 --out "$dir/repeat"
+expect_error "bad needle count" "needle:N and needle-mix:N take N needles per sequence, 1 to 64" \
+  "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data needle:0 --out "$dir/bad_needle"
 
 # train → eval → plot → generate, end to end on a few synthetic steps.
 expect_ok "train synthetic" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data synthetic \
@@ -93,6 +99,12 @@ expect_ok "train synthetic" "$nsa" train --config "$(dirname "$0")/../../configs
 expect_ok "eval" "$nsa" eval --run "$dir/run" --data synthetic --batches 1 --batch 2 --seq-len 64
 expect_ok "plot" "$nsa" plot "$dir/run"
 expect_ok "generate" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --seed 1
+if nvidia-smi -L >/dev/null 2>&1; then
+  expect_ok "generate cuda" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --device cuda
+else
+  expect_error "generate cuda without a GPU" "CUDA" \
+    "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --device cuda
+fi
 expect_error "eval without checkpoint" "has no complete checkpoint" "$nsa" eval --run "$dir/nothing" --data synthetic
 expect_error "bad config override" "n_sel = 2 must be at least 3" \
   "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --set n_sel=2 --out "$dir/bad"

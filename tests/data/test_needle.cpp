@@ -86,6 +86,23 @@ TEST(Needle, MultiNeedleEveryQuestionFollowsItsNeedle) {
   EXPECT_THROW(make_multi_needle_sequence(1000, 0, 256, 1), Error);
 }
 
+TEST(Needle, PeriodicRowsRepeatWithAPeriodInRange) {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    const std::vector<int32_t> t = make_periodic_sequence(1000, 256, seed);
+    ASSERT_EQ(t.size(), 1000u);
+    int64_t period = 1;  // the smallest p with t[i] = t[i − p] everywhere
+    for (; period <= 500; ++period) {
+      bool ok = true;
+      for (int64_t i = period; i < 1000 && ok; ++i) ok = t[i] == t[i - period];
+      if (ok) break;
+    }
+    EXPECT_GE(period, 16) << "seed " << seed;
+    EXPECT_LE(period, 500) << "seed " << seed;
+    for (int32_t x : t) EXPECT_GE(x, kNeedleFirstSymbol);
+  }
+  EXPECT_THROW(make_periodic_sequence(20, 256, 1), Error);
+}
+
 TEST(Needle, LoaderRowsAreNeedleSequencesShiftedByOne) {
   TokenLoader loader("needle", "train", 256, 3);
   const Batch b = loader.next(2, 128);
@@ -103,8 +120,32 @@ TEST(Needle, LoaderRowsAreNeedleSequencesShiftedByOne) {
   int64_t questions = 0;
   for (int32_t t : m.inputs) questions += t == kNeedleQuery;
   EXPECT_EQ(questions, 4);
-  for (const char* bad : {"needle:0", "needle:x", "needle:", "needle:65", "needle:1000"})
+  for (const char* bad : {"needle:0", "needle:x", "needle:", "needle:65", "needle:1000",
+                          "needle-mix:0", "needle-mix:"})
     EXPECT_THROW(TokenLoader(bad, "train", 256, 3), Error) << bad;
+  // needle-mix:N: even rows needle rows, odd rows periodic copy rows (no marks).
+  TokenLoader mixed("needle-mix:2", "train", 256, 3);
+  const Batch x = mixed.next(2, 300);
+  int64_t q0 = 0, q1 = 0;
+  for (int64_t i = 0; i < 300; ++i) {
+    q0 += x.inputs[i] == kNeedleQuery;
+    q1 += x.inputs[300 + i] == kNeedleQuery || x.inputs[300 + i] == kNeedleMark;
+  }
+  EXPECT_EQ(q0, 2);
+  EXPECT_EQ(q1, 0);
+}
+
+TEST(Needle, RepeatRowsCopyTheirFirstHalf) {
+  TokenLoader loader("repeat", "train", 256, 3);
+  const int64_t S = 100, half = (S + 2) / 2;
+  const Batch b = loader.next(3, S);
+  for (int64_t r = 0; r < 3; ++r) {
+    std::vector<int32_t> row(b.inputs.begin() + r * S, b.inputs.begin() + (r + 1) * S);
+    row.push_back(b.targets[(r + 1) * S - 1]);
+    for (int64_t i = 0; i + 1 < S; ++i) EXPECT_EQ(b.targets[r * S + i], row[i + 1]);
+    for (int64_t t = half; t <= S; ++t)
+      EXPECT_EQ(row[t], row[t - half]) << "row " << r << " t " << t;
+  }
 }
 
 TEST(Needle, EvaluationCountsEveryCell) {

@@ -23,6 +23,15 @@ void upload_bf16(DeviceBuffer<bf16>& dst, const Tensor<float>& src) {
   NSA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
+// Checked before any member touches the GPU (the GEMM handle is created with the object).
+const ModelConfig& checked_for_gpu(const ModelConfig& cfg) {
+  NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
+  cfg.validate();
+  NSA_CHECK(cfg.attn.phi == Phi::kAvg,
+            "--device cuda: decoding on the GPU supports phi = avg only (phi = mlp: --device cpu)");
+  return cfg;
+}
+
 GemmOut f32(float* p) {
   return GemmOut{p, false};
 }
@@ -34,11 +43,11 @@ GemmOut b16(bf16* p) {
 
 ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<float>& params,
                                    int64_t batch, int64_t max_len, bool dense)
-    : cfg_(cfg), B_(batch), max_len_(max_len), F_(cfg.ffn_hidden()), dense_(dense) {
-  NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
-  cfg.validate();
-  NSA_CHECK(cfg.attn.phi == Phi::kAvg,
-            "--device cuda: decoding on the GPU supports phi = avg only (phi = mlp: --device cpu)");
+    : cfg_(checked_for_gpu(cfg)),
+      B_(batch),
+      max_len_(max_len),
+      F_(cfg.ffn_hidden()),
+      dense_(dense) {
   NSA_CHECK(batch > 0, "decode: the batch must hold at least one sequence, got ", batch);
   NSA_CHECK(max_len > 0 && max_len < (int64_t{1} << 31), "decode: max length ", max_len,
             " is outside [1, 2^31)");
