@@ -282,8 +282,8 @@ TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, CudaDecoder,
                          ::testing::Values(std::map<std::string, std::string>{},
-                                           std::map<std::string, std::string>{
-                                               {"kv", "shared"}, {"gate", "softmax"}},
+                                           std::map<std::string, std::string>{{"kv", "shared"},
+                                                                              {"gate", "softmax"}},
                                            std::map<std::string, std::string>{
                                                {"branches", "sel,win"}, {"mlp", "silu"}}));
 
