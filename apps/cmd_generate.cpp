@@ -22,7 +22,7 @@ namespace nsa::app {
 void register_generate_command(CLI::App& app) {
   struct Args {
     std::string checkpoint, run, prompt = "The", sp_model, device = "cpu";
-    int64_t max_new = 200;
+    int64_t max_new = 200, samples = 1;
     SamplerConfig sampler;
   };
   auto a = std::make_shared<Args>();
@@ -35,7 +35,10 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--temperature", a->sampler.temperature, "0 = greedy");
   cmd->add_option("--top-k", a->sampler.top_k, "sample among the k most likely (0: all)");
   cmd->add_option("--top-p", a->sampler.top_p, "nucleus sampling mass (1: off)");
-  cmd->add_option("--seed", a->sampler.seed, "sampling seed");
+  cmd->add_option("--seed", a->sampler.seed, "sampling seed (sample i uses seed + i)");
+  cmd->add_option("--samples", a->samples,
+                  "independent continuations decoded together as one batch (1: streamed)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_option("--device", a->device, "cpu (the reference) or cuda (one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->callback([a] {
@@ -48,42 +51,83 @@ void register_generate_command(CLI::App& app) {
               tok->vocab_size(), ") exceeds the model's (", cfg.vocab_size, ")");
     std::vector<uint32_t> prompt = tok->encode(a->prompt);
     NSA_CHECK(!prompt.empty(), "--prompt encodes to no tokens");
-    std::function<std::vector<float>(int32_t)> step;
+    const int64_t N = a->samples, V = cfg.vocab_size;
+    // step(tokens [N]) → logits [N·V]: N CPU decoders, or one GPU decoder with a batch of N.
+    std::function<std::vector<float>(const std::vector<int32_t>&)> step;
     if (a->device == "cuda") {
 #ifdef NSA_HAVE_CUDA
       const int64_t max_len = static_cast<int64_t>(prompt.size()) + a->max_new + 1;
-      auto dec = std::make_shared<cuda::ModelDecoderCuda>(cfg, m.params, 1, max_len, false);
-      step = [dec](int32_t t) { return dec->step({t}); };
+      auto dec = std::make_shared<cuda::ModelDecoderCuda>(cfg, m.params, N, max_len, false);
+      step = [dec](const std::vector<int32_t>& t) { return dec->step(t); };
 #else
       throw Error("--device cuda: this build has no CUDA backend (no CUDA toolkit at build time)");
 #endif
     } else {
-      auto dec = std::make_shared<ModelDecoder>(cfg, m.params);
-      step = [dec](int32_t t) { return dec->step(t); };
+      auto decs = std::make_shared<std::vector<ModelDecoder>>();
+      for (int64_t i = 0; i < N; ++i) decs->emplace_back(cfg, m.params);
+      step = [decs, V](const std::vector<int32_t>& t) {
+        std::vector<float> out;
+        out.reserve(t.size() * static_cast<size_t>(V));
+        for (size_t i = 0; i < t.size(); ++i) {
+          const std::vector<float> l = (*decs)[i].step(t[i]);
+          out.insert(out.end(), l.begin(), l.end());
+        }
+        return out;
+      };
     }
-    Sampler sampler(a->sampler);
-    std::printf("%s", a->prompt.c_str());
+    std::vector<Sampler> samplers;
+    for (int64_t i = 0; i < N; ++i) {
+      SamplerConfig sc = a->sampler;
+      sc.seed += static_cast<uint64_t>(i);
+      samplers.emplace_back(sc);
+    }
+    if (N == 1) std::printf("%s", a->prompt.c_str());
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> logits;
-    for (uint32_t id : prompt) logits = step(static_cast<int32_t>(id));
+    for (uint32_t id : prompt)
+      logits = step(std::vector<int32_t>(static_cast<size_t>(N), static_cast<int32_t>(id)));
     const auto t1 = std::chrono::steady_clock::now();
-    int64_t produced = 0;
-    for (; produced < a->max_new; ++produced) {
-      const int32_t next = sampler.sample(logits);
-      if (static_cast<uint32_t>(next) == tok->eot()) break;
-      std::printf("%s", tok->decode({static_cast<uint32_t>(next)}).c_str());
-      std::fflush(stdout);
-      logits = step(next);
+    std::vector<std::string> text(static_cast<size_t>(N));
+    std::vector<bool> done(static_cast<size_t>(N), false);
+    int64_t produced = 0, steps = 0;
+    for (; steps < a->max_new; ++steps) {
+      std::vector<int32_t> next(static_cast<size_t>(N), 0);
+      bool any = false;
+      for (int64_t i = 0; i < N; ++i) {
+        if (done[i]) continue;  // finished sequences keep stepping on token 0, ignored
+        const std::vector<float> row(logits.begin() + i * V, logits.begin() + (i + 1) * V);
+        next[i] = samplers[i].sample(row);
+        if (static_cast<uint32_t>(next[i]) == tok->eot()) {
+          done[i] = true;
+          next[i] = 0;
+          continue;
+        }
+        const std::string piece = tok->decode({static_cast<uint32_t>(next[i])});
+        text[i] += piece;
+        ++produced;
+        any = true;
+        if (N == 1) {
+          std::printf("%s", piece.c_str());
+          std::fflush(stdout);
+        }
+      }
+      if (!any) break;
+      if (steps + 1 < a->max_new) logits = step(next);
     }
     const auto t2 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; N > 1 && i < N; ++i)
+      std::printf("--- sample %lld (seed %llu) ---\n%s%s\n", static_cast<long long>(i),
+                  static_cast<unsigned long long>(a->sampler.seed + static_cast<uint64_t>(i)),
+                  a->prompt.c_str(), text[i].c_str());
     const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
     const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-    std::fprintf(
-        stderr,
-        "\n[%s, step %lld] prefill %zu tokens in %.2f s; %lld tokens in %.2f s (%.1f tok/s)\n",
-        ckpt.c_str(), static_cast<long long>(m.step), prompt.size(), prefill_s,
-        static_cast<long long>(produced), decode_s,
-        decode_s > 0 ? static_cast<double>(produced) / decode_s : 0.0);
+    std::fprintf(stderr,
+                 "\n[%s, step %lld, %s] prefill %zu tokens × %lld in %.2f s; %lld tokens in %.2f s "
+                 "(%.1f tok/s, %lld steps)\n",
+                 ckpt.c_str(), static_cast<long long>(m.step), a->device.c_str(), prompt.size(),
+                 static_cast<long long>(N), prefill_s, static_cast<long long>(produced), decode_s,
+                 decode_s > 0 ? static_cast<double>(produced) / decode_s : 0.0,
+                 static_cast<long long>(steps));
   });
 }
 

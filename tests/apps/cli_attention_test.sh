@@ -99,6 +99,12 @@ expect_ok "train synthetic" "$nsa" train --config "$(dirname "$0")/../../configs
 expect_ok "eval" "$nsa" eval --run "$dir/run" --data synthetic --batches 1 --batch 2 --seq-len 64
 expect_ok "plot" "$nsa" plot "$dir/run"
 expect_ok "generate" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --seed 1
+# --samples N decodes N continuations as one batch; sample i uses seed + i, as a lone run would.
+"$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --seed 5 >"$dir/gen_one.txt" 2>/dev/null
+"$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --seed 4 --samples 2 >"$dir/gen_two.txt" 2>/dev/null
+sed -n '/^--- sample 1 (seed 5) ---$/,$p' "$dir/gen_two.txt" | tail -n +2 >"$dir/gen_two_1.txt"
+[ "$(cat "$dir/gen_one.txt")" = "$(cat "$dir/gen_two_1.txt")" ] && [ -s "$dir/gen_one.txt" ] &&
+  pass "generate --samples: sample i is the seed + i run" || fail "generate --samples: sample i is the seed + i run"
 if nvidia-smi -L >/dev/null 2>&1; then
   expect_ok "generate cuda" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --device cuda
 else
