@@ -25,6 +25,12 @@ struct GemmOut {
   void* ptr;
   bool bf16;
 };
+inline GemmOut f32(float* p) {
+  return GemmOut{p, false};
+}
+inline GemmOut b16(__nv_bfloat16* p) {
+  return GemmOut{p, true};
+}
 
 class Gemm {
  public:

@@ -41,14 +41,8 @@ namespace {
 // 256-byte aligned as its default heuristics assume.
 constexpr int64_t kSlotAlign = 128;
 
-GemmOut f32(float* p) {
-  return GemmOut{p, false};
-}
-GemmOut b16(bf16* p) {
-  return GemmOut{p, true};
-}
+}  // namespace
 
-// Runs before any member touches the GPU (cfg_ is the first member).
 const ModelConfig& checked_for_gpu(const ModelConfig& cfg) {
   NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
   cfg.validate();
@@ -57,8 +51,6 @@ const ModelConfig& checked_for_gpu(const ModelConfig& cfg) {
       "--device cuda: the GPU model supports phi = avg only (phi = mlp runs on --device cpu)");
   return cfg;
 }
-
-}  // namespace
 
 ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recompute)
     : cfg_(checked_for_gpu(cfg)), recompute_(recompute) {

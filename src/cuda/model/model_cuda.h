@@ -29,6 +29,11 @@ namespace nsa::cuda {
 class NsaCudaLayer;
 struct NsaBackwardBuffers;
 
+// The config, validated, when a GPU is present and the GPU model supports it (φ = avg); throws
+// nsa::Error otherwise. GPU classes call it in their first member's initialiser, before anything
+// touches the device.
+const ModelConfig& checked_for_gpu(const ModelConfig& cfg);
+
 class ModelCuda {
  public:
   // Throws nsa::Error without a GPU, for φ = mlp (not on the GPU model yet), or for head dims the

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "common/convert.h"
-#include "device.h"
+#include "model_cuda.h"
 #include "nsa/error.h"
 #include "nsa/nsa_decode.h"
 
@@ -21,22 +21,6 @@ void upload_bf16(DeviceBuffer<bf16>& dst, const Tensor<float>& src) {
   dst.resize(src.numel());
   launch_f32_to_bf16(tmp.get(), dst.get(), src.numel(), nullptr);
   NSA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-}
-
-// Checked before any member touches the GPU (the GEMM handle is created with the object).
-const ModelConfig& checked_for_gpu(const ModelConfig& cfg) {
-  NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
-  cfg.validate();
-  NSA_CHECK(cfg.attn.phi == Phi::kAvg,
-            "--device cuda: decoding on the GPU supports phi = avg only (phi = mlp: --device cpu)");
-  return cfg;
-}
-
-GemmOut f32(float* p) {
-  return GemmOut{p, false};
-}
-GemmOut b16(bf16* p) {
-  return GemmOut{p, true};
 }
 
 }  // namespace
