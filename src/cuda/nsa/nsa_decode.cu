@@ -297,14 +297,8 @@ __global__ void select_kernel(DecodeDims m, const int32_t* pos, const float* sco
     const int i_hi = min(n - 1, ((j + 1) * m.l_sel - 1) / m.d);
     float score = 0.0f;
     for (int i = i_lo; i <= i_hi; ++i) {
-      float gp = 0.0f;
-      for (int hh = 0; hh < m.hpg; ++hh) {
-        gp +=
-            __expf(scores[(static_cast<int64_t>(bg) * m.hpg + hh) * m.max_cmp + i] - head_max[hh]) /
-            head_sum[hh];
-      }
       const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
-      score += gp * static_cast<float>(overlap) * inv_l;
+      score += gp[i] * static_cast<float>(overlap) * inv_l;
     }
     block_score[j] = score;
   }
