@@ -150,7 +150,7 @@ TEST_P(CudaDecodeLayer, DenseMatchesPlainSoftmax) {
   DeviceBuffer<int32_t> pos(B);
   DeviceBuffer<bf16> o(B * H * c.dv);
   std::mt19937 rng(23);
-  std::vector<float> keys, values;  // [B][t][G][d], appended per step
+  // Per sequence, every step's K and V ([t][G][d]), appended as the decoder's cache is.
   std::vector<std::vector<float>> kc(static_cast<size_t>(B)), vc(static_cast<size_t>(B));
   const float scale = static_cast<float>(c.softmax_scale());
   double worst = 0;

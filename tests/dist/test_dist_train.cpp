@@ -101,18 +101,23 @@ TEST(DistTrain, TwoRanksWithBatchBEqualOneRankWithBatch2B) {
   EXPECT_LT(worst, 1e-5);
 }
 
+// Two 6-step runs ended in byte-identical weights and moments and the same final loss.
+void expect_same_final_state(const fs::path& a, const fs::path& b) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(read_file_bytes(a / "ckpt_00000006" / file),
+              read_file_bytes(b / "ckpt_00000006" / file))
+        << file;
+  }
+  EXPECT_EQ(metric(a, "loss"), metric(b, "loss"));
+}
+
 TEST(DistTrain, ResumeAcrossRanksIsExact) {
   const fs::path base = base_dir("nsa_dist_resume");
   ASSERT_EQ(run(train_cmd(base / "straight", 2, "--nproc 2")).rc, 0);
   ASSERT_EQ(run(train_cmd(base / "split", 2, "--nproc 2 --stop-after 3")).rc, 0);
   const Outcome resumed = run(train_cmd(base / "split", 2, "--nproc 2 --resume"));
   ASSERT_EQ(resumed.rc, 0) << resumed.output;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(read_file_bytes(base / "straight" / "ckpt_00000006" / file),
-              read_file_bytes(base / "split" / "ckpt_00000006" / file))
-        << file;
-  }
-  EXPECT_EQ(metric(base / "straight", "loss"), metric(base / "split", "loss"));
+  expect_same_final_state(base / "straight", base / "split");
 }
 
 // ZeRO-1 shards the AdamW moments; every element sees the same arithmetic, so the run is
@@ -124,12 +129,7 @@ TEST(DistTrain, Zero1IsBitIdenticalToPlainAndResumes) {
   ASSERT_EQ(run(train_cmd(base / "zero1", 2, "--nproc 2 --zero1 --stop-after 3")).rc, 0);
   const Outcome resumed = run(train_cmd(base / "zero1", 2, "--nproc 2 --zero1 --resume"));
   ASSERT_EQ(resumed.rc, 0) << resumed.output;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(read_file_bytes(base / "plain" / "ckpt_00000006" / file),
-              read_file_bytes(base / "zero1" / "ckpt_00000006" / file))
-        << file;
-  }
-  EXPECT_EQ(metric(base / "plain", "loss"), metric(base / "zero1", "loss"));
+  expect_same_final_state(base / "plain", base / "zero1");
 }
 
 TEST(DistTrain, ADeadRankEndsTheJob) {

@@ -28,8 +28,9 @@ __device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {
 }
 
 // Row pointers of the caches: [B, rows, G, dim].
-__device__ __forceinline__ const bf16* row(const bf16* base, int b, int64_t rows, int64_t r, int g,
-                                           const DecodeDims& m, int dim) {
+template <typename T>  // bf16 or const bf16
+__device__ __forceinline__ T* row(T* base, int b, int64_t rows, int64_t r, int g,
+                                  const DecodeDims& m, int dim) {
   return base + ((static_cast<int64_t>(b) * rows + r) * m.G + g) * dim;
 }
 
@@ -42,7 +43,7 @@ __global__ void append_kernel(DecodeDims m, bool dense, const int32_t* pos, cons
   const int64_t in_k = (static_cast<int64_t>(b) * m.G + g) * m.dk;
   const int64_t in_v = (static_cast<int64_t>(b) * m.G + g) * m.dv;
   const auto at = [&](bf16* base, int64_t rows, int64_t r, int dim) {
-    return base + ((static_cast<int64_t>(b) * rows + r) * m.G + g) * dim;
+    return row(base, b, rows, r, g, m, dim);
   };
   for (int i = threadIdx.x; i < m.dk; i += blockDim.x) {
     at(k_sel, m.max_len, t, m.dk)[i] = k_sel_in[in_k + i];
