@@ -27,8 +27,8 @@ void register_train_command(CLI::App& app) {
                   "NSA branches that contribute, e.g. sel,win (diagnostics)");
   cmd->add_option(
       "--data", o->data,
-      "folder of train_*/val_*.bin shards, 'synthetic', 'needle' or 'needle:N' (N needles "
-      "per sequence)");
+      "folder of train_*/val_*.bin shards, 'synthetic', 'repeat', 'copy', 'needle', "
+      "'needle:N' (N needles per sequence) or 'needle-mix:N' (with copy rows)");
   cmd->add_option("--out", o->out_dir, "run folder: metrics.jsonl, heartbeat, checkpoints");
   cmd->add_option("--steps", o->steps, "optimizer steps");
   cmd->add_option("--batch", o->batch, "sequences per micro-batch");
@@ -48,6 +48,9 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--anomaly", o->anomaly,
                 "check every activation and gradient for NaN/Inf and name the first bad tensor");
   cmd->add_flag("--resume", o->resume, "continue from the newest complete checkpoint in --out");
+  cmd->add_option("--init-from", o->init_from,
+                  "start from the weights of this checkpoint (or run folder's newest) with a "
+                  "fresh optimizer at step 0: a curriculum's next stage, fine-tuning");
   cmd->add_option("--stop-after", o->stop_after,
                   "stop (with a checkpoint) after this many steps of this run (0: never)");
   auto device = std::make_shared<std::string>("cpu");

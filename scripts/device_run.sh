@@ -6,8 +6,8 @@
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
 # `decode` (also in `all`): the GPU decoding tests and `nsa bench decode --device cuda`.
-# `needle` (not in `all`): trains `small` (byte vocabulary) on the needle task with all branches and
-# with the window only, side by side on the GPU, then `nsa eval --task needle --device cuda` on both.
+# `needle` (not in `all`): a two-stage needle curriculum for `small` (byte vocabulary), all branches and
+# the window only, then `nsa eval --task needle --device cuda` on both (see the section below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -58,23 +58,28 @@ if [ "$what" = decode ] || [ "$what" = all ]; then
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
 fi
-# needle: `small` (byte vocabulary), all branches and the window only, side by side on the GPU, on
-# --data needle-mix:32 (needle rows with 32 needles and questions, every other row a periodic copy
-# row that teaches recall at distances from 16 to S/2), then the retrieval table of each.
+# needle: a two-stage curriculum for `small` (byte vocabulary). Stage 1 teaches content-based
+# copying (an induction head) on periodic copy rows at S = 512; stage 2 starts from it and trains
+# all branches and the window only, side by side on the GPU, on needle-mix rows at S = 4096
+# (needles and questions, and copy rows with periods up to S/2); then the retrieval table of each.
 if [ "$what" = needle ]; then
-  common=(--config configs/small.yaml --set vocab_size=256 --device cuda --lr "${NEEDLE_LR:-1e-3}" --warmup 100
-          --data "needle-mix:${NEEDLES:-32}" --seq-len "${NEEDLE_SEQ:-4096}" --batch "${NEEDLE_BATCH:-8}"
-          --steps "${NEEDLE_STEPS:-4000}" --val-every 250 --val-batches 4 --ckpt-every 250 --keep 1)
-  rm -rf /tmp/needle_nsa /tmp/needle_win
-  timeout "${NEEDLE_TRAIN_S:-250}" ./build/nsa train "${common[@]}" --out /tmp/needle_nsa >"$out/needle_nsa_train.txt" 2>&1 &
-  timeout "${NEEDLE_TRAIN_S:-250}" ./build/nsa train "${common[@]}" --branches win --out /tmp/needle_win \
+  base=(--config configs/small.yaml --set vocab_size=256 --device cuda --val-every 0 --keep 1)
+  rm -rf /tmp/needle_stage1 /tmp/needle_nsa /tmp/needle_win
+  ./build/nsa train "${base[@]}" --data copy --seq-len 512 --batch 32 --steps "${STAGE1_STEPS:-1800}" \
+    --lr 2e-3 --min-lr 2e-3 --warmup 100 --ckpt-every 100000 --out /tmp/needle_stage1 \
+    >"$out/needle_stage1.txt" 2>&1; echo "stage 1 rc=$?"; grep -E "step +[0-9]*00/" "$out/needle_stage1.txt" | awk 'NR%3==0' | cut -c1-60
+  common=("${base[@]}" --data "needle-mix:${NEEDLES:-16}" --seq-len "${NEEDLE_SEQ:-4096}" --batch 8
+          --steps "${NEEDLE_STEPS:-3000}" --lr "${NEEDLE_LR:-1e-3}" --min-lr 1e-4 --warmup 50
+          --ckpt-every 250 --init-from /tmp/needle_stage1)
+  timeout "${NEEDLE_TRAIN_S:-260}" ./build/nsa train "${common[@]}" --out /tmp/needle_nsa >"$out/needle_nsa_train.txt" 2>&1 &
+  timeout "${NEEDLE_TRAIN_S:-260}" ./build/nsa train "${common[@]}" --branches win --out /tmp/needle_win \
     >"$out/needle_win_train.txt" 2>&1 &
   wait
   for r in nsa win; do
-    grep -E "val" "$out/needle_${r}_train.txt" | tail -8 | cut -c1-60,100-
-    ./build/nsa eval --task needle --device cuda --run /tmp/needle_$r --samples "${NEEDLE_SAMPLES:-20}" \
-      --seq-lens "${NEEDLE_EVAL_LENS:-512,1024,4096,16384}" --depths 0,0.25,0.5,0.75,1 \
-      >"$out/needle_${r}_eval.txt" 2>&1; echo "eval $r rc=$?"; grep -v '^{' "$out/needle_${r}_eval.txt"
-    cp /tmp/needle_$r/metrics.jsonl "$out/needle_${r}_metrics.jsonl"
+    grep -E "step +[0-9]*00/" "$out/needle_${r}_train.txt" | awk 'NR%5==0' | cut -c1-60
+    timeout "${NEEDLE_EVAL_S:-100}" ./build/nsa eval --task needle --device cuda --run /tmp/needle_$r \
+      --samples "${NEEDLE_SAMPLES:-20}" --seq-lens "${NEEDLE_EVAL_LENS:-512,1024,2048,4096,8192,16384}" \
+      --depths 0,0.25,0.5,0.75,1 >"$out/needle_${r}_eval.txt" 2>&1; echo "eval $r rc=$?"
+    grep -v '^{' "$out/needle_${r}_eval.txt"
   done
 fi

@@ -15,6 +15,13 @@ TokenLoader::TokenLoader(const std::string& source, const std::string& split, in
                          uint64_t seed)
     : seed_(seed), vocab_(vocab_size) {
   const bool mix = source.rfind("needle-mix:", 0) == 0;
+  if (source == "copy") {  // periodic copy rows only
+    copy_ = synthetic_ = needle_ = true;
+    NSA_CHECK(vocab_size >= kNeedleMinVocab, "--data copy needs vocab_size >= ", kNeedleMinVocab,
+              ", got ", vocab_size);
+    seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
+    return;
+  }
   if (source == "needle" || source.rfind("needle:", 0) == 0 || mix) {
     NSA_CHECK(vocab_size >= kNeedleMinVocab, "--data needle needs vocab_size >= ", kNeedleMinVocab,
               ", got ", vocab_size);
@@ -66,7 +73,7 @@ Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
   if (needle_) {  // one needle sequence of S + 1 tokens per row, a pure function of (seed, row)
     for (int64_t r = 0; r < batch; ++r) {
       const uint64_t row_seed = seed_ + static_cast<uint64_t>(position_ * batch + r) * 7919u;
-      if (mix_ && r % 2 == 1) {  // needle-mix: every other row a periodic copy row
+      if (copy_ || (mix_ && r % 2 == 1)) {  // needle-mix: every other row a periodic copy row
         const std::vector<int32_t> t = make_periodic_sequence(seq_len + 1, vocab_, row_seed);
         std::copy(t.begin(), t.end() - 1, b.inputs.begin() + r * seq_len);
         std::copy(t.begin() + 1, t.end(), b.targets.begin() + r * seq_len);

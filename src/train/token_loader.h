@@ -9,7 +9,9 @@
 // attention that finds the earlier occurrence: the classic induction task).
 // The needle task ("needle", data/needle.h): one needle sequence per row at a random depth, also a
 // pure function of (seed, batch index, row); "needle:N" puts N needles and N questions in each row;
-// "needle-mix:N" makes every other row a periodic copy row (data/needle.h) to teach recall.
+// "needle-mix:N" makes every other row a periodic copy row (data/needle.h) to teach recall;
+// "copy": periodic copy rows only (content-based recall at random distances: an induction head is
+// the only way to predict them, unlike "repeat", whose fixed distance a positional head solves).
 // Every token is checked against the vocabulary when the split is opened.
 #pragma once
 
@@ -25,7 +27,8 @@ struct Batch {
 
 class TokenLoader {
  public:
-  // source: a folder of shards, "synthetic", "repeat", "needle", "needle:N" or "needle-mix:N";
+  // source: a folder of shards, "synthetic", "repeat", "copy", "needle", "needle:N" or
+  // "needle-mix:N";
   // split: "train" or "val".
   TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
               uint64_t seed);
@@ -37,7 +40,7 @@ class TokenLoader {
   bool needle() const { return needle_; }
 
  private:
-  bool synthetic_ = false, needle_ = false, repeat_ = false, mix_ = false;
+  bool synthetic_ = false, needle_ = false, repeat_ = false, mix_ = false, copy_ = false;
   uint64_t seed_ = 0;
   int64_t vocab_ = 0;
   int64_t needles_ = 1;

@@ -73,7 +73,8 @@ uint64_t run_fingerprint(const ModelConfig& cfg, const TrainOptions& o, int64_t 
   os << "data=" << o.data << ";steps=" << o.steps << ";batch=" << o.batch << ";seq=" << S
      << ";accum=" << o.grad_accum << ";lr=" << o.adam.lr << ";min_lr=" << o.adam.min_lr
      << ";warmup=" << o.adam.warmup << ";wd=" << o.adam.weight_decay << ";clip=" << o.adam.clip
-     << ";resume=" << o.resume << ";out=" << o.out_dir << ";zero1=" << o.zero1;
+     << ";resume=" << o.resume << ";out=" << o.out_dir << ";zero1=" << o.zero1
+     << ";init=" << o.init_from;
   return std::hash<std::string>{}(os.str());
 }
 
@@ -139,6 +140,24 @@ TrainResult train(const TrainOptions& o) {
       if (!o.quiet && lead)
         std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
     }
+  }
+  if (start == 0 && !o.init_from.empty()) {
+    const std::string ckpt = fs::is_regular_file(fs::path(o.init_from) / "COMPLETE")
+                                 ? o.init_from
+                                 : latest_checkpoint(o.init_from);
+    NSA_CHECK(!ckpt.empty(), "--init-from '", o.init_from,
+              "' is neither a complete checkpoint nor a run folder that holds one");
+    // The same shapes and attention; `branches` may differ (e.g. a window-only ablation that
+    // starts from the same first stage).
+    auto theirs = read_checkpoint_state(ckpt).model_config;
+    auto ours = model_config_fields(cfg);
+    theirs.erase("branches");
+    ours.erase("branches");
+    NSA_CHECK(theirs == ours, "--init-from '", ckpt, "' was written for a different model config; ",
+              "use the same --config and --set fields (only --branches may differ)");
+    load_model_weights(ckpt, named);
+    model->push();
+    if (!o.quiet && lead) std::printf("initialised from %s\n", ckpt.c_str());
   }
   if (o.zero1 && world > 1) model->shard_optimizer_state(comm);
   Watchdog watchdog(o.watchdog_s,

@@ -27,6 +27,11 @@ struct TrainOptions {
   AdamWConfig adam;
   int64_t val_every = 50, val_batches = 4, ckpt_every = 100, keep = 3;
   bool resume = false;
+  // Start from these weights (a checkpoint folder, or a run folder's newest checkpoint) with a
+  // fresh optimizer at step 0 – a second stage of a curriculum, or fine-tuning. The model config
+  // must match but for `branches`. Ignored when --resume finds a checkpoint in out_dir (the stage
+  // is resumed).
+  std::string init_from;
   bool anomaly = false;     // check every activation and gradient for NaN/Inf, name the first
   double watchdog_s = 600;  // a step stalled this long: stacks to <out>/stacks.txt, exit 3; 0: off
   int64_t stop_after = 0;   // stop (with a checkpoint) after this many steps in this run; 0 = never

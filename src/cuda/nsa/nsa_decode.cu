@@ -1,4 +1,4 @@
-// NSA decode kernels: append, compressed parts, selection, attention parts, combine (see
+// NSA decode kernels: append, compressed parts, block top-n, attention parts, combine (see
 // nsa_decode.h). Decoding reads little per step (tens of KB to a few MB), so every kernel is
 // written for latency: many small CTAs over key chunks, fp32 math on bf16 caches, no atomics.
 #include "nsa_decode.h"
@@ -20,6 +20,7 @@ struct DecodeDims {
   int G, hpg, dk, dv, l, d, l_sel, n_sel, w, sub, win_parts;
   int64_t max_len, max_cmp;
   int cmp_parts, attn_parts;
+  int sel_chunk, sel_chunks;  // candidate blocks per block_topk CTA, CTAs per (sequence, group)
   float scale;
 };
 
@@ -253,124 +254,137 @@ __device__ float merge_parts(const DecodeDims& m, const float* part_ml, const fl
   return sum > 0.0f ? acc / sum : 0.0f;
 }
 
-// One CTA per (sequence, group): o_cmp, block scores, top-n (SPEC §2: forced 0, c−1, c; then the
-// complete blocks by score, higher first, lower index on ties; ascending, −1 padded).
-__global__ void select_kernel(DecodeDims m, const int32_t* pos, const float* scores,
-                              const float* part_ml, const float* part_o, float* o_cmp,
-                              int32_t* sel) {
-  extern __shared__ float select_smem[];  // gp [max_cmp], then block scores
+// Block scores and a partial top-n, grid (B·G, chunks): each CTA scores the candidate blocks
+// [1 + k·chunk, 1 + (k + 1)·chunk) ∩ [1, c − 2] of one (sequence, group) – p_slc of SPEC §2, the
+// group's compressed probabilities (Σ over heads in head order, each normalised by its head's
+// merged max and sum) weighted by overlap / l, ascending over compressed tokens – and keeps its
+// best `free` = n_sel − forced blocks by (score desc, index asc) in rank order. The global top
+// `free` is among the union of the chunks' bests: attn parts merge them (select_blocks).
+struct Candidate {
+  float score;  // < 0: empty slot
+  int block;
+};
+
+__global__ void block_topk_kernel(DecodeDims m, const int32_t* pos, const float* scores,
+                                  const float* part_ml, Candidate* cand) {
+  extern __shared__ float block_score[];  // [chunk]
   __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
-  __shared__ float red_s[32];
-  __shared__ int red_j[32];
-  __shared__ int chosen[64];
-  __shared__ int n_chosen;
-  __shared__ MergeScratch merge;
-  const int bg = blockIdx.x, b = bg / m.G, t = pos[b];
+  const int bg = blockIdx.x, chunk = blockIdx.y, b = bg / m.G, t = pos[b];
   const int n = num_cmp(m, t), parts = (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart;
-  for (int hh = 0; hh < m.hpg; ++hh) {
-    float M, L;
-    const float o = merge_parts(m, part_ml, part_o, bg, hh, 0, parts, merge, &M, &L);
-    if (threadIdx.x < m.dv) o_cmp[(static_cast<int64_t>(bg) * m.hpg + hh) * m.dv + threadIdx.x] = o;
-    if (threadIdx.x == 0) {
-      head_max[hh] = M;
-      head_sum[hh] = L;
+  const int c = t / m.l_sel, forced = 1 + (c - 1 > 0) + (c > 0), free = m.n_sel - forced;
+  Candidate* out = cand + (static_cast<int64_t>(bg) * m.sel_chunks + chunk) * m.n_sel;
+  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = Candidate{-1.0f, INT_MAX};
+  const int j0 = 1 + chunk * m.sel_chunk, j1 = min(j0 + m.sel_chunk, c - 1);  // [j0, j1)
+  if (j0 >= j1 || free <= 0) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int h = warp; h < m.hpg; h += nw) {  // merged max and sum of exp of head h
+    float mx = -FLT_MAX;
+    for (int p = lane; p < parts; p += 32) {
+      const float* ml = part_ml + 2 * (part_index(m, bg, p) + h);
+      if (ml[1] > 0.0f) mx = fmaxf(mx, ml[0]);
+    }
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.0f;
+    for (int p = lane; p < parts; p += 32) {
+      const float* ml = part_ml + 2 * (part_index(m, bg, p) + h);
+      if (ml[1] > 0.0f) sum += ml[1] * __expf(ml[0] - mx);
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) {
+      head_max[h] = mx;
+      head_sum[h] = sum;
     }
   }
   __syncthreads();
-  // Group probabilities of the compressed tokens: Σ over the group's heads, in head order.
-  float* gp = select_smem;
-  float* block_score = select_smem + m.max_cmp;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    float p = 0.0f;
-    for (int hh = 0; hh < m.hpg; ++hh) {
-      p += __expf(scores[(static_cast<int64_t>(bg) * m.hpg + hh) * m.max_cmp + i] - head_max[hh]) /
-           head_sum[hh];
-    }
-    gp[i] = p;
-  }
-  __syncthreads();
-  const int c = t / m.l_sel, blocks = c + 1;
   const float inv_l = 1.0f / static_cast<float>(m.l);
-  for (int j = threadIdx.x; j < blocks; j += blockDim.x) {
+  const float* sc = scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp;
+  for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
     // Compressed tokens i whose raw range [i·d, i·d + l) meets block j, ascending.
     const int lo_num = j * m.l_sel - m.l + 1;
     const int i_lo = lo_num <= 0 ? 0 : (lo_num + m.d - 1) / m.d;
     const int i_hi = min(n - 1, ((j + 1) * m.l_sel - 1) / m.d);
     float score = 0.0f;
     for (int i = i_lo; i <= i_hi; ++i) {
+      float p = 0.0f;
+      for (int hh = 0; hh < m.hpg; ++hh)
+        p += __expf(sc[static_cast<int64_t>(hh) * m.max_cmp + i] - head_max[hh]) / head_sum[hh];
       const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
-      score += gp[i] * static_cast<float>(overlap) * inv_l;
+      score += p * static_cast<float>(overlap) * inv_l;
     }
-    block_score[j] = score;
-  }
-  if (threadIdx.x == 0) {
-    n_chosen = 0;
-    chosen[n_chosen++] = 0;
-    if (c - 1 > 0) chosen[n_chosen++] = c - 1;
-    if (c > 0) chosen[n_chosen++] = c;
+    block_score[j - j0] = score;
   }
   __syncthreads();
-  const int candidates = max(0, c - 2), free_slots = m.n_sel - n_chosen;
-  const int rounds = min(candidates, max(0, free_slots));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  for (int round = 0; round < rounds; ++round) {
-    float bs = -1.0f;  // scores are ≥ 0; taken blocks are marked −2
-    int bj = INT_MAX;
-    for (int j = 1 + threadIdx.x; j <= c - 2; j += blockDim.x) {
-      const float sj = block_score[j];
-      if (sj > bs || (sj == bs && j < bj)) {
-        bs = sj;
-        bj = j;
-      }
+  for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const float sj = block_score[j - j0];
+    int rank = 0;
+    for (int k = j0; k < j1 && rank < free; ++k) {
+      const float sk = block_score[k - j0];
+      rank += (sk > sj || (sk == sj && k < j)) ? 1 : 0;
     }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float os = __shfl_xor_sync(0xffffffffu, bs, off);
-      const int oj = __shfl_xor_sync(0xffffffffu, bj, off);
-      if (os > bs || (os == bs && oj < bj)) {
-        bs = os;
-        bj = oj;
-      }
-    }
-    if (lane == 0) {
-      red_s[warp] = bs;
-      red_j[warp] = bj;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w2 = 1; w2 < nw; ++w2) {
-        if (red_s[w2] > bs || (red_s[w2] == bs && red_j[w2] < bj)) {
-          bs = red_s[w2];
-          bj = red_j[w2];
-        }
-      }
-      chosen[n_chosen++] = bj;
-      block_score[bj] = -2.0f;
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    for (int i = 1; i < n_chosen; ++i) {  // ascending (insertion sort, ≤ n_sel entries)
-      const int x = chosen[i];
-      int k = i;
-      for (; k > 0 && chosen[k - 1] > x; --k) chosen[k] = chosen[k - 1];
-      chosen[k] = x;
-    }
-    for (int k = 0; k < m.n_sel; ++k)
-      sel[static_cast<int64_t>(bg) * m.n_sel + k] = k < n_chosen ? chosen[k] : -1;
+    if (rank < free) out[rank] = Candidate{sj, j};
   }
 }
 
+// The selected blocks of (sequence, group) bg, ascending, −1 padded, into slot[0, n_sel) (shared
+// memory; every thread of the CTA calls it): forced 0, c − 1, c, then the best `free` of the
+// chunks' candidates by (score desc, index asc) – each candidate's rank is the number that beat
+// it, so one pass picks them all.
+constexpr int kMaxSel = 64, kMaxCandidates = 2048;
+
+struct SelectScratch {
+  Candidate cand[kMaxCandidates];
+  int list[kMaxSel];
+};
+
+__device__ void select_blocks(const DecodeDims& m, int t, const Candidate* cand, int bg,
+                              SelectScratch& sh, int* slot) {
+  const int c = t / m.l_sel, forced = 1 + (c - 1 > 0) + (c > 0), free = m.n_sel - forced;
+  const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
+  const int nc = free > 0 ? chunks * m.n_sel : 0;
+  const Candidate* in = cand + static_cast<int64_t>(bg) * m.sel_chunks * m.n_sel;
+  for (int k = threadIdx.x; k < nc; k += blockDim.x) sh.cand[k] = in[k];
+  if (threadIdx.x == 0) {
+    sh.list[0] = 0;
+    if (c - 1 > 0) sh.list[1] = c - 1;
+    if (c > 0) sh.list[forced - 1] = c;
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < nc; k += blockDim.x) {
+    const Candidate x = sh.cand[k];
+    if (x.score < 0.0f) continue;
+    int rank = 0;
+    for (int q = 0; q < nc && rank < free; ++q) {
+      const Candidate y = sh.cand[q];
+      rank += (y.score > x.score || (y.score == x.score && y.block < x.block)) ? 1 : 0;
+    }
+    if (rank < free) sh.list[forced + rank] = x.block;
+  }
+  __syncthreads();
+  const int total = forced + max(0, min(c - 2, free));
+  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) slot[k] = -1;
+  __syncthreads();
+  for (int k = threadIdx.x; k < total; k += blockDim.x) {
+    int at = 0;  // ascending position: the entries below it (all distinct)
+    for (int q = 0; q < total; ++q) at += sh.list[q] < sh.list[k] ? 1 : 0;
+    if (at < m.n_sel) slot[at] = sh.list[k];
+  }
+  __syncthreads();
+}
+
 // Attention parts after the compressed ones: NSA – n_sel·sub selected sub-blocks, then win_parts
-// window chunks; dense – chunks of kAttnPart positions from 0. Empty parts write l = 0.
+// window chunks; dense – chunks of kAttnPart positions from 0. Empty parts write l = 0. The CTAs
+// of selected parts each merge the block candidates (part 0 also writes the selection out).
 template <int P>
 __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* q,
-                                  const int32_t* sel, const bf16* k_sel, const bf16* v_sel,
+                                  const Candidate* cand, int32_t* sel, const bf16* k_sel,
+                                  const bf16* v_sel,
                                   const bf16* k_win, const bf16* v_win, float* part_ml,
                                   float* part_o) {
   __shared__ float qs[kMaxHeadsPerGroup][256];
   __shared__ float s[kMaxHeadsPerGroup][P];
   __shared__ float ml[2 * kMaxHeadsPerGroup];
-  extern __shared__ uint4 vbuf_raw[];
+  __shared__ int slot[kMaxSel];
+  extern __shared__ uint4 vbuf_raw[];  // V chunk [kVChunk, dv], then (NSA) the SelectScratch
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, part = blockIdx.y, t = pos[b];
   int first = 0, count = 0;
   bool window = false;
@@ -378,7 +392,13 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
     first = part * P;
     count = max(0, min(P, t + 1 - first));
   } else if (part < m.n_sel * m.sub) {
-    const int j = sel[static_cast<int64_t>(bg) * m.n_sel + part / m.sub];
+    select_blocks(m, t, cand, bg,
+                  *reinterpret_cast<SelectScratch*>(vbuf_raw + kVChunk * m.dv / 8), slot);
+    if (part == 0) {
+      for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x)
+        sel[static_cast<int64_t>(bg) * m.n_sel + k] = slot[k];
+    }
+    const int j = slot[part / m.sub];
     if (j >= 0) {
       first = j * m.l_sel + (part % m.sub) * P;
       count = max(0, min(min(P, (j + 1) * m.l_sel - first), t + 1 - first));
@@ -404,9 +424,9 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
   for (int h = threadIdx.x; h < 2 * m.hpg; h += blockDim.x) part_ml[2 * pi + h] = ml[h];
 }
 
-// One CTA per (sequence, head); channel e = threadIdx.x for threads below dv.
-__global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* o_cmp,
-                               const float* part_ml, const float* part_o, const bf16* g_cmp,
+// One CTA per (sequence, head): merges the compressed, selected and window parts; channel
+// e = threadIdx.x for threads below dv.
+__global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* part_ml, const float* part_o, const bf16* g_cmp,
                                const bf16* g_sel, const bf16* g_win, bf16* o) {
   __shared__ MergeScratch merge;
   const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg, e = threadIdx.x;
@@ -417,12 +437,14 @@ __global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, con
     out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, merge);
   } else {
     const int64_t gi = static_cast<int64_t>(b) * H + h;
+    const int n = num_cmp(m, t);
+    const float oc = merge_parts(m, part_ml, part_o, bg, hh, 0,
+                                 (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart, merge);
     const float os = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, merge);
     const float ow =
         merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub, m.win_parts, merge);
-    out = e < m.dv ? __bfloat162float(g_cmp[gi]) *
-                             o_cmp[(static_cast<int64_t>(bg) * m.hpg + hh) * m.dv + e] +
-                         __bfloat162float(g_sel[gi]) * os + __bfloat162float(g_win[gi]) * ow
+    out = e < m.dv ? __bfloat162float(g_cmp[gi]) * oc + __bfloat162float(g_sel[gi]) * os +
+                         __bfloat162float(g_win[gi]) * ow
                    : 0.0f;
   }
   if (e < m.dv) o[(static_cast<int64_t>(b) * H + h) * m.dv + e] = __float2bfloat16(out);
@@ -441,7 +463,7 @@ __global__ void fill_random_kernel(bf16* x, int64_t n, uint64_t seed) {
 }
 
 DecodeDims dims_of(const NsaConfig& c, int64_t max_len, int64_t max_cmp, int cmp_parts,
-                   int attn_parts) {
+                   int attn_parts, int sel_chunk, int sel_chunks) {
   DecodeDims m{};
   m.G = static_cast<int>(c.groups);
   m.hpg = static_cast<int>(c.heads / c.groups);
@@ -458,6 +480,8 @@ DecodeDims dims_of(const NsaConfig& c, int64_t max_len, int64_t max_cmp, int cmp
   m.max_cmp = max_cmp;
   m.cmp_parts = cmp_parts;
   m.attn_parts = attn_parts;
+  m.sel_chunk = sel_chunk;
+  m.sel_chunks = sel_chunks;
   m.scale = static_cast<float>(c.softmax_scale());
   return m;
 }
@@ -481,6 +505,13 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
   cmp_parts_ = dense ? 0 : (max_cmp_ + kCmpPart - 1) / kCmpPart;
   const int64_t sub = (cfg.l_sel + kAttnPart - 1) / kAttnPart;
+  // Candidate blocks per block_topk CTA: 128, or more so that at most 32 CTAs per (sequence,
+  // group) keep ≤ 32·n_sel candidates for the attention parts to merge.
+  const int64_t max_blocks = max_len / cfg.l_sel + 1;
+  sel_chunk_ = 128 * ((max_blocks + 128 * 32 - 1) / (128 * 32));
+  sel_chunks_ = (max_blocks + sel_chunk_ - 1) / sel_chunk_;
+  NSA_CHECK(sel_chunk_ * sizeof(float) <= 160 * 1024, "decode on the GPU: max length ", max_len,
+            " needs more shared memory for the block scores than a CTA has; shorten it");
   attn_parts_ = dense ? (max_len + kDensePart - 1) / kDensePart
                       : cfg.n_sel * sub + (cfg.w + kAttnPart - 1) / kAttnPart;
   k_sel_.resize(B_ * max_len * G * dk);
@@ -493,20 +524,20 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     k_cmp_.resize(B_ * max_cmp_ * G * dk);
     v_cmp_.resize(B_ * max_cmp_ * G * dv);
     scores_.resize(B_ * H * max_cmp_);
-    o_cmp_.resize(B_ * H * dv);
+    candidates_.resize(B_ * G * sel_chunks_ * cfg.n_sel * 2);
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
-  NSA_CHECK(select_smem_bytes() <= 200 * 1024, "decode on the GPU: max length ", max_len,
-            " needs more shared memory for the selection than a CTA has (",
-            select_smem_bytes() / 1024, " KiB); shorten it");
-  // Beyond the default 48 KiB of shared memory per CTA (vbuf up to 32 KiB beside 25 KiB static).
-  NSA_CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(select_smem_bytes())));
+  // Beyond the default 48 KiB of shared memory per CTA (vbuf up to 32 KiB beside ~25 KiB static;
+  // the NSA attention parts also hold the selection scratch).
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(block_topk_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(sel_chunk_ * sizeof(float))));
   NSA_CUDA_CHECK(cudaFuncSetAttribute(cmp_parts_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       32 * 1024));
   NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel<kAttnPart>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, 32 * 1024));
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      32 * 1024 + static_cast<int>(sizeof(SelectScratch))));
   NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel<kDensePart>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, 32 * 1024));
   const int64_t parts = cmp_parts_ + attn_parts_;
@@ -519,10 +550,12 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
                          const int32_t* pos, bf16* o, cudaStream_t stream) {
   const NsaConfig& c = cfg_;
   const DecodeDims m =
-      dims_of(c, max_len_, max_cmp_, static_cast<int>(cmp_parts_), static_cast<int>(attn_parts_));
+      dims_of(c, max_len_, max_cmp_, static_cast<int>(cmp_parts_), static_cast<int>(attn_parts_),
+              static_cast<int>(sel_chunk_), static_cast<int>(sel_chunks_));
   const int B = static_cast<int>(B_), G = m.G;
   const int ks = c.kv_index(kSel), kw = c.kv_index(kWin), kc = c.kv_index(kCmp);
   const size_t vbuf_bytes = static_cast<size_t>(kVChunk * c.dv) * sizeof(bf16);
+  Candidate* cand = reinterpret_cast<Candidate*>(candidates_.get());
   append_kernel<<<dim3(B, G), kThreads, 0, stream>>>(
       m, dense_, pos, k[ks], v[ks], k[kw], v[kw], k[kc], v[kc], k_sel_.get(), v_sel_.get(),
       k_win_.get(), v_win_.get(), k_raw_.get(), v_raw_.get(), k_cmp_.get(), v_cmp_.get());
@@ -532,23 +565,25 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
                        stream>>>(m, pos, q, k_cmp_.get(), v_cmp_.get(), scores_.get(),
                                  part_ml_.get(), part_o_.get());
     NSA_CUDA_LAUNCH_CHECK();
-    select_kernel<<<B * G, 256, select_smem_bytes(), stream>>>(
-        m, pos, scores_.get(), part_ml_.get(), part_o_.get(), o_cmp_.get(), sel_.get());
+    block_topk_kernel<<<dim3(B * G, static_cast<unsigned>(sel_chunks_)), 128,
+                        sel_chunk_ * sizeof(float), stream>>>(m, pos, scores_.get(), part_ml_.get(),
+                                                              cand);
     NSA_CUDA_LAUNCH_CHECK();
   }
   const dim3 grid(B * G, static_cast<unsigned>(attn_parts_));
   if (dense_) {
     attn_parts_kernel<kDensePart><<<grid, kPartThreads, vbuf_bytes, stream>>>(
-        m, true, pos, q, nullptr, k_sel_.get(), v_sel_.get(), nullptr, nullptr, part_ml_.get(),
+        m, true, pos, q, nullptr, nullptr, k_sel_.get(), v_sel_.get(), nullptr, nullptr,
+        part_ml_.get(),
         part_o_.get());
   } else {
-    attn_parts_kernel<kAttnPart><<<grid, kPartThreads, vbuf_bytes, stream>>>(
-        m, false, pos, q, sel_.get(), k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(),
+    attn_parts_kernel<kAttnPart><<<grid, kPartThreads, vbuf_bytes + sizeof(SelectScratch),
+                                   stream>>>(m, false, pos, q, cand, sel_.get(), k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(),
         part_ml_.get(), part_o_.get());
   }
   NSA_CUDA_LAUNCH_CHECK();
   combine_kernel<<<dim3(B, static_cast<unsigned>(c.heads)), kPartThreads, 0, stream>>>(
-      m, dense_, pos, o_cmp_.get(), part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
+      m, dense_, pos, part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
       gate[kWin], o);
   NSA_CUDA_LAUNCH_CHECK();
 }
@@ -588,14 +623,10 @@ int64_t NsaDecodeCuda::kv_bytes_per_step(int64_t t) const {
   return c.groups * tokens * (c.dk + c.dv) * static_cast<int64_t>(sizeof(bf16));
 }
 
-size_t NsaDecodeCuda::select_smem_bytes() const {
-  return static_cast<size_t>(max_cmp_ + max_len_ / cfg_.l_sel + 1) * sizeof(float);
-}
-
 size_t NsaDecodeCuda::bytes() const {
   return k_sel_.bytes() + v_sel_.bytes() + k_win_.bytes() + v_win_.bytes() + k_raw_.bytes() +
          v_raw_.bytes() + k_cmp_.bytes() + v_cmp_.bytes() + scores_.bytes() + part_ml_.bytes() +
-         part_o_.bytes() + o_cmp_.bytes() + sel_.bytes();
+         part_o_.bytes() + candidates_.bytes() + sel_.bytes();
 }
 
 }  // namespace nsa::cuda

@@ -7,12 +7,14 @@
 // (the baseline of `nsa bench decode`) keeps only the first cache and attends over all of it.
 //
 // A step is five kernels, all reading the positions from device memory (nothing on the host
-// depends on them, so a step can be captured in a CUDA graph and replayed):
+// depends on them, so a step can be captured in a CUDA graph and replayed), none with a serial
+// loop over the context:
 //   append      write the token's K/V, emit a compressed token when its block completes;
 //   cmp parts   compressed attention in chunks of kCmpPart keys: scores kept, partial softmax;
-//   select      merge the chunks (o_cmp), block scores, the exact top-n rule (SPEC §2);
+//   block top-n block scores (SPEC §2) over chunks of blocks, each chunk's best n_sel − forced;
 //   attn parts  selected blocks and window chunks of kAttnPart keys (dense: kDensePart chunks);
-//   combine     merge the parts, gate the branches: o [B, H·dv] (bf16).
+//               each selected part first merges the chunks' candidates into the exact top-n;
+//   combine     merge the compressed, selected and window parts, gate the branches: o [B, H·dv].
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,12 +53,12 @@ class NsaDecodeCuda {
   size_t bytes() const;
 
  private:
-  size_t select_smem_bytes() const;
   NsaConfig cfg_;
-  int64_t B_, max_len_, max_cmp_, cmp_parts_, attn_parts_;
+  int64_t B_, max_len_, max_cmp_, cmp_parts_, attn_parts_, sel_chunk_ = 1, sel_chunks_ = 1;
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
-  DeviceBuffer<float> scores_, part_ml_, part_o_, o_cmp_;
+  DeviceBuffer<float> scores_, part_ml_, part_o_;
+  DeviceBuffer<int32_t> candidates_;  // [B, G, sel_chunks, n_sel] (score bits, block) pairs
   DeviceBuffer<int32_t> sel_;
 };
 
