@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|model|decode|needle|all]
+#   bash scripts/device_run.sh [tests|bench|model|decode|copy|needle|all]
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
 # `decode` (also in `all`): the GPU decoding tests and `nsa bench decode --device cuda`.
-# `needle` (not in `all`): a two-stage needle curriculum for `small` (byte vocabulary), all branches and
-# the window only, then `nsa eval --task needle --device cuda` on both (see the section below).
+# `copy`, `needle` (not in `all`): training experiments for `small` (byte vocabulary) – copying
+# from beyond the window, and a two-stage needle curriculum – all branches against the window
+# only (see the sections below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -57,6 +58,26 @@ if [ "$what" = decode ] || [ "$what" = all ]; then
     grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|worst" | head -40
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
+fi
+# copy: can training teach copying from beyond the window? Stage 1 as for the needle, then all
+# branches and the window only, side by side, on copy rows at S = 1024 (periods up to 512, w = 256),
+# then the far-copy probe (scripts/copy_probe.py) on both.
+if [ "$what" = copy ]; then
+  base=(--config configs/small.yaml --set vocab_size=256 --device cuda --val-batches 8 --keep 1)
+  rm -rf /tmp/copy_stage1 /tmp/copy_nsa /tmp/copy_win
+  ./build/nsa train "${base[@]}" --data copy --seq-len 512 --batch 32 --steps "${STAGE1_STEPS:-1800}" \
+    --lr 2e-3 --min-lr 2e-3 --warmup 100 --val-every 0 --ckpt-every 100000 --out /tmp/copy_stage1 \
+    >"$out/copy_stage1.txt" 2>&1; echo "stage 1 rc=$?"; grep -E "step +[0-9]*00/" "$out/copy_stage1.txt" | awk 'NR%3==0' | cut -c1-60
+  common=("${base[@]}" --data copy --seq-len "${COPY_SEQ:-1024}" --batch 16 --steps "${COPY_STEPS:-6000}"
+          --lr 1e-3 --min-lr 1e-3 --warmup 50 --val-every 500 --ckpt-every 500 --init-from /tmp/copy_stage1)
+  timeout "${COPY_TRAIN_S:-200}" ./build/nsa train "${common[@]}" --out /tmp/copy_nsa >"$out/copy_nsa_train.txt" 2>&1 &
+  timeout "${COPY_TRAIN_S:-200}" ./build/nsa train "${common[@]}" --branches win --out /tmp/copy_win \
+    >"$out/copy_win_train.txt" 2>&1 &
+  wait
+  for r in nsa win; do
+    echo "== $r"; grep -E "val" "$out/copy_${r}_train.txt" | cut -c1-40,100- | tail -12
+    python3 scripts/copy_probe.py /tmp/copy_$r --device cuda --periods 64,200,300,400,500
+  done
 fi
 # needle: a two-stage curriculum for `small` (byte vocabulary). Stage 1 teaches content-based
 # copying (an induction head) on periodic copy rows at S = 512; stage 2 starts from it and trains

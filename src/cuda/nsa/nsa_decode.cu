@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "common/dependent_launch.cuh"
 #include "nsa/error.h"
 
 namespace nsa::cuda {
@@ -40,6 +41,7 @@ __global__ void append_kernel(DecodeDims m, bool dense, const int32_t* pos, cons
                               const bf16* k_cmp_in, const bf16* v_cmp_in, bf16* k_sel, bf16* v_sel,
                               bf16* k_win, bf16* v_win, bf16* k_raw, bf16* v_raw, bf16* k_cmp,
                               bf16* v_cmp) {
+  wait_for_previous_kernel();
   const int b = blockIdx.x, g = blockIdx.y, t = pos[b];
   const int64_t in_k = (static_cast<int64_t>(b) * m.G + g) * m.dk;
   const int64_t in_v = (static_cast<int64_t>(b) * m.G + g) * m.dv;
@@ -182,6 +184,7 @@ __device__ __forceinline__ int64_t part_index(const DecodeDims& m, int bg, int p
 
 __global__ void cmp_parts_kernel(DecodeDims m, const int32_t* pos, const bf16* q, const bf16* k_cmp,
                                  const bf16* v_cmp, float* scores, float* part_ml, float* part_o) {
+  wait_for_previous_kernel();
   __shared__ float qs[kMaxHeadsPerGroup][256];
   __shared__ float s[kMaxHeadsPerGroup][NsaDecodeCuda::kCmpPart];
   extern __shared__ uint4 vbuf_raw[];
@@ -267,6 +270,7 @@ struct Candidate {
 
 __global__ void block_topk_kernel(DecodeDims m, const int32_t* pos, const float* scores,
                                   const float* part_ml, Candidate* cand) {
+  wait_for_previous_kernel();
   extern __shared__ float block_score[];  // [chunk]
   __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
   const int bg = blockIdx.x, chunk = blockIdx.y, b = bg / m.G, t = pos[b];
@@ -377,9 +381,9 @@ __device__ void select_blocks(const DecodeDims& m, int t, const Candidate* cand,
 template <int P>
 __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* q,
                                   const Candidate* cand, int32_t* sel, const bf16* k_sel,
-                                  const bf16* v_sel,
-                                  const bf16* k_win, const bf16* v_win, float* part_ml,
-                                  float* part_o) {
+                                  const bf16* v_sel, const bf16* k_win, const bf16* v_win,
+                                  float* part_ml, float* part_o) {
+  wait_for_previous_kernel();
   __shared__ float qs[kMaxHeadsPerGroup][256];
   __shared__ float s[kMaxHeadsPerGroup][P];
   __shared__ float ml[2 * kMaxHeadsPerGroup];
@@ -392,8 +396,8 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
     first = part * P;
     count = max(0, min(P, t + 1 - first));
   } else if (part < m.n_sel * m.sub) {
-    select_blocks(m, t, cand, bg,
-                  *reinterpret_cast<SelectScratch*>(vbuf_raw + kVChunk * m.dv / 8), slot);
+    select_blocks(m, t, cand, bg, *reinterpret_cast<SelectScratch*>(vbuf_raw + kVChunk * m.dv / 8),
+                  slot);
     if (part == 0) {
       for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x)
         sel[static_cast<int64_t>(bg) * m.n_sel + k] = slot[k];
@@ -426,8 +430,10 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
 
 // One CTA per (sequence, head): merges the compressed, selected and window parts; channel
 // e = threadIdx.x for threads below dv.
-__global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* part_ml, const float* part_o, const bf16* g_cmp,
-                               const bf16* g_sel, const bf16* g_win, bf16* o) {
+__global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* part_ml,
+                               const float* part_o, const bf16* g_cmp, const bf16* g_sel,
+                               const bf16* g_win, bf16* o) {
+  wait_for_previous_kernel();
   __shared__ MergeScratch merge;
   const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg, e = threadIdx.x;
   const int bg = b * m.G + g, t = pos[b], H = m.G * m.hpg;
@@ -438,8 +444,9 @@ __global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, con
   } else {
     const int64_t gi = static_cast<int64_t>(b) * H + h;
     const int n = num_cmp(m, t);
-    const float oc = merge_parts(m, part_ml, part_o, bg, hh, 0,
-                                 (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart, merge);
+    const float oc =
+        merge_parts(m, part_ml, part_o, bg, hh, 0,
+                    (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart, merge);
     const float os = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, merge);
     const float ow =
         merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub, m.win_parts, merge);
@@ -556,36 +563,31 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   const int ks = c.kv_index(kSel), kw = c.kv_index(kWin), kc = c.kv_index(kCmp);
   const size_t vbuf_bytes = static_cast<size_t>(kVChunk * c.dv) * sizeof(bf16);
   Candidate* cand = reinterpret_cast<Candidate*>(candidates_.get());
-  append_kernel<<<dim3(B, G), kThreads, 0, stream>>>(
-      m, dense_, pos, k[ks], v[ks], k[kw], v[kw], k[kc], v[kc], k_sel_.get(), v_sel_.get(),
-      k_win_.get(), v_win_.get(), k_raw_.get(), v_raw_.get(), k_cmp_.get(), v_cmp_.get());
-  NSA_CUDA_LAUNCH_CHECK();
+  launch_dependent(append_kernel, dim3(B, G), dim3(kThreads), 0, stream, m, dense_, pos, k[ks],
+                   v[ks], k[kw], v[kw], k[kc], v[kc], k_sel_.get(), v_sel_.get(), k_win_.get(),
+                   v_win_.get(), k_raw_.get(), v_raw_.get(), k_cmp_.get(), v_cmp_.get());
   if (!dense_) {
-    cmp_parts_kernel<<<dim3(B * G, static_cast<unsigned>(cmp_parts_)), kPartThreads, vbuf_bytes,
-                       stream>>>(m, pos, q, k_cmp_.get(), v_cmp_.get(), scores_.get(),
-                                 part_ml_.get(), part_o_.get());
-    NSA_CUDA_LAUNCH_CHECK();
-    block_topk_kernel<<<dim3(B * G, static_cast<unsigned>(sel_chunks_)), 128,
-                        sel_chunk_ * sizeof(float), stream>>>(m, pos, scores_.get(), part_ml_.get(),
-                                                              cand);
-    NSA_CUDA_LAUNCH_CHECK();
+    launch_dependent(cmp_parts_kernel, dim3(B * G, static_cast<unsigned>(cmp_parts_)),
+                     dim3(kPartThreads), vbuf_bytes, stream, m, pos, q, k_cmp_.get(), v_cmp_.get(),
+                     scores_.get(), part_ml_.get(), part_o_.get());
+    launch_dependent(block_topk_kernel, dim3(B * G, static_cast<unsigned>(sel_chunks_)), dim3(128),
+                     sel_chunk_ * sizeof(float), stream, m, pos, scores_.get(), part_ml_.get(),
+                     cand);
   }
   const dim3 grid(B * G, static_cast<unsigned>(attn_parts_));
   if (dense_) {
-    attn_parts_kernel<kDensePart><<<grid, kPartThreads, vbuf_bytes, stream>>>(
-        m, true, pos, q, nullptr, nullptr, k_sel_.get(), v_sel_.get(), nullptr, nullptr,
-        part_ml_.get(),
-        part_o_.get());
+    launch_dependent(attn_parts_kernel<kDensePart>, grid, dim3(kPartThreads), vbuf_bytes, stream, m,
+                     true, pos, q, nullptr, nullptr, k_sel_.get(), v_sel_.get(), nullptr, nullptr,
+                     part_ml_.get(), part_o_.get());
   } else {
-    attn_parts_kernel<kAttnPart><<<grid, kPartThreads, vbuf_bytes + sizeof(SelectScratch),
-                                   stream>>>(m, false, pos, q, cand, sel_.get(), k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(),
-        part_ml_.get(), part_o_.get());
+    launch_dependent(attn_parts_kernel<kAttnPart>, grid, dim3(kPartThreads),
+                     vbuf_bytes + sizeof(SelectScratch), stream, m, false, pos, q, cand, sel_.get(),
+                     k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(), part_ml_.get(),
+                     part_o_.get());
   }
-  NSA_CUDA_LAUNCH_CHECK();
-  combine_kernel<<<dim3(B, static_cast<unsigned>(c.heads)), kPartThreads, 0, stream>>>(
-      m, dense_, pos, part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
-      gate[kWin], o);
-  NSA_CUDA_LAUNCH_CHECK();
+  launch_dependent(combine_kernel, dim3(B, static_cast<unsigned>(c.heads)), dim3(kPartThreads), 0,
+                   stream, m, dense_, pos, part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
+                   gate[kWin], o);
 }
 
 void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream) {
