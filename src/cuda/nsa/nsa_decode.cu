@@ -155,9 +155,15 @@ __device__ void attend_part(const DecodeDims& m, const float (*q)[256], const bf
       const int idx = threadIdx.x + k * blockDim.x;
       if (idx >= pairs) break;
       const int h = idx / m.dv, e = idx % m.dv;
-      float a = acc[k];
-      for (int c = 0; c < n; ++c) a += s[h][c0 + c] * __bfloat162float(vbuf[c * m.dv + e]);
-      acc[k] = a;
+      const float* sh = s[h] + c0;
+      float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains: the FMA latency overlaps
+      int c = 0;
+      for (; c + 4 <= n; c += 4) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) a[u] += sh[c + u] * __bfloat162float(vbuf[(c + u) * m.dv + e]);
+      }
+      for (; c < n; ++c) a[0] += sh[c] * __bfloat162float(vbuf[c * m.dv + e]);
+      acc[k] += (a[0] + a[1]) + (a[2] + a[3]);
     }
   }
 #pragma unroll
@@ -271,7 +277,7 @@ struct Candidate {
 __global__ void block_topk_kernel(DecodeDims m, const int32_t* pos, const float* scores,
                                   const float* part_ml, Candidate* cand) {
   wait_for_previous_kernel();
-  extern __shared__ float block_score[];  // [chunk]
+  extern __shared__ float block_smem[];  // block scores [sel_chunk], then gp [sel_gp]
   __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
   const int bg = blockIdx.x, chunk = blockIdx.y, b = bg / m.G, t = pos[b];
   const int n = num_cmp(m, t), parts = (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart;
@@ -300,20 +306,36 @@ __global__ void block_topk_kernel(DecodeDims m, const int32_t* pos, const float*
     }
   }
   __syncthreads();
-  const float inv_l = 1.0f / static_cast<float>(m.l);
-  const float* sc = scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp;
-  for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    // Compressed tokens i whose raw range [i·d, i·d + l) meets block j, ascending.
+  // Compressed tokens i whose raw range [i·d, i·d + l) meets block j: [i_lo(j), i_hi(j)].
+  const auto i_lo = [&m](int j) {
     const int lo_num = j * m.l_sel - m.l + 1;
-    const int i_lo = lo_num <= 0 ? 0 : (lo_num + m.d - 1) / m.d;
-    const int i_hi = min(n - 1, ((j + 1) * m.l_sel - 1) / m.d);
-    float score = 0.0f;
-    for (int i = i_lo; i <= i_hi; ++i) {
-      float p = 0.0f;
-      for (int hh = 0; hh < m.hpg; ++hh)
-        p += __expf(sc[static_cast<int64_t>(hh) * m.max_cmp + i] - head_max[hh]) / head_sum[hh];
+    return lo_num <= 0 ? 0 : (lo_num + m.d - 1) / m.d;
+  };
+  const auto i_hi = [&m, n](int j) { return min(n - 1, ((j + 1) * m.l_sel - 1) / m.d); };
+  // The group probabilities of the chunk's compressed tokens, staged once (every head's scores
+  // of a token are independent loads, issued together).
+  float* block_score = block_smem;
+  float* gp = block_smem + m.sel_chunk;
+  const int gi0 = i_lo(j0), gi1 = i_hi(j1 - 1);
+  const float* sc = scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp;
+  for (int i = gi0 + threadIdx.x; i <= gi1; i += blockDim.x) {
+    float x[kMaxHeadsPerGroup];
+#pragma unroll
+    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
+      x[hh] = hh < m.hpg ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
+    float p = 0.0f;
+#pragma unroll
+    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
+      if (hh < m.hpg) p += __expf(x[hh] - head_max[hh]) / head_sum[hh];
+    gp[i - gi0] = p;
+  }
+  __syncthreads();
+  const float inv_l = 1.0f / static_cast<float>(m.l);
+  for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    float score = 0.0f;  // ascending over the compressed tokens
+    for (int i = i_lo(j), hi = i_hi(j); i <= hi; ++i) {
       const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
-      score += p * static_cast<float>(overlap) * inv_l;
+      score += gp[i - gi0] * static_cast<float>(overlap) * inv_l;
     }
     block_score[j - j0] = score;
   }
@@ -428,33 +450,63 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
   for (int h = threadIdx.x; h < 2 * m.hpg; h += blockDim.x) part_ml[2 * pi + h] = ml[h];
 }
 
-// One CTA per (sequence, head): merges the compressed, selected and window parts; channel
-// e = threadIdx.x for threads below dv.
+// Online merge of parts [first, first + n) of head hh of group-row bg by one thread, channel e:
+// the normalised output (0 when every part is empty). The part loads do not depend on the running
+// state, so they are issued ahead (unrolled).
+__device__ float merge_parts_online(const DecodeDims& m, const float* part_ml, const float* part_o,
+                                    int bg, int hh, int first, int n, int e) {
+  float mx = -FLT_MAX, sum = 0.0f, acc = 0.0f;
+#pragma unroll 4
+  for (int p = first; p < first + n; ++p) {
+    const int64_t pi = part_index(m, bg, p) + hh;
+    const float pm = part_ml[2 * pi], pl = part_ml[2 * pi + 1], po = part_o[pi * m.dv + e];
+    if (pl > 0.0f) {
+      const float nm = fmaxf(mx, pm), a = __expf(mx - nm), c = __expf(pm - nm);
+      sum = sum * a + pl * c;
+      acc = acc * a + po * c;
+      mx = nm;
+    }
+  }
+  return sum > 0.0f ? acc / sum : 0.0f;
+}
+
+// One CTA per (sequence, head). NSA: thread groups of dv merge the compressed, selected and window
+// parts side by side, then group 0 gates them; dense: the whole CTA merges the parts (merge_parts).
+// Channel e = threadIdx.x % dv.
 __global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* part_ml,
                                const float* part_o, const bf16* g_cmp, const bf16* g_sel,
                                const bf16* g_win, bf16* o) {
   wait_for_previous_kernel();
   __shared__ MergeScratch merge;
-  const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg, e = threadIdx.x;
+  __shared__ float branch_out[2][256];
+  const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg;
   const int bg = b * m.G + g, t = pos[b], H = m.G * m.hpg;
-  float out;
+  const int64_t oi = (static_cast<int64_t>(b) * H + h) * m.dv;
   if (dense) {
     const int parts = (t + NsaDecodeCuda::kDensePart) / NsaDecodeCuda::kDensePart;
-    out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, merge);
-  } else {
-    const int64_t gi = static_cast<int64_t>(b) * H + h;
-    const int n = num_cmp(m, t);
-    const float oc =
-        merge_parts(m, part_ml, part_o, bg, hh, 0,
-                    (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart, merge);
-    const float os = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, merge);
-    const float ow =
-        merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub, m.win_parts, merge);
-    out = e < m.dv ? __bfloat162float(g_cmp[gi]) * oc + __bfloat162float(g_sel[gi]) * os +
-                         __bfloat162float(g_win[gi]) * ow
-                   : 0.0f;
+    const float out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, merge);
+    if (threadIdx.x < m.dv) o[oi + threadIdx.x] = __float2bfloat16(out);
+    return;
   }
-  if (e < m.dv) o[(static_cast<int64_t>(b) * H + h) * m.dv + e] = __float2bfloat16(out);
+  const int branch = threadIdx.x / m.dv, e = threadIdx.x % m.dv;
+  float out = 0.0f;
+  if (branch == 0) {
+    const int n = num_cmp(m, t);
+    out = merge_parts_online(m, part_ml, part_o, bg, hh, 0,
+                             (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart, e);
+  } else if (branch == 1) {
+    branch_out[0][e] =
+        merge_parts_online(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, e);
+  } else if (branch == 2) {
+    branch_out[1][e] = merge_parts_online(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub,
+                                          m.win_parts, e);
+  }
+  __syncthreads();
+  if (branch != 0) return;
+  const int64_t gi = static_cast<int64_t>(b) * H + h;
+  o[oi + e] = __float2bfloat16(__bfloat162float(g_cmp[gi]) * out +
+                               __bfloat162float(g_sel[gi]) * branch_out[0][e] +
+                               __bfloat162float(g_win[gi]) * branch_out[1][e]);
 }
 
 __global__ void fill_random_kernel(bf16* x, int64_t n, uint64_t seed) {
@@ -517,7 +569,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   const int64_t max_blocks = max_len / cfg.l_sel + 1;
   sel_chunk_ = 128 * ((max_blocks + 128 * 32 - 1) / (128 * 32));
   sel_chunks_ = (max_blocks + sel_chunk_ - 1) / sel_chunk_;
-  NSA_CHECK(sel_chunk_ * sizeof(float) <= 160 * 1024, "decode on the GPU: max length ", max_len,
+  NSA_CHECK(block_topk_smem_bytes() <= 160 * 1024, "decode on the GPU: max length ", max_len,
             " needs more shared memory for the block scores than a CTA has; shorten it");
   attn_parts_ = dense ? (max_len + kDensePart - 1) / kDensePart
                       : cfg.n_sel * sub + (cfg.w + kAttnPart - 1) / kAttnPart;
@@ -539,7 +591,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   // the NSA attention parts also hold the selection scratch).
   NSA_CUDA_CHECK(cudaFuncSetAttribute(block_topk_kernel,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(sel_chunk_ * sizeof(float))));
+                                      static_cast<int>(block_topk_smem_bytes())));
   NSA_CUDA_CHECK(cudaFuncSetAttribute(cmp_parts_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       32 * 1024));
   NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel<kAttnPart>,
@@ -571,8 +623,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
                      dim3(kPartThreads), vbuf_bytes, stream, m, pos, q, k_cmp_.get(), v_cmp_.get(),
                      scores_.get(), part_ml_.get(), part_o_.get());
     launch_dependent(block_topk_kernel, dim3(B * G, static_cast<unsigned>(sel_chunks_)), dim3(128),
-                     sel_chunk_ * sizeof(float), stream, m, pos, scores_.get(), part_ml_.get(),
-                     cand);
+                     block_topk_smem_bytes(), stream, m, pos, scores_.get(), part_ml_.get(), cand);
   }
   const dim3 grid(B * G, static_cast<unsigned>(attn_parts_));
   if (dense_) {
@@ -585,8 +636,9 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
                      k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(), part_ml_.get(),
                      part_o_.get());
   }
-  launch_dependent(combine_kernel, dim3(B, static_cast<unsigned>(c.heads)), dim3(kPartThreads), 0,
-                   stream, m, dense_, pos, part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
+  const int combine_threads = dense_ ? kPartThreads : static_cast<int>((3 * c.dv + 31) / 32 * 32);
+  launch_dependent(combine_kernel, dim3(B, static_cast<unsigned>(c.heads)), dim3(combine_threads),
+                   0, stream, m, dense_, pos, part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
                    gate[kWin], o);
 }
 
@@ -623,6 +675,12 @@ int64_t NsaDecodeCuda::kv_bytes_per_step(int64_t t) const {
              std::min(c.w, t + 1);
   }
   return c.groups * tokens * (c.dk + c.dv) * static_cast<int64_t>(sizeof(bf16));
+}
+
+// Block scores of a chunk, and the group probabilities of the compressed tokens that meet it.
+size_t NsaDecodeCuda::block_topk_smem_bytes() const {
+  const int64_t gp = (sel_chunk_ * cfg_.l_sel + cfg_.l) / cfg_.d + 2;
+  return static_cast<size_t>(sel_chunk_ + gp) * sizeof(float);
 }
 
 size_t NsaDecodeCuda::bytes() const {

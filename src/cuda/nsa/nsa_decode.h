@@ -53,6 +53,7 @@ class NsaDecodeCuda {
   size_t bytes() const;
 
  private:
+  size_t block_topk_smem_bytes() const;
   NsaConfig cfg_;
   int64_t B_, max_len_, max_cmp_, cmp_parts_, attn_parts_, sel_chunk_ = 1, sel_chunks_ = 1;
   bool dense_;
