@@ -450,63 +450,33 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
   for (int h = threadIdx.x; h < 2 * m.hpg; h += blockDim.x) part_ml[2 * pi + h] = ml[h];
 }
 
-// Online merge of parts [first, first + n) of head hh of group-row bg by one thread, channel e:
-// the normalised output (0 when every part is empty). The part loads do not depend on the running
-// state, so they are issued ahead (unrolled).
-__device__ float merge_parts_online(const DecodeDims& m, const float* part_ml, const float* part_o,
-                                    int bg, int hh, int first, int n, int e) {
-  float mx = -FLT_MAX, sum = 0.0f, acc = 0.0f;
-#pragma unroll 4
-  for (int p = first; p < first + n; ++p) {
-    const int64_t pi = part_index(m, bg, p) + hh;
-    const float pm = part_ml[2 * pi], pl = part_ml[2 * pi + 1], po = part_o[pi * m.dv + e];
-    if (pl > 0.0f) {
-      const float nm = fmaxf(mx, pm), a = __expf(mx - nm), c = __expf(pm - nm);
-      sum = sum * a + pl * c;
-      acc = acc * a + po * c;
-      mx = nm;
-    }
-  }
-  return sum > 0.0f ? acc / sum : 0.0f;
-}
-
-// One CTA per (sequence, head). NSA: thread groups of dv merge the compressed, selected and window
-// parts side by side, then group 0 gates them; dense: the whole CTA merges the parts (merge_parts).
-// Channel e = threadIdx.x % dv.
+// One CTA per (sequence, head): merges the compressed, selected and window parts; channel
+// e = threadIdx.x for threads below dv.
 __global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* part_ml,
                                const float* part_o, const bf16* g_cmp, const bf16* g_sel,
                                const bf16* g_win, bf16* o) {
   wait_for_previous_kernel();
   __shared__ MergeScratch merge;
-  __shared__ float branch_out[2][256];
-  const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg;
+  const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg, e = threadIdx.x;
   const int bg = b * m.G + g, t = pos[b], H = m.G * m.hpg;
-  const int64_t oi = (static_cast<int64_t>(b) * H + h) * m.dv;
+  float out;
   if (dense) {
     const int parts = (t + NsaDecodeCuda::kDensePart) / NsaDecodeCuda::kDensePart;
-    const float out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, merge);
-    if (threadIdx.x < m.dv) o[oi + threadIdx.x] = __float2bfloat16(out);
-    return;
-  }
-  const int branch = threadIdx.x / m.dv, e = threadIdx.x % m.dv;
-  float out = 0.0f;
-  if (branch == 0) {
+    out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, merge);
+  } else {
+    const int64_t gi = static_cast<int64_t>(b) * H + h;
     const int n = num_cmp(m, t);
-    out = merge_parts_online(m, part_ml, part_o, bg, hh, 0,
-                             (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart, e);
-  } else if (branch == 1) {
-    branch_out[0][e] =
-        merge_parts_online(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, e);
-  } else if (branch == 2) {
-    branch_out[1][e] = merge_parts_online(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub,
-                                          m.win_parts, e);
+    const float oc =
+        merge_parts(m, part_ml, part_o, bg, hh, 0,
+                    (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart, merge);
+    const float os = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, merge);
+    const float ow =
+        merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub, m.win_parts, merge);
+    out = e < m.dv ? __bfloat162float(g_cmp[gi]) * oc + __bfloat162float(g_sel[gi]) * os +
+                         __bfloat162float(g_win[gi]) * ow
+                   : 0.0f;
   }
-  __syncthreads();
-  if (branch != 0) return;
-  const int64_t gi = static_cast<int64_t>(b) * H + h;
-  o[oi + e] = __float2bfloat16(__bfloat162float(g_cmp[gi]) * out +
-                               __bfloat162float(g_sel[gi]) * branch_out[0][e] +
-                               __bfloat162float(g_win[gi]) * branch_out[1][e]);
+  if (e < m.dv) o[(static_cast<int64_t>(b) * H + h) * m.dv + e] = __float2bfloat16(out);
 }
 
 __global__ void fill_random_kernel(bf16* x, int64_t n, uint64_t seed) {
@@ -636,9 +606,8 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
                      k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(), part_ml_.get(),
                      part_o_.get());
   }
-  const int combine_threads = dense_ ? kPartThreads : static_cast<int>((3 * c.dv + 31) / 32 * 32);
-  launch_dependent(combine_kernel, dim3(B, static_cast<unsigned>(c.heads)), dim3(combine_threads),
-                   0, stream, m, dense_, pos, part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
+  launch_dependent(combine_kernel, dim3(B, static_cast<unsigned>(c.heads)), dim3(kPartThreads), 0,
+                   stream, m, dense_, pos, part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
                    gate[kWin], o);
 }
 
