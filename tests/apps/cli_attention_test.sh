@@ -87,6 +87,13 @@ grep -q '"task":"needle","seq_len":96,"depth":1.0000,"samples":2' "$dir/out.txt"
   pass "needle table" || fail "needle table"
 expect_ok "train needle-mix" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
   --data needle-mix:2 --steps 1 --batch 2 --seq-len 96 --val-every 0 --out "$dir/needle_mix"
+expect_ok "train copy from a checkpoint" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
+  --data copy --init-from "$dir/needle" --steps 1 --batch 2 --seq-len 64 --val-every 0 --out "$dir/copy"
+grep -q "initialised from .*needle/ckpt_00000002" "$dir/out.txt" && pass "init-from names the checkpoint" ||
+  fail "init-from names the checkpoint"
+expect_error "init-from another shape" "was written for a different model config" \
+  "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --set dim=32 --data copy \
+  --init-from "$dir/needle" --steps 1 --batch 2 --seq-len 64 --out "$dir/copy_bad"
 expect_ok "train repeat" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data repeat \
   --steps 1 --batch 2 --seq-len 64 --val-every 0 --out "$dir/repeat"
 expect_error "bad needle count" "needle:N and needle-mix:N take N needles per sequence, 1 to 64" \

@@ -135,6 +135,19 @@ TEST(Needle, LoaderRowsAreNeedleSequencesShiftedByOne) {
   EXPECT_EQ(q1, 0);
 }
 
+TEST(Needle, CopyRowsAreAllPeriodic) {
+  TokenLoader loader("copy", "train", 256, 3);
+  const int64_t S = 200;
+  const Batch b = loader.next(3, S);
+  for (int64_t r = 0; r < 3; ++r) {
+    std::vector<int32_t> row(b.inputs.begin() + r * S, b.inputs.begin() + (r + 1) * S);
+    row.push_back(b.targets[(r + 1) * S - 1]);
+    EXPECT_EQ(row, make_periodic_sequence(S + 1, 256, 3 + static_cast<uint64_t>(r) * 7919u))
+        << "row " << r;
+  }
+  EXPECT_THROW(TokenLoader("copy", "train", 20, 3), Error);
+}
+
 TEST(Needle, RepeatRowsCopyTheirFirstHalf) {
   TokenLoader loader("repeat", "train", 256, 3);
   const int64_t S = 100, half = (S + 2) / 2;

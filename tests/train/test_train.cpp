@@ -1,5 +1,6 @@
 // Training: AdamW and its schedule, exact resume (N steps + resume N = 2N steps, bit for bit),
-// clear errors for damaged checkpoints, mismatched configs and out-of-vocabulary data.
+// --init-from (a fresh run from a checkpoint's weights), clear errors for damaged checkpoints,
+// mismatched configs and out-of-vocabulary data.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -141,6 +142,50 @@ TEST(Train, EvalReproducesTheValidationLossAndPlotIsWritten) {
   for (size_t p = svg.find("<circle"); p != std::string::npos; p = svg.find("<circle", p + 1))
     ++circles;
   EXPECT_EQ(circles, 1u);  // one validation (every 3 steps, and the last step)
+}
+
+TEST(Train, InitFromStartsAFreshRunFromTheWeights) {
+  const fs::path base = fs::temp_directory_path() / "nsa_test_init_from";
+  TrainOptions first = small_run((base / "first").string());
+  first.steps = 2;
+  train(first);
+  const std::string ckpt = (base / "first" / "ckpt_00000002").string();
+  // A second stage at learning rate 0 keeps the weights: its checkpoint evaluates as the first's.
+  TrainOptions second = small_run((base / "second").string());
+  second.init_from = (base / "first").string();  // a run folder: its newest checkpoint
+  second.steps = 1;
+  second.adam.lr = second.adam.min_lr = 0.0;
+  second.overrides["branches"] = "sel,win";  // only the branches may differ
+  train(second);
+  const EvalResult a = evaluate_checkpoint(ckpt, first.data, 1, 2, 0);
+  const EvalResult b =
+      evaluate_checkpoint((base / "second" / "ckpt_00000001").string(), first.data, 1, 2, 0);
+  EXPECT_EQ(b.step, 1) << "the optimizer and the step start afresh";
+  TrainOptions cold = second;  // the same without --init-from: the seed's initial weights
+  cold.init_from.clear();
+  cold.out_dir = (base / "cold").string();
+  train(cold);
+  const EvalResult c =
+      evaluate_checkpoint((base / "cold" / "ckpt_00000001").string(), first.data, 1, 2, 0);
+  second.overrides.erase("branches");
+  second.out_dir = (base / "all").string();
+  train(second);
+  const EvalResult d =
+      evaluate_checkpoint((base / "all" / "ckpt_00000001").string(), first.data, 1, 2, 0);
+  EXPECT_EQ(d.loss, a.loss) << "the weights of the checkpoint, unchanged at lr 0";
+  EXPECT_NE(c.loss, a.loss);
+  EXPECT_NE(b.loss, c.loss);
+  second.overrides["dim"] = "48";
+  second.out_dir = (base / "bad").string();
+  try {
+    train(second);
+    FAIL() << "started from a checkpoint of another shape";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--init-from"), std::string::npos) << e.what();
+  }
+  second.overrides.erase("dim");
+  second.init_from = (base / "nothing").string();
+  EXPECT_THROW(train(second), Error);
 }
 
 TEST(Train, RefusesOutOfVocabularyData) {
