@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "dist/communicator.h"
+#include "dist/tcp_communicator.h"
 #include "launch_ranks.h"
 #include "nsa/error.h"
 #include "train/trainer.h"
@@ -67,10 +68,15 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--fault-rank", o->fault_rank, "test only: the rank that fails")->group("");
   cmd->add_option("--fault-step", o->fault_step, "test only: the step it fails at")->group("");
   cmd->callback([o, sets, branches, device, nproc] {
-    const bool parallel = launched_as_parallel_job();
-    if (*nproc > 1 && !parallel) relaunch_as_ranks(*nproc);
+    // torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): TCP; mpirun, Slurm, PMI: MPI.
+    const bool torchrun = launched_by_torchrun();
+    const bool parallel = !torchrun && launched_as_parallel_job();
+    if (*nproc > 1 && !parallel && !torchrun) relaunch_as_ranks(*nproc);
     std::unique_ptr<Communicator> comm;
-    if (parallel) {
+    if (torchrun) {
+      comm = make_tcp_communicator();
+      o->comm = comm.get();
+    } else if (parallel) {
 #ifdef NSA_HAVE_MPI
       comm = make_mpi_communicator();
       o->comm = comm.get();

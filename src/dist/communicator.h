@@ -1,7 +1,8 @@
 // The processes of a data-parallel run and the collectives the trainer needs (SPEC §6).
 //
-// Backends: local (one process, every collective is the identity) and MPI (CPU processes started
-// by mpirun, Slurm's srun or `nsa train --nproc N`; built when CMake finds MPI). Every collective
+// Backends: local (one process, every collective is the identity), MPI (CPU processes started
+// by mpirun, Slurm's srun or `nsa train --nproc N`; built when CMake finds MPI) and TCP (ranks
+// started by torchrun or with its environment; tcp_communicator.h). Every collective
 // gives bit-identical results on every rank – the replicas of a data-parallel run must stay
 // identical – and a failure anywhere ends the whole job: MPI aborts every rank when one exits.
 #pragma once

@@ -1,8 +1,12 @@
-// Data-parallel training over MPI on the CPU, end to end through the `nsa` binary: 2 ranks with
-// batch B against 1 rank with batch 2B, exact resume across ranks, and the failure contract – a
-// rank that dies or stalls, or was started with other flags, ends the whole job non-zero, in
-// bounded time, with a message naming it.
+// Data-parallel training on the CPU, end to end through the `nsa` binary, over MPI (`--nproc`)
+// and over TCP (ranks started with torchrun's environment): 2 ranks with batch B against 1 rank
+// with batch 2B, exact resume across ranks, and the failure contract – a rank that dies or
+// stalls, or was started with other flags, ends the whole job non-zero, in bounded time, with a
+// message naming it.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -68,15 +73,11 @@ fs::path base_dir(const char* name) {
   return p;
 }
 
-TEST(DistTrain, TwoRanksWithBatchBEqualOneRankWithBatch2B) {
-  const fs::path base = base_dir("nsa_dist_equiv");
-  const Outcome one = run(train_cmd(base / "one", 4, ""));
-  ASSERT_EQ(one.rc, 0) << one.output;
-  const Outcome two = run(train_cmd(base / "two", 2, "--nproc 2"));
-  ASSERT_EQ(two.rc, 0) << two.output;
-  // fp32: the two ranks' gradients are summed in another order than one rank's.
+// A run of 2 ranks (in two) against one of 1 rank with twice the batch (in one): the same
+// losses and weights up to the fp32 order of summing the ranks' gradients.
+void expect_same_as_one_rank(const fs::path& one, const fs::path& two) {
   for (const char* field : {"loss", "val_loss", "grad_norm"}) {
-    const std::vector<double> a = metric(base / "one", field), b = metric(base / "two", field);
+    const std::vector<double> a = metric(one, field), b = metric(two, field);
     ASSERT_EQ(a.size(), b.size()) << field;
     ASSERT_FALSE(a.empty()) << field;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i])) << field;
@@ -85,8 +86,8 @@ TEST(DistTrain, TwoRanksWithBatchBEqualOneRankWithBatch2B) {
   set_model_field(cfg, "dim", "32");
   set_model_field(cfg, "n_layers", "2");
   ModelParams<float> pa = init_model_params<float>(cfg), pb = init_model_params<float>(cfg);
-  load_model_weights((base / "one" / "ckpt_00000006").string(), pa.named(cfg));
-  load_model_weights((base / "two" / "ckpt_00000006").string(), pb.named(cfg));
+  load_model_weights((one / "ckpt_00000006").string(), pa.named(cfg));
+  load_model_weights((two / "ckpt_00000006").string(), pb.named(cfg));
   const auto na = pa.named(cfg), nb = pb.named(cfg);
   double worst = 0;
   for (size_t i = 0; i < na.size(); ++i) {
@@ -99,6 +100,79 @@ TEST(DistTrain, TwoRanksWithBatchBEqualOneRankWithBatch2B) {
   }
   std::printf("  weights after 6 steps: worst relative L2 difference %.2e\n", worst);
   EXPECT_LT(worst, 1e-5);
+}
+
+TEST(DistTrain, TwoRanksWithBatchBEqualOneRankWithBatch2B) {
+  const fs::path base = base_dir("nsa_dist_equiv");
+  const Outcome one = run(train_cmd(base / "one", 4, ""));
+  ASSERT_EQ(one.rc, 0) << one.output;
+  const Outcome two = run(train_cmd(base / "two", 2, "--nproc 2"));
+  ASSERT_EQ(two.rc, 0) << two.output;
+  expect_same_as_one_rank(base / "one", base / "two");
+}
+
+// A free TCP port on this machine (another program may take it before we do: rare).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  socklen_t len = sizeof sa;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+// Two ranks started as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no MPI):
+// rank 0's output goes to `log0`, the command's to the outcome; exit status: both ranks' OR'd.
+Outcome run_torchrun_style(const std::string& rank0, const std::string& rank1,
+                           const fs::path& log0) {
+  const std::string e =
+      "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " ";
+  Outcome r = run("sh -c '" + e + "RANK=0 " + rank0 + " >" + log0.string() + " 2>&1 & p=$!; " + e +
+                  "RANK=1 " + rank1 + "; r1=$?; wait $p; r0=$?; exit $((r0 | r1))'");
+  std::ifstream f(log0);
+  r.output += std::string(std::istreambuf_iterator<char>(f), {});
+  return r;
+}
+
+TEST(DistTrain, TorchrunStyleRanksOverTcpEqualOneRank) {
+  const fs::path base = base_dir("nsa_dist_tcp");
+  ASSERT_EQ(run(train_cmd(base / "one", 4, "")).rc, 0);
+  fs::create_directories(base);
+  const std::string cmd = train_cmd(base / "two", 2, "");
+  const Outcome two = run_torchrun_style(cmd, cmd, base / "rank0.txt");
+  ASSERT_EQ(two.rc, 0) << two.output;
+  expect_same_as_one_rank(base / "one", base / "two");
+}
+
+TEST(DistTrain, ADeadTcpRankEndsTheJob) {
+  const fs::path base = base_dir("nsa_dist_tcp_dead");
+  fs::create_directories(base);
+  const std::string cmd = train_cmd(base / "run", 2, "--fault exit --fault-rank 1 --fault-step 3");
+  const Outcome r = run_torchrun_style(cmd, cmd, base / "rank0.txt");
+  std::printf("  exit %d after %.1f s\n", r.rc, r.seconds);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_LT(r.seconds, 60);
+  EXPECT_NE(r.output.find("rank 0: lost rank 1 during allreduce"), std::string::npos) << r.output;
+}
+
+TEST(DistTrain, TcpRendezvousErrorsNameTheProblem) {
+  const fs::path base = base_dir("nsa_dist_tcp_bad");
+  const std::string cmd = train_cmd(base, 2, "");
+  const Outcome alone =
+      run("RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+          " NSA_RENDEZVOUS_TIMEOUT=1 " + cmd);
+  EXPECT_NE(alone.rc, 0);
+  EXPECT_NE(alone.output.find("rank 1: could not reach rank 0 at 127.0.0.1:"), std::string::npos)
+      << alone.output;
+  const Outcome no_addr = run("RANK=0 WORLD_SIZE=2 MASTER_PORT=1234 " + cmd);
+  EXPECT_NE(no_addr.output.find("MASTER_ADDR is not set"), std::string::npos) << no_addr.output;
+  const Outcome bad_port = run("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=x " + cmd);
+  EXPECT_NE(bad_port.output.find("MASTER_PORT='x' is not a non-negative integer"),
+            std::string::npos)
+      << bad_port.output;
 }
 
 // Two 6-step runs ended in byte-identical weights and moments and the same final loss.
