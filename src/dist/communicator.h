@@ -28,6 +28,8 @@ class Communicator {
   virtual void allgather_ranges(float* data, const std::vector<int64_t>& offsets) = 0;
   // Every rank's value, in rank order.
   virtual std::vector<uint64_t> allgather(uint64_t value) = 0;
+  // Rank 0's `bytes` bytes at data, on every rank (e.g. the NCCL rendezvous id).
+  virtual void broadcast(void* data, int64_t bytes) = 0;
   virtual void barrier() = 0;
 };
 

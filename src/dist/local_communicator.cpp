@@ -16,6 +16,7 @@ class LocalCommunicator : public Communicator {
   void allreduce_sum(double*, int64_t) override {}
   void allgather_ranges(float*, const std::vector<int64_t>&) override {}
   std::vector<uint64_t> allgather(uint64_t value) override { return {value}; }
+  void broadcast(void*, int64_t) override {}
   void barrier() override {}
 };
 

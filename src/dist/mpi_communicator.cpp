@@ -59,6 +59,10 @@ class MpiCommunicator : public Communicator {
           "MPI_Allgather");
     return all;
   }
+  void broadcast(void* data, int64_t bytes) override {
+    NSA_CHECK(bytes < (int64_t{1} << 31), "broadcast: ", bytes, " bytes is more than 2^31");
+    check(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  }
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
  private:

@@ -107,6 +107,14 @@ class TcpCommunicator : public Communicator {
     }
     return all;
   }
+  void broadcast(void* data, int64_t bytes) override {
+    if (world_ == 1) return;
+    if (rank_ == 0) {
+      for (int r = 1; r < world_; ++r) send_all(r, data, bytes, "broadcast");
+    } else {
+      recv_all(0, data, bytes, "broadcast");
+    }
+  }
   void barrier() override { allgather(0); }
 
  private:

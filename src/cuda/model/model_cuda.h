@@ -53,6 +53,10 @@ class ModelCuda {
 
   void zero_grads();
   // The whole gradient buffer (alignment padding included, always zero) to and from the host.
+  // The flat fp32 gradient buffer on the device (for collectives) and the model's stream.
+  float* grads_device() { return grads_.get(); }
+  int64_t grads_size() const { return grads_.size(); }
+  cudaStream_t stream() const { return stream_; }
   void download_grads_flat(std::vector<float>& host);
   void upload_grads_flat(const std::vector<float>& host);
   // One micro-batch laid out as the constructor's layout: returns its mean loss; with `backward`

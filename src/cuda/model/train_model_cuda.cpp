@@ -1,11 +1,27 @@
 // The GPU training backend (see train_model_cuda.h).
 #include "train_model_cuda.h"
 
+#include <cstdlib>
+#include <memory>
+#include <string>
+
 #include "device.h"
 #include "model_cuda.h"
+#ifdef NSA_HAVE_NCCL
+#include "dist/nccl_reducer.h"
+#endif
 
 namespace nsa::cuda {
 namespace {
+
+// NSA_GPU_ALLREDUCE=host reduces through host memory even where NCCL is built in.
+bool host_allreduce() {
+  const char* v = std::getenv("NSA_GPU_ALLREDUCE");
+  const std::string mode = v ? v : "";
+  NSA_CHECK(mode.empty() || mode == "host" || mode == "nccl", "NSA_GPU_ALLREDUCE='", mode,
+            "': use 'host' or 'nccl' (the default where built)");
+  return mode == "host";
+}
 
 class TrainModelCuda : public TrainModel {
  public:
@@ -26,8 +42,16 @@ class TrainModelCuda : public TrainModel {
   double forward_backward(const Batch& b, bool backward, ModelStats* stats) override {
     return model_.forward_backward(b.inputs, b.targets, backward, stats);
   }
-  // Through host memory (the MPI communicator reads host buffers).
+  // GPU to GPU with NCCL when the build has it (NSA_GPU_ALLREDUCE=host forces the other way);
+  // otherwise through host memory and the host communicator.
   void allreduce_grads(Communicator& comm) override {
+#ifdef NSA_HAVE_NCCL
+    if (!host_allreduce()) {
+      if (!nccl_) nccl_ = std::make_unique<NcclReducer>(comm);
+      nccl_->allreduce_sum(model_.grads_device(), model_.grads_size(), model_.stream());
+      return;
+    }
+#endif
     model_.download_grads_flat(flat_);
     comm.allreduce_sum(flat_.data(), static_cast<int64_t>(flat_.size()));
     model_.upload_grads_flat(flat_);
@@ -39,9 +63,15 @@ class TrainModelCuda : public TrainModel {
   double optimizer_step(int64_t step, double grad_scale) override {
     return model_.optimizer_step(adam_, step, grad_scale);
   }
-  NamedTensors named_params() override { return params_.named(cfg_); }
-  std::vector<Tensor<float>>& adam_m() override { return m_; }
-  std::vector<Tensor<float>>& adam_v() override { return v_; }
+  NamedTensors named_params() override {
+    return params_.named(cfg_);
+  }
+  std::vector<Tensor<float>>& adam_m() override {
+    return m_;
+  }
+  std::vector<Tensor<float>>& adam_v() override {
+    return v_;
+  }
   void pull() override {
     model_.get_params(params_);
     model_.get_adam_state(m_, v_);
@@ -50,8 +80,12 @@ class TrainModelCuda : public TrainModel {
     model_.set_params(params_);
     model_.set_adam_state(m_, v_);
   }
-  size_t device_bytes() const override { return model_.device_bytes(); }
-  const char* device() const override { return "cuda"; }
+  size_t device_bytes() const override {
+    return model_.device_bytes();
+  }
+  const char* device() const override {
+    return "cuda";
+  }
 
  private:
   ModelConfig cfg_;
@@ -60,6 +94,9 @@ class TrainModelCuda : public TrainModel {
   ModelParams<float> params_;
   std::vector<Tensor<float>> m_, v_;
   std::vector<float> flat_;
+#ifdef NSA_HAVE_NCCL
+  std::unique_ptr<NcclReducer> nccl_;
+#endif
 };
 
 }  // namespace
