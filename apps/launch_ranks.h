@@ -1,11 +1,14 @@
 // The built-in single-node launcher behind `nsa train --nproc N`: re-runs this very command as N
-// ranks under OpenMPI's mpirun (which aborts every rank when one fails).
+// ranks – under OpenMPI's mpirun (which aborts every rank when one fails) where it is installed,
+// otherwise (or with NSA_LAUNCHER=tcp) as N child processes that meet over TCP with torchrun's
+// variables (dist/tcp_communicator.h); when one child fails, the launcher stops the others and
+// exits with its code, naming it.
 #pragma once
 
 namespace nsa::app {
 
-// Replaces the process with `mpirun -np N <this program> <its arguments without --nproc>`; only
-// returns by throwing nsa::Error (mpirun missing).
+// Runs `<this program> <its arguments without --nproc>` as nproc ranks and never returns: exits
+// with the job's status, or throws nsa::Error when no rank could be started.
 [[noreturn]] void relaunch_as_ranks(int nproc);
 
 }  // namespace nsa::app

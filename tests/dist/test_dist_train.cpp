@@ -158,6 +158,41 @@ TEST(DistTrain, ADeadTcpRankEndsTheJob) {
   EXPECT_NE(r.output.find("rank 0: lost rank 1 during allreduce"), std::string::npos) << r.output;
 }
 
+// `--nproc` without MPI (NSA_LAUNCHER=tcp; also what happens where mpirun is missing): the
+// launcher's children meet over TCP; the same run as 1 rank with 2B, and a failing child stops
+// the job with its status.
+TEST(DistTrain, BuiltInTcpLauncherRunsAndStopsTheJob) {
+  const fs::path base = base_dir("nsa_dist_tcp_launcher");
+  ASSERT_EQ(run(train_cmd(base / "one", 4, "")).rc, 0);
+  const Outcome two = run("NSA_LAUNCHER=tcp " + train_cmd(base / "two", 2, "--nproc 2"));
+  ASSERT_EQ(two.rc, 0) << two.output;
+  expect_same_as_one_rank(base / "one", base / "two");
+  const Outcome dead = run("NSA_LAUNCHER=tcp " + train_cmd(base / "dead", 2,
+                                                           "--nproc 2 --fault exit --fault-rank 1 "
+                                                           "--fault-step 3"));
+  std::printf("  exit %d after %.1f s\n", dead.rc, dead.seconds);
+  EXPECT_EQ(dead.rc, 17);
+  EXPECT_LT(dead.seconds, 60);
+  EXPECT_NE(dead.output.find("rank 1 exited with status 17; stopping the others"),
+            std::string::npos)
+      << dead.output;
+  const Outcome stalled =
+      run("NSA_LAUNCHER=tcp " + train_cmd(base / "stall", 2,
+                                          "--nproc 2 --watchdog 3 --fault stall --fault-rank 1 "
+                                          "--fault-step 3"));
+  EXPECT_NE(stalled.rc, 0);
+  EXPECT_LT(stalled.seconds, 60);
+  EXPECT_NE(stalled.output.find("rank 1 at step/phase '3 forward+backward'"), std::string::npos)
+      << stalled.output;
+  const Outcome mismatch =
+      run_torchrun_style(train_cmd(base / "mm", 2, "--lr 1e-3"),
+                         train_cmd(base / "mm", 2, "--lr 2e-3"), base / "rank0.txt");
+  EXPECT_NE(mismatch.rc, 0);
+  EXPECT_NE(mismatch.output.find("rank 1 was started with a different model config"),
+            std::string::npos)
+      << mismatch.output;
+}
+
 TEST(DistTrain, TcpRendezvousErrorsNameTheProblem) {
   const fs::path base = base_dir("nsa_dist_tcp_bad");
   const std::string cmd = train_cmd(base, 2, "");
