@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -163,16 +164,28 @@ class TcpCommunicator : public Communicator {
   }
 
   void accept_ranks(int port) {
-    const int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    // IPv6 and IPv4 on one socket where the host has IPv6, IPv4 alone otherwise.
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    const bool v6 = fd >= 0;
+    if (!v6) fd = socket(AF_INET, SOCK_STREAM, 0);
     NSA_CHECK(fd >= 0, "rank 0: cannot open a socket (", std::strerror(errno), ")");
     const int one = 1, zero = 0;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 too
-    sockaddr_in6 sa{};
-    sa.sin6_family = AF_INET6;
-    sa.sin6_addr = in6addr_any;
-    sa.sin6_port = htons(static_cast<uint16_t>(port));
-    if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(fd, world_) != 0) {
+    sockaddr_in6 sa6{};
+    sockaddr_in sa4{};
+    if (v6) {
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      sa6.sin6_family = AF_INET6;
+      sa6.sin6_addr = in6addr_any;
+      sa6.sin6_port = htons(static_cast<uint16_t>(port));
+    } else {
+      sa4.sin_family = AF_INET;
+      sa4.sin_addr.s_addr = htonl(INADDR_ANY);
+      sa4.sin_port = htons(static_cast<uint16_t>(port));
+    }
+    const bool bound = v6 ? bind(fd, reinterpret_cast<sockaddr*>(&sa6), sizeof sa6) == 0
+                          : bind(fd, reinterpret_cast<sockaddr*>(&sa4), sizeof sa4) == 0;
+    if (!bound || listen(fd, world_) != 0) {
       const std::string why = std::strerror(errno);
       close(fd);
       throw Error(str("rank 0: cannot listen on port ", port, " (", why,
@@ -196,6 +209,8 @@ class TcpCommunicator : public Communicator {
       const int c = accept(fd, nullptr, nullptr);
       if (c < 0) continue;
       set_nodelay(c);
+      timeval wait{10, 0};  // a client that says nothing is dropped, not waited for
+      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
       uint32_t hello[3] = {0, 0, 0};
       size_t got = 0;
       while (got < sizeof hello) {
@@ -216,6 +231,8 @@ class TcpCommunicator : public Communicator {
                         (r > 0 && r < world_ && peers_[r] >= 0) ? " and rank already joined" : "",
                         ": every rank must get the same WORLD_SIZE and a distinct RANK"));
       }
+      wait = timeval{0, 0};  // collectives block as long as they must (the watchdog decides)
+      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
       peers_[r] = c;
       ++joined;
     }
