@@ -102,6 +102,16 @@ void expect_same_as_one_rank(const fs::path& one, const fs::path& two) {
   EXPECT_LT(worst, 1e-5);
 }
 
+// Two 6-step runs ended in byte-identical weights and moments and the same final loss.
+void expect_same_final_state(const fs::path& a, const fs::path& b) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(read_file_bytes(a / "ckpt_00000006" / file),
+              read_file_bytes(b / "ckpt_00000006" / file))
+        << file;
+  }
+  EXPECT_EQ(metric(a, "loss"), metric(b, "loss"));
+}
+
 TEST(DistTrain, TwoRanksWithBatchBEqualOneRankWithBatch2B) {
   const fs::path base = base_dir("nsa_dist_equiv");
   const Outcome one = run(train_cmd(base / "one", 4, ""));
@@ -167,6 +177,12 @@ TEST(DistTrain, BuiltInTcpLauncherRunsAndStopsTheJob) {
   const Outcome two = run("NSA_LAUNCHER=tcp " + train_cmd(base / "two", 2, "--nproc 2"));
   ASSERT_EQ(two.rc, 0) << two.output;
   expect_same_as_one_rank(base / "one", base / "two");
+  // ZeRO-1 (the moments' all-gather over TCP) and a resume: byte-identical to the plain run.
+  const std::string tcp = "NSA_LAUNCHER=tcp ";
+  ASSERT_EQ(run(tcp + train_cmd(base / "zero1", 2, "--nproc 2 --zero1 --stop-after 3")).rc, 0);
+  const Outcome resumed = run(tcp + train_cmd(base / "zero1", 2, "--nproc 2 --zero1 --resume"));
+  ASSERT_EQ(resumed.rc, 0) << resumed.output;
+  expect_same_final_state(base / "two", base / "zero1");
   const Outcome dead = run("NSA_LAUNCHER=tcp " + train_cmd(base / "dead", 2,
                                                            "--nproc 2 --fault exit --fault-rank 1 "
                                                            "--fault-step 3"));
@@ -211,16 +227,6 @@ TEST(DistTrain, TcpRendezvousErrorsNameTheProblem) {
   EXPECT_NE(bad_port.output.find("MASTER_PORT='x' is not a non-negative integer"),
             std::string::npos)
       << bad_port.output;
-}
-
-// Two 6-step runs ended in byte-identical weights and moments and the same final loss.
-void expect_same_final_state(const fs::path& a, const fs::path& b) {
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(read_file_bytes(a / "ckpt_00000006" / file),
-              read_file_bytes(b / "ckpt_00000006" / file))
-        << file;
-  }
-  EXPECT_EQ(metric(a, "loss"), metric(b, "loss"));
 }
 
 TEST(DistTrain, ResumeAcrossRanksIsExact) {
