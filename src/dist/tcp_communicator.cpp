@@ -42,6 +42,22 @@ int env_number(const char* name, int fallback, bool required) {
   return static_cast<int>(x);
 }
 
+// Reads exactly `bytes` bytes; false on end of stream (errno 0) or an error (errno set).
+bool recv_exact(int fd, void* p, int64_t bytes) {
+  char* c = static_cast<char*>(p);
+  while (bytes > 0) {
+    const ssize_t k = recv(fd, c, static_cast<size_t>(bytes), 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      if (k == 0) errno = 0;
+      return false;
+    }
+    c += k;
+    bytes -= k;
+  }
+  return true;
+}
+
 void set_nodelay(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -152,15 +168,8 @@ class TcpCommunicator : public Communicator {
     }
   }
   void recv_all(int peer, void* p, int64_t bytes, const char* what) const {
-    char* c = static_cast<char*>(p);
-    while (bytes > 0) {
-      const ssize_t k = recv(peers_[peer], c, static_cast<size_t>(bytes), 0);
-      if (k < 0 && errno == EINTR) continue;
-      if (k == 0) lost(peer, what, "connection closed");
-      if (k < 0) lost(peer, what, std::strerror(errno));
-      c += k;
-      bytes -= k;
-    }
+    if (!recv_exact(peers_[peer], p, bytes))
+      lost(peer, what, errno == 0 ? "connection closed" : std::strerror(errno));
   }
 
   void accept_ranks(int port) {
@@ -212,14 +221,9 @@ class TcpCommunicator : public Communicator {
       timeval wait{10, 0};  // a client that says nothing is dropped, not waited for
       setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
       uint32_t hello[3] = {0, 0, 0};
-      size_t got = 0;
-      while (got < sizeof hello) {
-        const ssize_t k = recv(c, reinterpret_cast<char*>(hello) + got, sizeof hello - got, 0);
-        if (k <= 0) break;
-        got += static_cast<size_t>(k);
-      }
+      const bool got = recv_exact(c, hello, sizeof hello);
       const int r = static_cast<int>(hello[1]);
-      if (got != sizeof hello || hello[0] != kHelloMagic) {
+      if (!got || hello[0] != kHelloMagic) {
         close(c);  // not one of ours (a port scanner, another program): ignore it
         continue;
       }
