@@ -23,6 +23,7 @@ void register_eval_command(CLI::App& app) {
     std::vector<int64_t> seq_lens = {1024, 4096, 16384};
     std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
     int64_t samples = 20;
+    std::string filler = "cycle";
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("eval", "Validation loss / perplexity of a checkpoint");
@@ -34,6 +35,8 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--seq-lens", a->seq_lens, "needle: context lengths")->delimiter(',');
   cmd->add_option("--depths", a->depths, "needle: depths in [0, 1]")->delimiter(',');
   cmd->add_option("--samples", a->samples, "needle: sequences per (length, depth)");
+  cmd->add_option("--filler", a->filler,
+                  "needle: the haystack, cycle (16 tokens repeating) or random symbols");
   cmd->add_option("--device", a->device, "needle: cpu (the reference) or cuda (one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--batches", a->batches, "validation batches");
@@ -51,10 +54,12 @@ void register_eval_command(CLI::App& app) {
             "--device cuda: this build has no CUDA backend (no CUDA toolkit at build time)");
 #endif
       }
+      const NeedleFiller filler = parse_needle_filler(a->filler, "--filler");
       const std::vector<NeedleCell> cells =
-          evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples, logit_rows);
-      std::printf("needle retrieval of %s (%lld samples per cell; accuracy)\n%8s", ckpt.c_str(),
-                  static_cast<long long>(a->samples), "S \\ depth");
+          evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples, logit_rows, filler);
+      std::printf("needle retrieval of %s (%s filler, %lld samples per cell; accuracy)\n%8s",
+                  ckpt.c_str(), needle_filler_name(filler), static_cast<long long>(a->samples),
+                  "S \\ depth");
       for (double d : a->depths) std::printf(" %7.2f", d);
       for (size_t i = 0; i < cells.size(); ++i) {
         if (i % a->depths.size() == 0)
@@ -64,10 +69,11 @@ void register_eval_command(CLI::App& app) {
       std::printf("\n");
       for (const NeedleCell& c : cells) {
         std::printf(
-            "{\"task\":\"needle\",\"seq_len\":%lld,\"depth\":%.4f,\"samples\":%lld,"
-            "\"retrieved\":%lld,\"accuracy\":%.4f,\"value_token_accuracy\":%.4f}\n",
-            static_cast<long long>(c.seq_len), c.depth, static_cast<long long>(c.samples),
-            static_cast<long long>(c.retrieved), c.accuracy(),
+            "{\"task\":\"needle\",\"filler\":\"%s\",\"seq_len\":%lld,\"depth\":%.4f,"
+            "\"samples\":%lld,\"retrieved\":%lld,\"accuracy\":%.4f,\"value_token_accuracy\":%.4f}"
+            "\n",
+            needle_filler_name(filler), static_cast<long long>(c.seq_len), c.depth,
+            static_cast<long long>(c.samples), static_cast<long long>(c.retrieved), c.accuracy(),
             static_cast<double>(c.value_tokens_right) /
                 static_cast<double>(c.samples * kNeedleValueLen));
       }

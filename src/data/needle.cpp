@@ -32,7 +32,12 @@ struct NeedleFill {
   uint64_t state;
   explicit NeedleFill(uint64_t seed) : state(mix(seed)) {}
   uint64_t next() { return state = mix(state); }
-  void filler(std::vector<int32_t>& t) {
+  void filler(std::vector<int32_t>& t, NeedleFiller kind, int64_t vocab) {
+    if (kind == NeedleFiller::kRandom) {
+      for (auto& x : t)
+        x = kNeedleFirstSymbol + static_cast<int32_t>(next() % (vocab - kNeedleFirstSymbol));
+      return;
+    }
     const int64_t phase = static_cast<int64_t>(next() % kNeedleFillerPeriod);
     for (size_t i = 0; i < t.size(); ++i)
       t[i] = kNeedleFillerFirst +
@@ -57,13 +62,24 @@ int64_t put_pair(std::vector<int32_t>& t, int64_t p, int32_t marker,
 
 }  // namespace
 
-NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab, uint64_t seed) {
+NeedleFiller parse_needle_filler(const std::string& name, const std::string& what) {
+  if (name == "cycle") return NeedleFiller::kCycle;
+  if (name == "random") return NeedleFiller::kRandom;
+  throw Error(what + ": unknown needle filler '" + name + "' (cycle or random)");
+}
+
+const char* needle_filler_name(NeedleFiller f) {
+  return f == NeedleFiller::kRandom ? "random" : "cycle";
+}
+
+NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab, uint64_t seed,
+                                    NeedleFiller filler) {
   check_needle_args(length, vocab, 1);
   NSA_CHECK(depth <= 1.0, "needle depth ", depth, " is outside [0, 1]");
   NeedleFill fill(seed);
   NeedleSequence s;
   s.tokens.resize(static_cast<size_t>(length));
-  fill.filler(s.tokens);
+  fill.filler(s.tokens, filler, vocab);
   const std::vector<int32_t> key = fill.symbols(kNeedleKeyLen, vocab);
   const std::vector<int32_t> value = fill.symbols(kNeedleValueLen, vocab);
   // The question: kNeedleQuery, key, value – the last 1 + key + value tokens.
@@ -78,13 +94,13 @@ NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab,
 }
 
 NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64_t vocab,
-                                          uint64_t seed) {
+                                          uint64_t seed, NeedleFiller filler) {
   check_needle_args(length, vocab, needles);
-  if (needles == 1) return make_needle_sequence(length, -1.0, vocab, seed);
+  if (needles == 1) return make_needle_sequence(length, -1.0, vocab, seed, filler);
   NeedleFill fill(seed);
   NeedleSequence s;
   s.tokens.resize(static_cast<size_t>(length));
-  fill.filler(s.tokens);
+  fill.filler(s.tokens, filler, vocab);
   std::vector<std::vector<int32_t>> keys, values;
   std::vector<int64_t> needle_at(static_cast<size_t>(needles));
   while (static_cast<int64_t>(keys.size()) < needles) {

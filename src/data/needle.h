@@ -7,12 +7,16 @@
 //   filler … [kNeedleMark k1..k4 v1..v4] … filler … [kNeedleQuery k1..k4 v1..v4]
 // (associative recall: after the key again, the value that followed it – what an induction head
 // does once it can see the needle).
-// The filler is a fixed cycle of 16 tokens with a random phase – predictable, so a trained model
-// spends its loss on the value. Keys and values are random tokens from the top of the vocabulary
-// range [kNeedleFirstSymbol, vocab). The needle starts at round(depth · (S − 2·kNeedleSpan − 1)).
+// Two fillers: `cycle`, a fixed cycle of 16 tokens with a random phase (predictable, like the
+// repeated sentences of passkey retrieval, so a trained model spends its loss on the value), and
+// `random`, random symbols from the same range as keys and values (a haystack in which only the
+// key itself tells the needle apart: nothing marks its compressed block as unusual). Keys and
+// values are random tokens from the top of the vocabulary range [kNeedleFirstSymbol, vocab). The
+// needle starts at round(depth · (S − 2·kNeedleSpan − 1)).
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace nsa {
@@ -25,6 +29,11 @@ constexpr int64_t kNeedleSpan = 1 + kNeedleKeyLen + kNeedleValueLen;  // mark, k
 constexpr int64_t kNeedleMinVocab = kNeedleFirstSymbol + 16;
 constexpr int64_t kNeedleMinLength = 3 * kNeedleSpan;
 
+enum class NeedleFiller { kCycle, kRandom };
+// "cycle" or "random"; anything else is an error naming `what` (the flag or option).
+NeedleFiller parse_needle_filler(const std::string& name, const std::string& what);
+const char* needle_filler_name(NeedleFiller f);
+
 struct NeedleSequence {
   std::vector<int32_t> tokens;  // [S]
   int64_t needle_at = 0;        // position of kNeedleMark
@@ -32,10 +41,12 @@ struct NeedleSequence {
 };
 
 // depth in [0, 1], or < 0 for a uniformly random depth; everything else from `seed`.
-NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab, uint64_t seed);
-// n ≥ 1 needles at random depths (n = 1: make_needle_sequence(length, -1, vocab, seed)).
+NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab, uint64_t seed,
+                                    NeedleFiller filler = NeedleFiller::kCycle);
+// n ≥ 1 needles at random depths (n = 1: make_needle_sequence(length, -1, vocab, seed, filler)).
 NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64_t vocab,
-                                          uint64_t seed);
+                                          uint64_t seed,
+                                          NeedleFiller filler = NeedleFiller::kCycle);
 constexpr int64_t kMaxNeedles = 64;
 
 // A copy row for training recall alongside needles ("needle-mix:N"): random symbols that repeat

@@ -27,7 +27,7 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
                                         const std::vector<double>& depths, int64_t samples,
-                                        const LogitRowsFn& logit_rows) {
+                                        const LogitRowsFn& logit_rows, NeedleFiller filler) {
   NSA_CHECK(samples > 0, "--samples must be positive");
   const LoadedModel m = load_model_checkpoint(checkpoint);
   const int64_t V = m.cfg.vocab_size;
@@ -45,7 +45,7 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
         std::vector<int64_t> rows;
         for (int64_t i = 0; i < n; ++i) {
           const uint64_t seed = 0x5eed0000ull + static_cast<uint64_t>(first + i);
-          seqs.push_back(make_needle_sequence(S, depth, V, seed));
+          seqs.push_back(make_needle_sequence(S, depth, V, seed, filler));
           const std::vector<int32_t>& t = seqs.back().tokens;
           inputs.insert(inputs.end(), t.begin(), t.end() - 1);
           targets.insert(targets.end(), t.begin() + 1, t.end());

@@ -1,10 +1,10 @@
 // `nsa eval --task needle`: retrieval accuracy of a checkpoint by context length and needle depth.
 //
-// For each (length S, depth) it builds `samples` needle sequences (data/needle.h; fixed seeds, the
-// same for every checkpoint), runs the model once over all of them and counts a sample as
-// retrieved when the argmax of the logits reproduces every value token after the question
-// (teacher-forced: position value_at − 1 + j must predict value token j). Samples go through the
-// model in chunks of at most 64k tokens (one sequence when S is longer).
+// For each (length S, depth) it builds `samples` needle sequences (data/needle.h, in the cycle or
+// the random filler; fixed seeds, the same for every checkpoint), runs the model once over all of
+// them and counts a sample as retrieved when the argmax of the logits reproduces every value token
+// after the question (teacher-forced: position value_at − 1 + j must predict value token j).
+// Samples go through the model in chunks of at most 64k tokens (one sequence when S is longer).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "data/needle.h"
 #include "model/model_params.h"
 #include "nsa/config.h"
 
@@ -40,6 +41,7 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
                                         const std::vector<double>& depths, int64_t samples,
-                                        const LogitRowsFn& logit_rows = logit_rows_cpu);
+                                        const LogitRowsFn& logit_rows = logit_rows_cpu,
+                                        NeedleFiller filler = NeedleFiller::kCycle);
 
 }  // namespace nsa

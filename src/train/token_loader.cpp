@@ -11,29 +11,68 @@
 namespace nsa {
 namespace fs = std::filesystem;
 
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+// "needle", "needle:N", "needle-random", "needle-random:N" or "copy" (one row kind).
+RecallRow parse_recall_row(const std::string& item, const std::string& source) {
+  RecallRow row;
+  if (item == "copy") {
+    row.copy = true;
+    return row;
+  }
+  const bool random = starts_with(item, "needle-random");
+  const std::string name = random ? "needle-random" : "needle";
+  NSA_CHECK(starts_with(item, name), "--data '", source, "': unknown row kind '", item,
+            "' (copy, needle[:N], needle-random[:N])");
+  row.filler = random ? NeedleFiller::kRandom : NeedleFiller::kCycle;
+  const std::string rest = item.substr(name.size());
+  if (rest.empty()) return row;
+  const std::string n = rest.substr(1);
+  const bool digits = rest[0] == ':' && !n.empty() && n.size() <= 3 &&
+                      n.find_first_not_of("0123456789") == std::string::npos;
+  row.needles = digits ? std::stoll(n) : 0;
+  NSA_CHECK(digits && row.needles >= 1 && row.needles <= kMaxNeedles, "--data '", source,
+            "': needle:N, needle-random:N and needle-mix:N take N needles per sequence, 1 to ",
+            kMaxNeedles);
+  return row;
+}
+
+}  // namespace
+
+bool is_recall_source(const std::string& source) {
+  return source == "copy" || starts_with(source, "needle") || source.find('+') != std::string::npos;
+}
+
+std::vector<RecallRow> parse_recall_rows(const std::string& source) {
+  std::vector<RecallRow> rows;
+  if (starts_with(source, "needle-mix")) {  // the older spelling of needle:N+copy
+    NSA_CHECK(starts_with(source, "needle-mix:"), "--data '", source,
+              "': needle-mix takes a count, needle-mix:N");
+    rows.push_back(parse_recall_row("needle" + source.substr(10), source));
+    rows.push_back(parse_recall_row("copy", source));
+    return rows;
+  }
+  size_t begin = 0;
+  while (true) {
+    const size_t end = source.find('+', begin);
+    rows.push_back(parse_recall_row(source.substr(begin, end - begin), source));
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return rows;
+}
+
 TokenLoader::TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
                          uint64_t seed)
     : seed_(seed), vocab_(vocab_size) {
-  const bool mix = source.rfind("needle-mix:", 0) == 0;
-  if (source == "copy") {  // periodic copy rows only
-    copy_ = synthetic_ = needle_ = true;
-    NSA_CHECK(vocab_size >= kNeedleMinVocab, "--data copy needs vocab_size >= ", kNeedleMinVocab,
-              ", got ", vocab_size);
-    seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
-    return;
-  }
-  if (source == "needle" || source.rfind("needle:", 0) == 0 || mix) {
-    NSA_CHECK(vocab_size >= kNeedleMinVocab, "--data needle needs vocab_size >= ", kNeedleMinVocab,
-              ", got ", vocab_size);
-    mix_ = mix;
-    if (source != "needle") {
-      const std::string n = source.substr(source.find(':') + 1);
-      const bool digits =
-          !n.empty() && n.size() <= 3 && n.find_first_not_of("0123456789") == std::string::npos;
-      needles_ = digits ? std::stoll(n) : 0;
-      NSA_CHECK(needles_ >= 1 && needles_ <= kMaxNeedles, "--data '", source,
-                "': needle:N and needle-mix:N take N needles per sequence, 1 to ", kMaxNeedles);
-    }
+  if (!fs::is_directory(source) && is_recall_source(source)) {
+    rows_ = parse_recall_rows(source);
+    NSA_CHECK(vocab_size >= kNeedleMinVocab, "--data '", source,
+              "' needs vocab_size >= ", kNeedleMinVocab, ", got ", vocab_size);
     synthetic_ = needle_ = true;
     seed_ = seed + (split == "val" ? 0x9e3779b97f4a7c15ull : 0);
     return;
@@ -70,18 +109,17 @@ Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
   Batch b;
   b.inputs.resize(static_cast<size_t>(n));
   b.targets.resize(static_cast<size_t>(n));
-  if (needle_) {  // one needle sequence of S + 1 tokens per row, a pure function of (seed, row)
+  if (needle_) {  // one recall row of S + 1 tokens per row, a pure function of (seed, row)
     for (int64_t r = 0; r < batch; ++r) {
       const uint64_t row_seed = seed_ + static_cast<uint64_t>(position_ * batch + r) * 7919u;
-      if (copy_ || (mix_ && r % 2 == 1)) {  // needle-mix: every other row a periodic copy row
-        const std::vector<int32_t> t = make_periodic_sequence(seq_len + 1, vocab_, row_seed);
-        std::copy(t.begin(), t.end() - 1, b.inputs.begin() + r * seq_len);
-        std::copy(t.begin() + 1, t.end(), b.targets.begin() + r * seq_len);
-        continue;
-      }
-      const NeedleSequence s = make_multi_needle_sequence(seq_len + 1, needles_, vocab_, row_seed);
-      std::copy(s.tokens.begin(), s.tokens.end() - 1, b.inputs.begin() + r * seq_len);
-      std::copy(s.tokens.begin() + 1, s.tokens.end(), b.targets.begin() + r * seq_len);
+      const RecallRow& kind = rows_[static_cast<size_t>(r) % rows_.size()];
+      const std::vector<int32_t> t =
+          kind.copy
+              ? make_periodic_sequence(seq_len + 1, vocab_, row_seed)
+              : make_multi_needle_sequence(seq_len + 1, kind.needles, vocab_, row_seed, kind.filler)
+                    .tokens;
+      std::copy(t.begin(), t.end() - 1, b.inputs.begin() + r * seq_len);
+      std::copy(t.begin() + 1, t.end(), b.targets.begin() + r * seq_len);
     }
     ++position_;
     return b;

@@ -9,9 +9,10 @@
 // attention that finds the earlier occurrence: the classic induction task).
 // The needle task ("needle", data/needle.h): one needle sequence per row at a random depth, also a
 // pure function of (seed, batch index, row); "needle:N" puts N needles and N questions in each row;
-// "needle-mix:N" makes every other row a periodic copy row (data/needle.h) to teach recall;
-// "copy": periodic copy rows only (content-based recall at random distances: an induction head is
-// the only way to predict them, unlike "repeat", whose fixed distance a positional head solves).
+// "needle-random[:N]" the same in a random-symbol filler; "copy": periodic copy rows (content-based
+// recall at random distances: an induction head is the only way to predict them, unlike "repeat",
+// whose fixed distance a positional head solves). Row kinds joined by '+' take turns: row r of
+// each batch is of kind r mod k ("copy+needle-random:8"); "needle-mix:N" = "needle:N+copy".
 // Every token is checked against the vocabulary when the split is opened.
 #pragma once
 
@@ -19,7 +20,20 @@
 #include <string>
 #include <vector>
 
+#include "data/needle.h"
+
 namespace nsa {
+
+// One kind of synthetic recall row: a periodic copy row, or needles in a filler.
+struct RecallRow {
+  bool copy = false;
+  int64_t needles = 1;
+  NeedleFiller filler = NeedleFiller::kCycle;
+};
+// Whether `source` names recall rows (copy, needle…, or kinds joined by '+'), and their kinds; a
+// malformed list is an error naming the source and the kinds allowed.
+bool is_recall_source(const std::string& source);
+std::vector<RecallRow> parse_recall_rows(const std::string& source);
 
 struct Batch {
   std::vector<int32_t> inputs, targets;  // [B·S]
@@ -27,8 +41,8 @@ struct Batch {
 
 class TokenLoader {
  public:
-  // source: a folder of shards, "synthetic", "repeat", "copy", "needle", "needle:N" or
-  // "needle-mix:N";
+  // source: a folder of shards, "synthetic", "repeat", or recall rows ("copy", "needle[:N]",
+  // "needle-random[:N]", "needle-mix:N", kinds joined by '+');
   // split: "train" or "val".
   TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
               uint64_t seed);
@@ -40,10 +54,10 @@ class TokenLoader {
   bool needle() const { return needle_; }
 
  private:
-  bool synthetic_ = false, needle_ = false, repeat_ = false, mix_ = false, copy_ = false;
+  bool synthetic_ = false, needle_ = false, repeat_ = false;
   uint64_t seed_ = 0;
   int64_t vocab_ = 0;
-  int64_t needles_ = 1;
+  std::vector<RecallRow> rows_;  // recall rows: the kinds rows take in turn
   std::vector<uint32_t> tokens_;
   int64_t position_ = 0;  // next token (shards) or next batch index (synthetic)
 };

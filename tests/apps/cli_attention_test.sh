@@ -83,7 +83,7 @@ grep -q "0 failure(s)" "$dir/out.txt" && grep -q "^2 .* win .*cpu *pass" "$dir/o
 expect_ok "train needle" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data needle \
   --steps 2 --batch 2 --seq-len 96 --val-every 0 --out "$dir/needle"
 expect_ok "eval needle" "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --depths 0,1 --samples 2
-grep -q '"task":"needle","seq_len":96,"depth":1.0000,"samples":2' "$dir/out.txt" &&
+grep -q '"task":"needle","filler":"cycle","seq_len":96,"depth":1.0000,"samples":2' "$dir/out.txt" &&
   pass "needle table" || fail "needle table"
 expect_ok "train needle-mix" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
   --data needle-mix:2 --steps 1 --batch 2 --seq-len 96 --val-every 0 --out "$dir/needle_mix"
@@ -96,7 +96,7 @@ expect_error "init-from another shape" "was written for a different model config
   --init-from "$dir/needle" --steps 1 --batch 2 --seq-len 64 --out "$dir/copy_bad"
 expect_ok "train repeat" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data repeat \
   --steps 1 --batch 2 --seq-len 64 --val-every 0 --out "$dir/repeat"
-expect_error "bad needle count" "needle:N and needle-mix:N take N needles per sequence, 1 to 64" \
+expect_error "bad needle count" "needle:N, needle-random:N and needle-mix:N take N needles per sequence, 1 to 64" \
   "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --data needle:0 --out "$dir/bad_needle"
 
 # train → eval → plot → generate, end to end on a few synthetic steps.

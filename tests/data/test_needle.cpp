@@ -51,6 +51,36 @@ TEST(Needle, LayoutKeyAndValueAppearTwice) {
   EXPECT_THROW(make_needle_sequence(10, 0.5, 256, 1), Error);  // too short
 }
 
+TEST(Needle, RandomFillerHidesTheNeedleAmongSymbols) {
+  const int64_t S = 400;
+  const NeedleSequence s = make_needle_sequence(S, 0.4, 256, 11, NeedleFiller::kRandom);
+  const int64_t query_at = S - kNeedleSpan;
+  EXPECT_EQ(s.tokens[s.needle_at], kNeedleMark);
+  EXPECT_EQ(s.tokens[query_at], kNeedleQuery);
+  EXPECT_TRUE(std::equal(s.tokens.begin() + s.needle_at + 1,
+                         s.tokens.begin() + s.needle_at + kNeedleSpan,
+                         s.tokens.begin() + query_at + 1));
+  // Every other token is a symbol – the key's and value's alphabet – and the filler is not
+  // periodic.
+  std::vector<int64_t> count(256, 0);
+  for (int64_t i = 0; i < S; ++i) {
+    if (i == s.needle_at || i == query_at) continue;
+    EXPECT_GE(s.tokens[i], kNeedleFirstSymbol) << i;
+    ++count[s.tokens[i]];
+  }
+  EXPECT_GT(std::count_if(count.begin(), count.end(), [](int64_t c) { return c > 0; }), 100);
+  EXPECT_NE(s.tokens, make_needle_sequence(S, 0.4, 256, 11).tokens);
+  EXPECT_EQ(s.tokens, make_needle_sequence(S, 0.4, 256, 11, NeedleFiller::kRandom).tokens);
+  EXPECT_EQ(parse_needle_filler("random", "--filler"), NeedleFiller::kRandom);
+  EXPECT_EQ(parse_needle_filler("cycle", "--filler"), NeedleFiller::kCycle);
+  try {
+    parse_needle_filler("zeros", "--filler");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--filler"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Needle, MultiNeedleEveryQuestionFollowsItsNeedle) {
   const int64_t S = 900, n = 5;
   for (uint64_t seed = 1; seed <= 20; ++seed) {
@@ -133,6 +163,32 @@ TEST(Needle, LoaderRowsAreNeedleSequencesShiftedByOne) {
   }
   EXPECT_EQ(q0, 2);
   EXPECT_EQ(q1, 0);
+}
+
+TEST(Needle, RowKindsJoinedByPlusTakeTurns) {
+  TokenLoader loader("copy+needle-random:2+needle:3", "train", 256, 5);
+  const int64_t S = 300;
+  const Batch b = loader.next(4, S);
+  auto row = [&](int64_t r) {
+    std::vector<int32_t> t(b.inputs.begin() + r * S, b.inputs.begin() + (r + 1) * S);
+    t.push_back(b.targets[(r + 1) * S - 1]);
+    return t;
+  };
+  EXPECT_EQ(row(0), make_periodic_sequence(S + 1, 256, 5));
+  EXPECT_EQ(row(1),
+            make_multi_needle_sequence(S + 1, 2, 256, 5 + 7919u, NeedleFiller::kRandom).tokens);
+  EXPECT_EQ(row(2), make_multi_needle_sequence(S + 1, 3, 256, 5 + 2 * 7919u).tokens);
+  EXPECT_EQ(row(3), make_periodic_sequence(S + 1, 256, 5 + 3 * 7919u));  // the turn wraps
+  for (const char* bad : {"copy+", "+copy", "copy+noodle", "copy+needle-random:0", "copy++copy",
+                          "needle-random:x", "needle-mix"})
+    EXPECT_THROW(TokenLoader(bad, "train", 256, 3), Error) << bad;
+  try {
+    TokenLoader("copy+noodle", "train", 256, 3);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown row kind 'noodle'"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Needle, CopyRowsAreAllPeriodic) {

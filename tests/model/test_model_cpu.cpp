@@ -49,7 +49,7 @@ ModelConfig tiny_variant(bool second) {
 }
 
 TEST(ModelConfig, ShippedConfigsLoadAndValidate) {
-  for (const char* name : {"tiny", "small", "m7c_125m", "paper_attn"}) {
+  for (const char* name : {"tiny", "small", "needle_small", "m7c_125m", "paper_attn"}) {
     const std::string path = std::string(NSA_SOURCE_DIR) + "/configs/" + name + ".yaml";
     const ModelConfig c = load_model_config(path);
     EXPECT_NO_THROW(c.validate()) << name;
