@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|model|decode|copy|needle|all]
+#   bash scripts/device_run.sh [tests|bench|model|decode|copy|all]
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
 # `decode` (also in `all`): the GPU decoding tests and `nsa bench decode --device cuda`.
-# `copy`, `needle` (not in `all`): training experiments for `small` (byte vocabulary) – copying
-# from beyond the window, and a two-stage needle curriculum – all branches against the window
-# only (see the sections below).
+# `copy` (not in `all`): a training experiment for `small` (byte vocabulary) – copying from
+# beyond the window, all branches against the window only (see the section below). The needle
+# experiment has its own script, scripts/needle_run.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -77,30 +77,5 @@ if [ "$what" = copy ]; then
   for r in nsa win; do
     echo "== $r"; grep -E "val" "$out/copy_${r}_train.txt" | cut -c1-40,100- | tail -12
     python3 scripts/copy_probe.py /tmp/copy_$r --device cuda --periods 64,200,300,400,500
-  done
-fi
-# needle: a two-stage curriculum for `small` (byte vocabulary). Stage 1 teaches content-based
-# copying (an induction head) on periodic copy rows at S = 512; stage 2 starts from it and trains
-# all branches and the window only, side by side on the GPU, on needle-mix rows at S = 4096
-# (needles and questions, and copy rows with periods up to S/2); then the retrieval table of each.
-if [ "$what" = needle ]; then
-  base=(--config configs/small.yaml --set vocab_size=256 --device cuda --val-every 0 --keep 1)
-  rm -rf /tmp/needle_stage1 /tmp/needle_nsa /tmp/needle_win
-  ./build/nsa train "${base[@]}" --data copy --seq-len 512 --batch 32 --steps "${STAGE1_STEPS:-1800}" \
-    --lr 2e-3 --min-lr 2e-3 --warmup 100 --ckpt-every 100000 --out /tmp/needle_stage1 \
-    >"$out/needle_stage1.txt" 2>&1; echo "stage 1 rc=$?"; grep -E "step +[0-9]*00/" "$out/needle_stage1.txt" | awk 'NR%3==0' | cut -c1-60
-  common=("${base[@]}" --data "needle-mix:${NEEDLES:-16}" --seq-len "${NEEDLE_SEQ:-4096}" --batch 8
-          --steps "${NEEDLE_STEPS:-3000}" --lr "${NEEDLE_LR:-1e-3}" --min-lr 1e-4 --warmup 50
-          --ckpt-every 250 --init-from /tmp/needle_stage1)
-  timeout "${NEEDLE_TRAIN_S:-260}" ./build/nsa train "${common[@]}" --out /tmp/needle_nsa >"$out/needle_nsa_train.txt" 2>&1 &
-  timeout "${NEEDLE_TRAIN_S:-260}" ./build/nsa train "${common[@]}" --branches win --out /tmp/needle_win \
-    >"$out/needle_win_train.txt" 2>&1 &
-  wait
-  for r in nsa win; do
-    grep -E "step +[0-9]*00/" "$out/needle_${r}_train.txt" | awk 'NR%5==0' | cut -c1-60
-    timeout "${NEEDLE_EVAL_S:-100}" ./build/nsa eval --task needle --device cuda --run /tmp/needle_$r \
-      --samples "${NEEDLE_SAMPLES:-20}" --seq-lens "${NEEDLE_EVAL_LENS:-512,1024,2048,4096,8192,16384}" \
-      --depths 0,0.25,0.5,0.75,1 >"$out/needle_${r}_eval.txt" 2>&1; echo "eval $r rc=$?"
-    grep -v '^{' "$out/needle_${r}_eval.txt"
   done
 fi
