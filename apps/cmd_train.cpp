@@ -59,7 +59,7 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--recompute", o->recompute,
                 "GPU: keep only each layer's input and recompute the rest in the backward");
   cmd->add_flag("--zero1", o->zero1,
-                "with several ranks: shard the AdamW moments over them (ZeRO-1; CPU backend)");
+                "with several ranks: shard the AdamW moments over them (ZeRO-1)");
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("--nproc", *nproc,
                   "data-parallel ranks on this machine (re-runs the command under mpirun)")

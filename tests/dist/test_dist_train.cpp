@@ -20,32 +20,13 @@
 #include <vector>
 
 #include "resume_check.h"
+#include "run_command.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace nsa::test {
 namespace {
 namespace fs = std::filesystem;
-
-struct Outcome {
-  int rc;
-  std::string output;
-  double seconds;
-};
-
-Outcome run(const std::string& cmd) {
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  Outcome r{-1, "", 0};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
 
 // A small model on synthetic tokens; `extra` adds flags.
 std::string train_cmd(const fs::path& out, int64_t batch, const std::string& extra) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "common/convert.h"
 #include "common/cuda_check.h"
@@ -97,6 +98,7 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   grads_.zero(stream_);
   adam_m_.zero(stream_);
   adam_v_.zero(stream_);
+  shard_hi_ = total;
   set_params(ref);
 
   nsa_backward_ = std::make_shared<NsaBackwardBuffers>();  // one set for every layer
@@ -175,21 +177,6 @@ void ModelCuda::copy_named(ModelParams<float>& params, float* dev, bool upload) 
   copy_slots(host, dev, upload);
 }
 
-void ModelCuda::copy_moments(const std::vector<Tensor<float>>& m,
-                             const std::vector<Tensor<float>>& v, bool upload) {
-  NSA_CHECK(m.size() == slots_.size() && v.size() == slots_.size(), "AdamW state: ", m.size(),
-            " moments for ", slots_.size(), " parameters");
-  std::vector<float*> hm, hv;
-  for (size_t i = 0; i < m.size(); ++i) {
-    NSA_CHECK(m[i].numel() == slots_[i].numel && v[i].numel() == slots_[i].numel,
-              "AdamW state: moment ", i, " has the wrong size");
-    hm.push_back(const_cast<float*>(m[i].ptr()));
-    hv.push_back(const_cast<float*>(v[i].ptr()));
-  }
-  copy_slots(hm, adam_m_.get(), upload);
-  copy_slots(hv, adam_v_.get(), upload);
-}
-
 void ModelCuda::set_params(ModelParams<float>& params) {
   copy_named(params, params_.get(), true);
   launch_f32_to_bf16(params_.get(), params_bf16_.get(), params_.size(), stream_);
@@ -201,13 +188,76 @@ void ModelCuda::get_grads(ModelParams<float>& grads) {
   copy_named(grads, grads_.get(), false);
 }
 
+// The moments go through a host buffer laid out as the parameter buffer: one copy of this rank's
+// slice each way.
 void ModelCuda::set_adam_state(const std::vector<Tensor<float>>& m,
                                const std::vector<Tensor<float>>& v) {
-  copy_moments(m, v, true);
+  NSA_CHECK(m.size() == slots_.size() && v.size() == slots_.size(), "AdamW state: ", m.size(),
+            " moments for ", slots_.size(), " parameters");
+  std::vector<float> flat(static_cast<size_t>(params_.size()), 0.0f);
+  for (auto [host, dev] : {std::pair{&m, &adam_m_}, std::pair{&v, &adam_v_}}) {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      NSA_CHECK((*host)[i].numel() == slots_[i].numel, "AdamW state: moment ", i,
+                " has the wrong size");
+      std::copy_n((*host)[i].ptr(), slots_[i].numel, flat.begin() + slots_[i].offset);
+    }
+    NSA_CUDA_CHECK(cudaMemcpyAsync(dev->get(), flat.data() + shard_lo_, dev->bytes(),
+                                   cudaMemcpyHostToDevice, stream_));
+    NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 }
 
-void ModelCuda::get_adam_state(std::vector<Tensor<float>>& m, std::vector<Tensor<float>>& v) {
-  copy_moments(m, v, false);
+void ModelCuda::get_adam_state(std::vector<Tensor<float>>& m, std::vector<Tensor<float>>& v,
+                               const GatherFlat& gather) {
+  const bool sharded = shard_lo_ != 0 || shard_hi_ != params_.size();
+  NSA_CHECK(!sharded || gather, "AdamW state of a sharded optimizer: the other ranks' slices ",
+            "need a gather");
+  for (auto [host, dev] : {std::pair{&m, &adam_m_}, std::pair{&v, &adam_v_}}) {
+    std::vector<float> flat(static_cast<size_t>(params_.size()), 0.0f);
+    NSA_CUDA_CHECK(cudaMemcpyAsync(flat.data() + shard_lo_, dev->get(), dev->bytes(),
+                                   cudaMemcpyDeviceToHost, stream_));
+    NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (sharded) gather(flat);
+    NSA_CHECK(host->size() == slots_.size(), "AdamW state: ", host->size(), " moments for ",
+              slots_.size(), " parameters");
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      NSA_CHECK((*host)[i].numel() == slots_[i].numel, "AdamW state: moment ", i,
+                " has the wrong size");
+      std::copy_n(flat.begin() + slots_[i].offset, slots_[i].numel, (*host)[i].ptr());
+    }
+  }
+}
+
+void ModelCuda::shard_optimizer(int64_t lo, int64_t hi) {
+  NSA_CHECK(shard_lo_ <= lo && lo <= hi && hi <= shard_hi_, "optimizer shard [", lo, ", ", hi,
+            ") is not inside the elements held [", shard_lo_, ", ", shard_hi_, ")");
+  for (DeviceBuffer<float>* dev : {&adam_m_, &adam_v_}) {
+    DeviceBuffer<float> slice(hi - lo);
+    if (hi > lo) {
+      NSA_CUDA_CHECK(cudaMemcpyAsync(slice.get(), dev->get() + (lo - shard_lo_), slice.bytes(),
+                                     cudaMemcpyDeviceToDevice, stream_));
+    }
+    NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    *dev = std::move(slice);
+  }
+  shard_lo_ = lo, shard_hi_ = hi;
+}
+
+void ModelCuda::download_param_slice(std::vector<float>& flat) {
+  flat.resize(static_cast<size_t>(params_.size()));
+  NSA_CUDA_CHECK(cudaMemcpyAsync(flat.data() + shard_lo_, params_.get() + shard_lo_,
+                                 static_cast<size_t>(shard_hi_ - shard_lo_) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelCuda::upload_params_flat(const std::vector<float>& flat) {
+  NSA_CHECK(static_cast<int64_t>(flat.size()) == params_.size(), "parameter buffer of ",
+            flat.size(), " floats, expected ", params_.size());
+  NSA_CUDA_CHECK(cudaMemcpyAsync(params_.get(), flat.data(), params_.bytes(),
+                                 cudaMemcpyHostToDevice, stream_));
+  launch_f32_to_bf16(params_.get(), params_bf16_.get(), params_.size(), stream_);
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void ModelCuda::zero_grads() {
@@ -455,11 +505,13 @@ double ModelCuda::optimizer_step(const AdamWConfig& adam, int64_t step, double g
   s.bc2 = static_cast<float>(1.0 - std::pow(adam.beta2, t));
   s.eps = static_cast<float>(adam.eps);
   s.g_scale = static_cast<float>(grad_scale * clip);
-  for (const Slot& slot : slots_) {
+  for (const Slot& slot : slots_) {  // the part of each tensor inside this rank's slice
+    const int64_t a = std::max(slot.offset, shard_lo_);
+    const int64_t b = std::min(slot.offset + slot.numel, shard_hi_);
+    if (a >= b) continue;
     s.weight_decay = slot.decay ? static_cast<float>(adam.weight_decay) : 0.0f;
-    launch_adamw(params_.get() + slot.offset, params_bf16_.get() + slot.offset,
-                 grads_.get() + slot.offset, adam_m_.get() + slot.offset,
-                 adam_v_.get() + slot.offset, slot.numel, s, st);
+    launch_adamw(params_.get() + a, params_bf16_.get() + a, grads_.get() + a,
+                 adam_m_.get() + (a - shard_lo_), adam_v_.get() + (a - shard_lo_), b - a, s, st);
   }
   return norm;
 }

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,9 +48,22 @@ class ModelCuda {
   void set_params(ModelParams<float>& params);
   void get_params(ModelParams<float>& params);
   void get_grads(ModelParams<float>& grads);
-  // AdamW moments, one tensor per parameter in named order.
+  // AdamW moments, one tensor per parameter in named order. Sharded (ZeRO-1), only this rank's
+  // slice goes up, and `gather` (every rank's slice of a flat buffer of flat_size() floats, e.g.
+  // Communicator::allgather_ranges) completes the moments that come down.
+  using GatherFlat = std::function<void(std::vector<float>& flat)>;
   void set_adam_state(const std::vector<Tensor<float>>& m, const std::vector<Tensor<float>>& v);
-  void get_adam_state(std::vector<Tensor<float>>& m, std::vector<Tensor<float>>& v);
+  void get_adam_state(std::vector<Tensor<float>>& m, std::vector<Tensor<float>>& v,
+                      const GatherFlat& gather = nullptr);
+
+  // ZeRO-1: keep AdamW moments for, and update, only the flat elements [lo, hi) of the
+  // flat_size() laid out as the parameter buffer (the moments held so far are kept for that
+  // slice). After optimizer_step the rest of the weights are stale until every rank's slice is
+  // put together: download_param_slice, gather across ranks, upload_params_flat.
+  int64_t flat_size() const { return params_.size(); }
+  void shard_optimizer(int64_t lo, int64_t hi);
+  void download_param_slice(std::vector<float>& flat);  // flat [flat_size()]; fills [lo, hi)
+  void upload_params_flat(const std::vector<float>& flat);
 
   void zero_grads();
   // The whole gradient buffer (alignment padding included, always zero) to and from the host.
@@ -87,8 +101,6 @@ class ModelCuda {
   float* G(int slot) { return grads_.get() + slots_[slot].offset; }
   void copy_slots(const std::vector<float*>& host, float* dev, bool upload);
   void copy_named(ModelParams<float>& params, float* dev, bool upload);
-  void copy_moments(const std::vector<Tensor<float>>& m, const std::vector<Tensor<float>>& v,
-                    bool upload);
   void layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out);
   void layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx);
 
@@ -100,7 +112,8 @@ class ModelCuda {
   std::vector<Slot> slots_;
   std::vector<LayerSlots> layer_slots_;
   int tok_emb_ = 0, norm_ = 0, output_ = -1;
-  DeviceBuffer<float> params_, grads_, adam_m_, adam_v_;
+  DeviceBuffer<float> params_, grads_, adam_m_, adam_v_;  // moments: [shard_hi_ − shard_lo_]
+  int64_t shard_lo_ = 0, shard_hi_ = 0;                   // ZeRO-1 slice, or the whole buffer
   DeviceBuffer<bf16> params_bf16_;
   std::shared_ptr<NsaBackwardBuffers> nsa_backward_;  // shared by every layer's NsaCudaLayer
   std::vector<std::unique_ptr<Workspace>> workspaces_;

@@ -56,12 +56,23 @@ class TrainModelCuda : public TrainModel {
     comm.allreduce_sum(flat_.data(), static_cast<int64_t>(flat_.size()));
     model_.upload_grads_flat(flat_);
   }
-  void shard_optimizer_state(Communicator&) override {
-    throw Error(
-        "--zero1: optimizer-state sharding runs on the CPU backend so far (not --device cuda)");
+  // ZeRO-1: rank r keeps the moments of, and updates, the r-th of `world` equal slices of the
+  // flat parameter buffer; after each step the updated weights are put together through host
+  // memory and the host communicator (a GPU all-gather is left for when it shows on a profile).
+  void shard_optimizer_state(Communicator& comm) override {
+    const int64_t total = model_.flat_size();
+    for (int r = 0; r <= comm.world(); ++r) offsets_.push_back(total * r / comm.world());
+    model_.shard_optimizer(offsets_[comm.rank()], offsets_[comm.rank() + 1]);
+    zero_comm_ = &comm;
   }
   double optimizer_step(int64_t step, double grad_scale) override {
-    return model_.optimizer_step(adam_, step, grad_scale);
+    const double norm = model_.optimizer_step(adam_, step, grad_scale);
+    if (zero_comm_) {
+      model_.download_param_slice(flat_);
+      zero_comm_->allgather_ranges(flat_.data(), offsets_);
+      model_.upload_params_flat(flat_);
+    }
+    return norm;
   }
   NamedTensors named_params() override {
     return params_.named(cfg_);
@@ -72,9 +83,11 @@ class TrainModelCuda : public TrainModel {
   std::vector<Tensor<float>>& adam_v() override {
     return v_;
   }
-  void pull() override {
+  void pull() override {  // on every rank: with ZeRO-1 the moments are gathered
     model_.get_params(params_);
-    model_.get_adam_state(m_, v_);
+    model_.get_adam_state(m_, v_, [this](std::vector<float>& flat) {
+      zero_comm_->allgather_ranges(flat.data(), offsets_);
+    });
   }
   void push() override {
     model_.set_params(params_);
@@ -94,6 +107,8 @@ class TrainModelCuda : public TrainModel {
   ModelParams<float> params_;
   std::vector<Tensor<float>> m_, v_;
   std::vector<float> flat_;
+  Communicator* zero_comm_ = nullptr;  // ZeRO-1
+  std::vector<int64_t> offsets_;       // ZeRO-1: rank r owns flat elements [offsets_[r], +1)
 #ifdef NSA_HAVE_NCCL
   std::unique_ptr<NcclReducer> nccl_;
 #endif
