@@ -26,9 +26,11 @@ void register_train_command(CLI::App& app) {
   auto branches = std::make_shared<std::string>();
   cmd->add_option("--branches", *branches,
                   "NSA branches that contribute, e.g. sel,win (diagnostics)");
-  cmd->add_option("--data", o->data,
-                  "folder of train_*/val_*.bin shards, 'synthetic', 'repeat', 'copy', 'needle', "
-                  "'needle:N' (N needles per sequence) or 'needle-mix:N' (with copy rows)");
+  cmd->add_option(
+      "--data", o->data,
+      "folder of train_*/val_*.bin shards, 'synthetic', 'repeat', or recall rows: "
+      "'copy', 'needle[:N]', 'needle-random[:N]' (N needles per sequence, cycle or "
+      "random filler), 'needle-mix:N' (with copy rows); kinds joined by '+' take turns");
   cmd->add_option("--out", o->out_dir, "run folder: metrics.jsonl, heartbeat, checkpoints");
   cmd->add_option("--steps", o->steps, "optimizer steps");
   cmd->add_option("--batch", o->batch, "sequences per micro-batch");
