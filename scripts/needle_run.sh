@@ -56,7 +56,7 @@ train() {  # run $1 in the foreground, its log in runs/needle/$1.log
 }
 
 save() {  # the newest weights travel back to $OUT: a machine given back loses runs/
-  for r in ${SAVE-$runs}; do
+  for r in $runs; do
     c=$(ls -d "$dir/$r"/ckpt_* 2>/dev/null | tail -1)
     [ -n "$c" ] && mkdir -p "$out/$r" && cp "$c"/COMPLETE "$c"/*.json "$c"/model.safetensors "$out/$r/" 2>/dev/null
   done

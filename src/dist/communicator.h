@@ -26,6 +26,13 @@ class Communicator {
   // data [offsets[world]]: rank r owns [offsets[r], offsets[r+1]); afterwards every rank holds
   // every rank's part.
   virtual void allgather_ranges(float* data, const std::vector<int64_t>& offsets) = 0;
+  // The offsets of `world` near-equal consecutive parts of n elements (world + 1 entries), as
+  // allgather_ranges takes them: how ZeRO-1 splits the flat parameters.
+  static std::vector<int64_t> even_ranges(int64_t n, int world) {
+    std::vector<int64_t> offsets;
+    for (int r = 0; r <= world; ++r) offsets.push_back(n * r / world);
+    return offsets;
+  }
   // Every rank's value, in rank order.
   virtual std::vector<uint64_t> allgather(uint64_t value) = 0;
   // Rank 0's `bytes` bytes at data, on every rank (e.g. the NCCL rendezvous id).

@@ -47,8 +47,7 @@ class TrainModelCpu : public TrainModel {
   void shard_optimizer_state(Communicator& comm) override {
     int64_t total = 0;
     for (const auto& [name, t] : params_.named(cfg_)) total += t->numel();
-    const int world = comm.world();
-    for (int r = 0; r <= world; ++r) offsets_.push_back(total * r / world);
+    offsets_ = Communicator::even_ranges(total, comm.world());
     opt_->shard(offsets_[comm.rank()], offsets_[comm.rank() + 1]);
     zero_comm_ = &comm;
   }

@@ -106,13 +106,16 @@ INSTANTIATE_TEST_SUITE_P(
                   700}),
     [](const auto& info) { return info.param.name; });
 
+std::vector<float> flat_of(const NamedTensors& named) {
+  std::vector<float> flat;
+  for (const auto& [name, t] : named) flat.insert(flat.end(), t->data.begin(), t->data.end());
+  return flat;
+}
+
 std::vector<float> grads_of(cuda::ModelCuda& m, const ModelConfig& cfg, ModelParams<float>& like) {
   ModelParams<float> g = zeros_like(cfg, like);
   m.get_grads(g);
-  std::vector<float> flat;
-  for (const auto& [name, t] : g.named(cfg))
-    flat.insert(flat.end(), t->data.begin(), t->data.end());
-  return flat;
+  return flat_of(g.named(cfg));
 }
 
 TEST(CudaModel, RecomputeEqualsStoredAndRunsAreBitIdentical) {
@@ -140,7 +143,7 @@ TEST(CudaModel, RecomputeEqualsStoredAndRunsAreBitIdentical) {
   EXPECT_LT(recomputed.device_bytes(), stored.device_bytes());
 }
 
-std::vector<float> flat_of(std::vector<Tensor<float>>& ts) {
+std::vector<float> flat_of(const std::vector<Tensor<float>>& ts) {
   std::vector<float> flat;
   for (const Tensor<float>& t : ts) flat.insert(flat.end(), t.data.begin(), t.data.end());
   return flat;
@@ -192,9 +195,7 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
   r1.get_params(p1);
   const std::vector<float> a = grads_of(whole, cfg, params), b = grads_of(r1, cfg, params);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "last gradients";
-  std::vector<float> wa, wb;
-  for (const auto& [name, t] : pw.named(cfg)) wa.insert(wa.end(), t->data.begin(), t->data.end());
-  for (const auto& [name, t] : p1.named(cfg)) wb.insert(wb.end(), t->data.begin(), t->data.end());
+  const std::vector<float> wa = flat_of(pw.named(cfg)), wb = flat_of(p1.named(cfg));
   EXPECT_EQ(0, std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float))) << "weights";
 
   std::vector<Tensor<float>> mw = moments_like(cfg, params), vw = moments_like(cfg, params);

@@ -60,8 +60,7 @@ class TrainModelCuda : public TrainModel {
   // flat parameter buffer; after each step the updated weights are put together through host
   // memory and the host communicator (a GPU all-gather is left for when it shows on a profile).
   void shard_optimizer_state(Communicator& comm) override {
-    const int64_t total = model_.flat_size();
-    for (int r = 0; r <= comm.world(); ++r) offsets_.push_back(total * r / comm.world());
+    offsets_ = Communicator::even_ranges(model_.flat_size(), comm.world());
     model_.shard_optimizer(offsets_[comm.rank()], offsets_[comm.rank() + 1]);
     zero_comm_ = &comm;
   }
