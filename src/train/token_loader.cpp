@@ -111,8 +111,11 @@ Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
   b.targets.resize(static_cast<size_t>(n));
   if (needle_) {  // one recall row of S + 1 tokens per row, a pure function of (seed, row)
     for (int64_t r = 0; r < batch; ++r) {
-      const uint64_t row_seed = seed_ + static_cast<uint64_t>(position_ * batch + r) * 7919u;
-      const RecallRow& kind = rows_[static_cast<size_t>(r) % rows_.size()];
+      // The kind follows the row's index in the whole stream, not in the batch: with B = 2 and
+      // three kinds a per-batch turn would never draw the third.
+      const int64_t row = position_ * batch + r;
+      const uint64_t row_seed = seed_ + static_cast<uint64_t>(row) * 7919u;
+      const RecallRow& kind = rows_[static_cast<size_t>(row) % rows_.size()];
       const std::vector<int32_t> t =
           kind.copy
               ? make_periodic_sequence(seq_len + 1, vocab_, row_seed)

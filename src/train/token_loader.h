@@ -11,8 +11,8 @@
 // pure function of (seed, batch index, row); "needle:N" puts N needles and N questions in each row;
 // "needle-random[:N]" the same in a random-symbol filler; "copy": periodic copy rows (content-based
 // recall at random distances: an induction head is the only way to predict them, unlike "repeat",
-// whose fixed distance a positional head solves). Row kinds joined by '+' take turns: row r of
-// each batch is of kind r mod k ("copy+needle-random:8"); "needle-mix:N" = "needle:N+copy".
+// whose fixed distance a positional head solves). Row kinds joined by '+' take turns: row i of
+// the stream (batch b, row r: i = b·B + r) is of kind i mod k ("copy+needle-random:8"); "needle-mix:N" = "needle:N+copy".
 // Every token is checked against the vocabulary when the split is opened.
 #pragma once
 

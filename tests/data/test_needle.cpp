@@ -179,6 +179,14 @@ TEST(Needle, RowKindsJoinedByPlusTakeTurns) {
             make_multi_needle_sequence(S + 1, 2, 256, 5 + 7919u, NeedleFiller::kRandom).tokens);
   EXPECT_EQ(row(2), make_multi_needle_sequence(S + 1, 3, 256, 5 + 2 * 7919u).tokens);
   EXPECT_EQ(row(3), make_periodic_sequence(S + 1, 256, 5 + 3 * 7919u));  // the turn wraps
+  // The turn runs over the whole stream: with two rows per batch and three kinds, the second
+  // batch starts with the third kind (row 2 of the stream) instead of copy again.
+  TokenLoader pairs("copy+needle-random:2+needle:3", "train", 256, 5);
+  pairs.next(2, S);
+  const Batch c = pairs.next(2, S);
+  std::vector<int32_t> first(c.inputs.begin(), c.inputs.begin() + S);
+  first.push_back(c.targets[S - 1]);
+  EXPECT_EQ(first, make_multi_needle_sequence(S + 1, 3, 256, 5 + 2 * 7919u).tokens);
   for (const char* bad : {"copy+", "+copy", "copy+noodle", "copy+needle-random:0", "copy++copy",
                           "needle-random:x", "needle-mix"})
     EXPECT_THROW(TokenLoader(bad, "train", 256, 3), Error) << bad;
