@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The needle experiment of docs/inference.md#the-needle-task on one GPU: `configs/needle_small.yaml`
-# trained in four stages of growing length on recall rows (periodic copy rows and needle rows in
+# trained in five stages of growing length on recall rows (periodic copy rows and needle rows in
 # the random and the cycle filler, taking turns), a window-only ablation of the first stage, and
 # the retrieval tables of every run in both fillers.
-#   bash scripts/needle_run.sh recipe        everything in order (about 20 minutes on an H100)
+#   bash scripts/needle_run.sh recipe        everything in order (about 22 minutes on an H100)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
 # between calls while the machine is held; its --init-from run must be there):
 #   bash scripts/needle_run.sh start [SEC]   build nsa, start RUNS in the background, SEC s of steps
 #   bash scripts/needle_run.sh watch SEC     wait SEC seconds; progress; newest weights to $OUT
+#   bash scripts/needle_run.sh save          the newest weights of RUNS to $OUT
 #   bash scripts/needle_run.sh eval          stop the runs; the retrieval tables of RUNS to $OUT
 #   bash scripts/needle_run.sh all SEC       start, train SEC seconds, save the weights, eval
 # The runs (RUNS, default "short short-win"; each stage starts from the previous one's weights):
@@ -17,6 +18,7 @@
 #   mid        S = 8192,  B = 4,  64 needles per row,  5,000 steps from short
 #   long       S = 16384, B = 3,  64 needles per row,  6,000 steps from mid
 #   far        S = 16384, B = 3,  16 needles per row (farther apart), 6,500 steps from long
+#   far32      S = 32768, B = 3,  16 needles per row, 900 steps from far
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out}
@@ -38,7 +40,9 @@ run_args() {  # the training flags of run $1
             --steps 6000 --lr 7e-4 --min-lr 1e-4 --warmup 100 --val-batches 2 --init-from "$dir/mid" ;;
     far) echo "${common[@]}" --seq-len 16384 --batch 3 --data copy+needle-random:16+needle:16 \
            --steps 6500 --lr 5e-4 --min-lr 5e-5 --warmup 100 --val-batches 2 --init-from "$dir/long" ;;
-    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far)" >&2; return 1 ;;
+    far32) echo "${common[@]}" --seq-len 32768 --batch 3 --data copy+needle-random:16+needle:16 \
+             --steps 900 --lr 3e-4 --min-lr 3e-5 --warmup 50 --val-batches 1 --init-from "$dir/far" ;;
+    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, far32)" >&2; return 1 ;;
   esac
 }
 
@@ -94,9 +98,9 @@ case $phase in
   recipe)
     build || exit 1
     train short & train short-win & wait
-    for r in mid long far; do train "$r" || { tail -5 "$dir/$r.log"; exit 1; }; done
-    runs="short short-win mid long far" progress | tee "$out/needle_progress.txt"
-    evaluate short short-win mid long far
+    for r in mid long far far32; do train "$r" || { tail -5 "$dir/$r.log"; exit 1; }; done
+    runs="short short-win mid long far far32" progress | tee "$out/needle_progress.txt"
+    evaluate short short-win mid long far far32
     ;;
   run)  # one run in the foreground (nsa built)
     train "${2:?run name}"
@@ -108,6 +112,9 @@ case $phase in
     done
     sleep "${2:-60}"
     progress
+    ;;
+  save)
+    save
     ;;
   watch)
     sleep "${2:-240}"
@@ -121,7 +128,7 @@ case $phase in
     evaluate $runs
     ;;
   *)
-    echo "usage: bash scripts/needle_run.sh recipe|run NAME|start [SEC]|watch SEC|eval|all SEC" >&2
+    echo "usage: bash scripts/needle_run.sh recipe|run NAME|start [SEC]|watch SEC|save|eval|all SEC" >&2
     exit 2
     ;;
 esac
