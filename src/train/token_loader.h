@@ -12,8 +12,9 @@
 // "needle-random[:N]" the same in a random-symbol filler; "copy": periodic copy rows (content-based
 // recall at random distances: an induction head is the only way to predict them, unlike "repeat",
 // whose fixed distance a positional head solves). Row kinds joined by '+' take turns: row i of
-// the stream (batch b, row r: i = b·B + r) is of kind i mod k ("copy+needle-random:8"); "needle-mix:N" = "needle:N+copy".
-// Every token is checked against the vocabulary when the split is opened.
+// the stream (batch b, row r: i = b·B + r) is of kind i mod k ("copy+needle-random:8");
+// "needle-mix:N" = "needle:N+copy". Every token is checked against the vocabulary when the split
+// is opened.
 #pragma once
 
 #include <cstdint>
