@@ -3,7 +3,7 @@
 # trained in five stages of growing length on recall rows (periodic copy rows and needle rows in
 # the random and the cycle filler, taking turns), a window-only ablation of the first stage, and
 # the retrieval tables of every run in both fillers.
-#   bash scripts/needle_run.sh recipe        everything in order (about 22 minutes on an H100)
+#   bash scripts/needle_run.sh recipe        everything in order (about 25 minutes on an H100)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
 # between calls while the machine is held; its --init-from run must be there):

@@ -106,9 +106,18 @@ INSTANTIATE_TEST_SUITE_P(
                   700}),
     [](const auto& info) { return info.param.name; });
 
-std::vector<float> flat_of(const NamedTensors& named) {
+// Tensors (named or not) one after another in a single vector, for byte comparisons.
+const Tensor<float>& tensor_of(const Tensor<float>& t) {
+  return t;
+}
+const Tensor<float>& tensor_of(const NamedTensors::value_type& named) {
+  return *named.second;
+}
+template <class Tensors>
+std::vector<float> flat_of(const Tensors& ts) {
   std::vector<float> flat;
-  for (const auto& [name, t] : named) flat.insert(flat.end(), t->data.begin(), t->data.end());
+  for (const auto& t : ts)
+    flat.insert(flat.end(), tensor_of(t).data.begin(), tensor_of(t).data.end());
   return flat;
 }
 
@@ -141,12 +150,6 @@ TEST(CudaModel, RecomputeEqualsStoredAndRunsAreBitIdentical) {
   const std::vector<float> g3 = grads_of(stored, cfg, params);
   EXPECT_EQ(0, std::memcmp(g1.data(), g3.data(), g1.size() * sizeof(float)));
   EXPECT_LT(recomputed.device_bytes(), stored.device_bytes());
-}
-
-std::vector<float> flat_of(const std::vector<Tensor<float>>& ts) {
-  std::vector<float> flat;
-  for (const Tensor<float>& t : ts) flat.insert(flat.end(), t.data.begin(), t.data.end());
-  return flat;
 }
 
 std::vector<Tensor<float>> moments_like(const ModelConfig& cfg, ModelParams<float>& params) {

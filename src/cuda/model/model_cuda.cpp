@@ -188,17 +188,23 @@ void ModelCuda::get_grads(ModelParams<float>& grads) {
   copy_named(grads, grads_.get(), false);
 }
 
+void ModelCuda::check_moments(const std::vector<Tensor<float>>& t) const {
+  NSA_CHECK(t.size() == slots_.size(), "AdamW state: ", t.size(), " moments for ", slots_.size(),
+            " parameters");
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    NSA_CHECK(t[i].numel() == slots_[i].numel, "AdamW state: moment ", i, " has the wrong size");
+  }
+}
+
 // The moments go through a host buffer laid out as the parameter buffer: one copy of this rank's
 // slice each way.
 void ModelCuda::set_adam_state(const std::vector<Tensor<float>>& m,
                                const std::vector<Tensor<float>>& v) {
-  NSA_CHECK(m.size() == slots_.size() && v.size() == slots_.size(), "AdamW state: ", m.size(),
-            " moments for ", slots_.size(), " parameters");
+  check_moments(m);
+  check_moments(v);
   std::vector<float> flat(static_cast<size_t>(params_.size()), 0.0f);
   for (auto [host, dev] : {std::pair{&m, &adam_m_}, std::pair{&v, &adam_v_}}) {
     for (size_t i = 0; i < slots_.size(); ++i) {
-      NSA_CHECK((*host)[i].numel() == slots_[i].numel, "AdamW state: moment ", i,
-                " has the wrong size");
       std::copy_n((*host)[i].ptr(), slots_[i].numel, flat.begin() + slots_[i].offset);
     }
     NSA_CUDA_CHECK(cudaMemcpyAsync(dev->get(), flat.data() + shard_lo_, dev->bytes(),
@@ -212,17 +218,15 @@ void ModelCuda::get_adam_state(std::vector<Tensor<float>>& m, std::vector<Tensor
   const bool sharded = shard_lo_ != 0 || shard_hi_ != params_.size();
   NSA_CHECK(!sharded || gather, "AdamW state of a sharded optimizer: the other ranks' slices ",
             "need a gather");
+  check_moments(m);
+  check_moments(v);
   for (auto [host, dev] : {std::pair{&m, &adam_m_}, std::pair{&v, &adam_v_}}) {
     std::vector<float> flat(static_cast<size_t>(params_.size()), 0.0f);
     NSA_CUDA_CHECK(cudaMemcpyAsync(flat.data() + shard_lo_, dev->get(), dev->bytes(),
                                    cudaMemcpyDeviceToHost, stream_));
     NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (sharded) gather(flat);
-    NSA_CHECK(host->size() == slots_.size(), "AdamW state: ", host->size(), " moments for ",
-              slots_.size(), " parameters");
     for (size_t i = 0; i < slots_.size(); ++i) {
-      NSA_CHECK((*host)[i].numel() == slots_[i].numel, "AdamW state: moment ", i,
-                " has the wrong size");
       std::copy_n(flat.begin() + slots_[i].offset, slots_[i].numel, (*host)[i].ptr());
     }
   }

@@ -101,6 +101,7 @@ class ModelCuda {
   float* G(int slot) { return grads_.get() + slots_[slot].offset; }
   void copy_slots(const std::vector<float*>& host, float* dev, bool upload);
   void copy_named(ModelParams<float>& params, float* dev, bool upload);
+  void check_moments(const std::vector<Tensor<float>>& t) const;  // one per slot, slot-sized
   void layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out);
   void layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx);
 
