@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The needle experiment of docs/inference.md#the-needle-task on one GPU: `configs/needle_small.yaml`
-# trained in five stages of growing length on recall rows (periodic copy rows and needle rows in
-# the random and the cycle filler, taking turns), a window-only ablation of the first stage, and
-# the retrieval tables of every run in both fillers.
-#   bash scripts/needle_run.sh recipe        everything in order (about 25 minutes on an H100)
+# trained in five stages on recall rows (periodic copy rows and needle rows in the random and the
+# cycle filler, taking turns), a window-only ablation of the first stage, and the retrieval tables
+# of every run in both fillers.
+#   bash scripts/needle_run.sh recipe        everything in order (about 28 minutes on an H100)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
 # between calls while the machine is held; its --init-from run must be there):
@@ -18,7 +18,12 @@
 #   mid        S = 8192,  B = 4,  64 needles per row,  5,000 steps from short
 #   long       S = 16384, B = 3,  64 needles per row,  6,000 steps from mid
 #   far        S = 16384, B = 3,  16 needles per row (farther apart), 6,500 steps from long
+#   edge16     S = 16384, B = 5,  adds single-needle rows (a quarter at depth 0, a quarter at 1),
+#              4,000 steps from far: the final model
+# Measured side branches (docs/inference.md), not part of the recipe:
 #   far32      S = 32768, B = 3,  16 needles per row, 900 steps from far
+#   edge       edge16's rows at S = 32768, 1,500 steps from far
+#   edge16r    a sixth of the rows more in the random filler, 3,000 steps from edge16
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out}
@@ -31,6 +36,8 @@ run_args() {  # the training flags of run $1
                 --keep 2 --out "$dir/$1")
   local short=(--seq-len 2048 --batch 16 --data copy+needle-random:32+needle:32 --steps 12000
                --lr 1.5e-3 --min-lr 1e-4 --warmup 200 --val-batches 4)
+  local edge=(--data copy+needle:16+needle-random:16+needle+needle-random --lr 3e-4 --min-lr 3e-5
+              --warmup 50 --val-batches 1 --init-from "$dir/far")
   case $1 in
     short) echo "${common[@]}" "${short[@]}" ;;
     short-win) echo "${common[@]}" "${short[@]}" --branches win ;;
@@ -42,7 +49,13 @@ run_args() {  # the training flags of run $1
            --steps 6500 --lr 5e-4 --min-lr 5e-5 --warmup 100 --val-batches 2 --init-from "$dir/long" ;;
     far32) echo "${common[@]}" --seq-len 32768 --batch 3 --data copy+needle-random:16+needle:16 \
              --steps 900 --lr 3e-4 --min-lr 3e-5 --warmup 50 --val-batches 1 --init-from "$dir/far" ;;
-    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, far32)" >&2; return 1 ;;
+    edge) echo "${common[@]}" --seq-len 32768 --batch 5 --steps 1500 "${edge[@]}" ;;
+    edge16) echo "${common[@]}" --seq-len 16384 --batch 5 --steps 4000 "${edge[@]}" ;;
+    edge16r) echo "${common[@]}" --seq-len 16384 --batch 6 --steps 3000 --warmup 50 --val-batches 1 \
+               --data copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
+               --lr 2e-4 --min-lr 2e-5 --init-from "$dir/edge16" ;;
+    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16; far32, edge, edge16r)" >&2
+       return 1 ;;
   esac
 }
 
@@ -98,9 +111,9 @@ case $phase in
   recipe)
     build || exit 1
     train short & train short-win & wait
-    for r in mid long far far32; do train "$r" || { tail -5 "$dir/$r.log"; exit 1; }; done
-    runs="short short-win mid long far far32" progress | tee "$out/needle_progress.txt"
-    evaluate short short-win mid long far far32
+    for r in mid long far edge16; do train "$r" || { tail -5 "$dir/$r.log"; exit 1; }; done
+    runs="short short-win mid long far edge16" progress | tee "$out/needle_progress.txt"
+    evaluate short short-win mid long far edge16
     ;;
   run)  # one run in the foreground (nsa built)
     train "${2:?run name}"

@@ -85,7 +85,11 @@ NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab,
   // The question: kNeedleQuery, key, value – the last 1 + key + value tokens.
   const int64_t query_at = length - kNeedleSpan;
   const int64_t room = query_at - kNeedleSpan;  // latest start that ends before the query
-  const double d = depth < 0 ? static_cast<double>(fill.next() % 1000001) / 1e6 : depth;
+  double d = depth;
+  if (depth < 0) {  // random: the two ends a quarter of the time each, else uniform
+    const uint64_t pick = fill.next() % 4;
+    d = pick == 0 ? 0.0 : pick == 1 ? 1.0 : static_cast<double>(fill.next() % 1000001) / 1e6;
+  }
   s.needle_at = static_cast<int64_t>(std::llround(d * static_cast<double>(room)));
   put_pair(s.tokens, s.needle_at, kNeedleMark, key, value);
   s.value_at = query_at + 1 + kNeedleKeyLen;

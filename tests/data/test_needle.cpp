@@ -51,6 +51,25 @@ TEST(Needle, LayoutKeyAndValueAppearTwice) {
   EXPECT_THROW(make_needle_sequence(10, 0.5, 256, 1), Error);  // too short
 }
 
+TEST(Needle, RandomDepthDrawsTheEndsAQuarterOfTheTimeEach) {
+  const int64_t S = 1000, room = S - 2 * kNeedleSpan;  // the latest needle start
+  int64_t first = 0, last = 0, inner = 0, lower_half = 0;
+  for (uint64_t seed = 0; seed < 4000; ++seed) {
+    const int64_t at = make_needle_sequence(S, -1, 256, seed).needle_at;
+    ASSERT_GE(at, 0);
+    ASSERT_LE(at, room);
+    first += at == 0;
+    last += at == room;
+    if (at != 0 && at != room) {
+      ++inner;
+      lower_half += at < room / 2;
+    }
+  }
+  EXPECT_NEAR(first / 4000.0, 0.25, 0.03);
+  EXPECT_NEAR(last / 4000.0, 0.25, 0.03);
+  EXPECT_NEAR(static_cast<double>(lower_half) / static_cast<double>(inner), 0.5, 0.04);
+}
+
 TEST(Needle, RandomFillerHidesTheNeedleAmongSymbols) {
   const int64_t S = 400;
   const NeedleSequence s = make_needle_sequence(S, 0.4, 256, 11, NeedleFiller::kRandom);
