@@ -24,6 +24,7 @@
 #   far32      S = 32768, B = 3,  16 needles per row, 900 steps from far
 #   edge       edge16's rows at S = 32768, 1,500 steps from far
 #   edge16r    a sixth of the rows more in the random filler, 3,000 steps from edge16
+#   edge32     edge16's rows at S = 32768, 1,500 steps from edge16
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out}
@@ -51,10 +52,13 @@ run_args() {  # the training flags of run $1
              --steps 900 --lr 3e-4 --min-lr 3e-5 --warmup 50 --val-batches 1 --init-from "$dir/far" ;;
     edge) echo "${common[@]}" --seq-len 32768 --batch 5 --steps 1500 "${edge[@]}" ;;
     edge16) echo "${common[@]}" --seq-len 16384 --batch 5 --steps 4000 "${edge[@]}" ;;
+    edge32) echo "${common[@]}" --seq-len 32768 --batch 5 --steps 1500 --warmup 50 --val-batches 1 \
+              --data copy+needle:16+needle-random:16+needle+needle-random --lr 2e-4 --min-lr 2e-5 \
+              --init-from "$dir/edge16" ;;
     edge16r) echo "${common[@]}" --seq-len 16384 --batch 6 --steps 3000 --warmup 50 --val-batches 1 \
                --data copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
                --lr 2e-4 --min-lr 2e-5 --init-from "$dir/edge16" ;;
-    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16; far32, edge, edge16r)" >&2
+    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16; far32, edge, edge16r, edge32)" >&2
        return 1 ;;
   esac
 }
