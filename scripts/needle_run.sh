@@ -37,8 +37,11 @@ run_args() {  # the training flags of run $1
                 --keep 2 --out "$dir/$1")
   local short=(--seq-len 2048 --batch 16 --data copy+needle-random:32+needle:32 --steps 12000
                --lr 1.5e-3 --min-lr 1e-4 --warmup 200 --val-batches 4)
-  local edge=(--data copy+needle:16+needle-random:16+needle+needle-random --lr 3e-4 --min-lr 3e-5
-              --warmup 50 --val-batches 1 --init-from "$dir/far")
+  late() {  # the stages after far: S B steps rows lr min-lr from
+    echo "${common[@]}" --seq-len "$1" --batch "$2" --steps "$3" --data "$4" --lr "$5" --min-lr "$6" \
+      --warmup 50 --val-batches 1 --init-from "$dir/$7"
+  }
+  local edge=copy+needle:16+needle-random:16+needle+needle-random  # + single-needle rows
   case $1 in
     short) echo "${common[@]}" "${short[@]}" ;;
     short-win) echo "${common[@]}" "${short[@]}" --branches win ;;
@@ -48,16 +51,12 @@ run_args() {  # the training flags of run $1
             --steps 6000 --lr 7e-4 --min-lr 1e-4 --warmup 100 --val-batches 2 --init-from "$dir/mid" ;;
     far) echo "${common[@]}" --seq-len 16384 --batch 3 --data copy+needle-random:16+needle:16 \
            --steps 6500 --lr 5e-4 --min-lr 5e-5 --warmup 100 --val-batches 2 --init-from "$dir/long" ;;
-    far32) echo "${common[@]}" --seq-len 32768 --batch 3 --data copy+needle-random:16+needle:16 \
-             --steps 900 --lr 3e-4 --min-lr 3e-5 --warmup 50 --val-batches 1 --init-from "$dir/far" ;;
-    edge) echo "${common[@]}" --seq-len 32768 --batch 5 --steps 1500 "${edge[@]}" ;;
-    edge16) echo "${common[@]}" --seq-len 16384 --batch 5 --steps 4000 "${edge[@]}" ;;
-    edge32) echo "${common[@]}" --seq-len 32768 --batch 5 --steps 1500 --warmup 50 --val-batches 1 \
-              --data copy+needle:16+needle-random:16+needle+needle-random --lr 2e-4 --min-lr 2e-5 \
-              --init-from "$dir/edge16" ;;
-    edge16r) echo "${common[@]}" --seq-len 16384 --batch 6 --steps 3000 --warmup 50 --val-batches 1 \
-               --data copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
-               --lr 2e-4 --min-lr 2e-5 --init-from "$dir/edge16" ;;
+    far32) late 32768 3 900 copy+needle-random:16+needle:16 3e-4 3e-5 far ;;
+    edge) late 32768 5 1500 "$edge" 3e-4 3e-5 far ;;
+    edge16) late 16384 5 4000 "$edge" 3e-4 3e-5 far ;;
+    edge32) late 32768 5 1500 "$edge" 2e-4 2e-5 edge16 ;;
+    edge16r) late 16384 6 3000 copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
+               2e-4 2e-5 edge16 ;;
     *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16; far32, edge, edge16r, edge32)" >&2
        return 1 ;;
   esac

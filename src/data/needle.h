@@ -42,8 +42,8 @@ struct NeedleSequence {
 
 // depth in [0, 1], or < 0 for a random depth: 0 or 1 a quarter of the time each, else uniform.
 // The ends are layouts that uniform depths almost never draw and that a model must still handle:
-// the needle at position 0, in the forced first block where attention sinks live, and the needle
-// just before its question, inside the window. Everything else comes from `seed`.
+// the needle at position 0, in the forced first block where attention sinks usually form, and the
+// needle just before its question, inside the window. Everything else comes from `seed`.
 NeedleSequence make_needle_sequence(int64_t length, double depth, int64_t vocab, uint64_t seed,
                                     NeedleFiller filler = NeedleFiller::kCycle);
 // n ≥ 1 needles at random depths (n = 1: make_needle_sequence(length, -1, vocab, seed, filler)).
