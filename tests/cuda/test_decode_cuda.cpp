@@ -4,6 +4,7 @@
 // blocks against the CPU ModelDecoder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -38,6 +39,18 @@ struct Bf16Input {
     }
     dev.upload(b.data(), n);
   }
+  // Quarter integers in [−1, 1]: any average of up to 64 of them is exact in bf16, so compressed
+  // tokens (φ = avg) are the same on the GPU (bf16 cache) as on the CPU (fp32).
+  void fill_grid(int64_t n, std::mt19937& rng) {
+    std::uniform_int_distribution<int> dist(-4, 4);
+    host.resize(static_cast<size_t>(n));
+    std::vector<bf16> b(host.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+      host[i] = static_cast<float>(dist(rng)) / 4.0f;
+      b[i] = __float2bfloat16(host[i]);
+    }
+    dev.upload(b.data(), n);
+  }
 };
 
 std::vector<float> to_float(const DeviceBuffer<bf16>& d) {
@@ -51,6 +64,7 @@ struct LayerCase {
   std::string name;
   NsaConfig cfg;
   int64_t batch, steps;
+  int64_t max_len = 0;  // the caches' capacity (0: steps); it sets the block top-n chunk size
 };
 
 NsaConfig layer_config(int64_t H, int64_t G, int64_t dk, int64_t dv, int64_t l, int64_t d,
@@ -65,12 +79,13 @@ NsaConfig layer_config(int64_t H, int64_t G, int64_t dk, int64_t dv, int64_t l, 
 class CudaDecodeLayer : public ::testing::TestWithParam<LayerCase> {};
 
 // Every step: o within 2^-7·max|o| + 1e-3 of the CPU cache (bf16 output and compressed tokens);
-// the selected blocks identical but for rare near ties (≤ 2 % of (step, sequence, group) sets).
+// the selected blocks identical but for fp32 near ties (≤ 0.5 % of (step, sequence, group) sets;
+// the compressed branch's K/V are exact in bf16, so the GPU and CPU score the same tokens).
 TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
   const LayerCase& lc = GetParam();
   const NsaConfig& c = lc.cfg;
   const int64_t B = lc.batch, H = c.heads, G = c.groups;
-  cuda::NsaDecodeCuda gpu(c, B, lc.steps, false);
+  cuda::NsaDecodeCuda gpu(c, B, std::max(lc.steps, lc.max_len), false);
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   DeviceBuffer<int32_t> pos(B);
   DeviceBuffer<bf16> o(B * H * c.dv);
@@ -83,8 +98,13 @@ TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
     Bf16Input q, k[3], v[3], gate[3];
     q.fill(B * H * c.dk, rng, 2.0f);  // spread scores: selection is decided, not tied
     for (int br = 0; br < 3; ++br) {
-      k[br].fill(B * G * c.dk, rng, 1.0f);
-      v[br].fill(B * G * c.dv, rng, 1.0f);
+      if (br == kCmp) {  // exact compressed tokens: selections can differ only at fp32 near ties
+        k[br].fill_grid(B * G * c.dk, rng);
+        v[br].fill_grid(B * G * c.dv, rng);
+      } else {
+        k[br].fill(B * G * c.dk, rng, 1.0f);
+        v[br].fill(B * G * c.dv, rng, 1.0f);
+      }
       gate[br].fill(B * H, rng, 0.5f);
     }
     const bf16* kp[3] = {k[0].dev.get(), k[1].dev.get(), k[2].dev.get()};
@@ -138,7 +158,7 @@ TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
       "differ %lld of %lld\n",
       lc.name.c_str(), static_cast<long long>(lc.steps), static_cast<long long>(B), worst,
       static_cast<long long>(sel_diff), static_cast<long long>(sel_sets));
-  EXPECT_LE(sel_diff * 50, sel_sets) << "more than 2 % of the selections differ";
+  EXPECT_LE(sel_diff * 200, sel_sets) << "more than 0.5 % of the selections differ";
 }
 
 // The dense baseline: softmax over every cached key of the selected branch, per head.
@@ -146,7 +166,7 @@ TEST_P(CudaDecodeLayer, DenseMatchesPlainSoftmax) {
   const LayerCase& lc = GetParam();
   const NsaConfig& c = lc.cfg;
   const int64_t B = lc.batch, H = c.heads, G = c.groups, hpg = H / G;
-  cuda::NsaDecodeCuda gpu(c, B, lc.steps, true);
+  cuda::NsaDecodeCuda gpu(c, B, std::max(lc.steps, lc.max_len), true);
   DeviceBuffer<int32_t> pos(B);
   DeviceBuffer<bf16> o(B * H * c.dv);
   std::mt19937 rng(23);
@@ -205,10 +225,19 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // tiny's attention, lengths far past w, with many emissions and blocks.
         LayerCase{"tiny", layer_config(4, 2, 16, 16, 16, 8, 32, 4, 64), 2, 333},
-        // m7c's attention (hpg 6, dk 64), B = 1, several compressed parts.
+        // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions.
         LayerCase{"m7c", layer_config(12, 2, 64, 64, 32, 16, 64, 16, 512), 1, 700},
         // l_sel > the part size (two sub-parts per block), dv ≠ dk, one group of 16 heads.
-        LayerCase{"wide", layer_config(16, 1, 32, 48, 32, 16, 128, 3, 96), 3, 420}),
+        LayerCase{"wide", layer_config(16, 1, 32, 48, 32, 16, 128, 3, 96), 3, 420},
+        // Small blocks, long: 299 compressed tokens (3 compressed parts merged), 150 blocks (3
+        // block top-n chunks whose candidates are merged).
+        LayerCase{"long", layer_config(4, 1, 16, 16, 8, 4, 8, 6, 32), 2, 1200},
+        // The same with caches for 60,000 tokens: block top-n chunks of 256 blocks, whose 514
+        // compressed tokens take every path of the staging (two per thread, then the rest).
+        LayerCase{"long_chunks", layer_config(4, 1, 16, 16, 8, 4, 8, 6, 32), 1, 2200, 60000},
+        // Large heads: dk 192 (key rows in three 64-wide slabs), dv 256 (value rows staged 64 at a
+        // time, so compressed parts of 86 tokens and dense parts load a second chunk).
+        LayerCase{"deep", layer_config(4, 2, 192, 256, 16, 8, 32, 4, 64), 1, 700}),
     [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 
 ModelConfig tiny_model(const std::map<std::string, std::string>& overrides) {

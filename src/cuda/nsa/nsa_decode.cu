@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "common/dependent_launch.cuh"
+#include "common/mma.cuh"
 #include "nsa/error.h"
 
 namespace nsa::cuda {
@@ -76,59 +77,116 @@ __global__ void append_kernel(DecodeDims m, bool dense, const int32_t* pos, cons
   }
 }
 
-// Scores of the group's hpg heads against `count` ≤ kCapacity keys (rows first .. first + count −
-// 1, modulo w for the window ring), the part's max and sum of exp, and its unnormalised output.
+// Scores of the group's hpg heads against `count` ≤ P keys (rows first .. first + count − 1,
+// modulo w for the window ring), the part's max and sum of exp, and its unnormalised output.
 // Shared by the compressed parts and the attention parts; s_out (optional) receives the scores.
-// Latency is what matters here: each thread loads whole key rows with 16-byte loads (all issued
-// at once), and the values go through shared memory in chunks of kVChunk rows, loaded coalesced.
-constexpr int kVChunk = 64, kPartThreads = 256, kPairsPerThread = 8;
+// Latency is what matters for NSA parts (a few dozen CTAs per sequence), so every load they need
+// is in flight at once: the caller starts copying q (issue_q), then attend_part starts copying
+// the first v_rows(P, dv) value rows (cp.async into shared memory) and loads each thread's key
+// row (one key per thread, a slab of 16-byte loads into registers) before it waits for any of
+// them – one memory round trip, not three. Dense parts tile the whole cache (hundreds of CTAs),
+// so they keep registers and shared memory low enough for four CTAs per SM instead: a slab of
+// four loads and 64 staged value rows.
+constexpr int kPartThreads = 256, kPairsPerThread = 8, kVBufBytes = 32 * 1024;
 
-template <int kCapacity>
-__device__ void attend_part(const DecodeDims& m, const float (*q)[256], const bf16* k_base,
+// 16-byte key loads held per thread (8: 64 dims), and value rows staged at once (the rest of a
+// part, if any, in further chunks).
+__host__ __device__ constexpr int key_slab(int part) {
+  return part == NsaDecodeCuda::kDensePart ? 4 : 8;
+}
+__host__ __device__ constexpr int v_rows(int part, int dv) {
+  const int cap = part == NsaDecodeCuda::kDensePart ? 64 : part, fit = kVBufBytes / (2 * dv);
+  return cap < fit ? cap : fit;
+}
+
+template <int P>
+struct PartSmem {
+  __align__(16) bf16 q_raw[kMaxHeadsPerGroup * 256];  // [hpg, dk], as copied (cp.async)
+  float q[kMaxHeadsPerGroup][256];
+  float s[kMaxHeadsPerGroup][P];
+};
+
+// Starts copying the group's q rows ([hpg, dk] bf16, contiguous) into shared memory.
+__device__ void issue_q(const DecodeDims& m, const bf16* q, int b, int g, bf16* q_smem) {
+  const bf16* src = q + (static_cast<int64_t>(b) * m.G * m.hpg + g * m.hpg) * m.dk;
+  for (int i = threadIdx.x; i < m.hpg * m.dk / 8; i += blockDim.x)
+    cp_async16(q_smem + 8 * i, src + 8 * i);
+}
+
+template <int P>
+__device__ void attend_part(const DecodeDims& m, PartSmem<P>& sm, const bf16* k_base,
                             const bf16* v_base, int64_t rows, int b, int g, int first, int count,
-                            bool ring_w, float* s_out, float (*s)[kCapacity], float* ml, bf16* vbuf,
-                            float* o_out) {
+                            bool ring_w, float* s_out, float* ml, bf16* vbuf, float* o_out) {
+  static_assert(P <= kPartThreads, "one key per thread");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
   const auto row_of = [&](int c) -> int64_t { return ring_w ? (first + c) % m.w : first + c; };
-  for (int c = threadIdx.x; c < count; c += blockDim.x) {
-    const uint4* kr = reinterpret_cast<const uint4*>(row(k_base, b, rows, row_of(c), g, m, m.dk));
+  const int vec_per_row = m.dv / 8, chunk_rows = v_rows(P, m.dv);
+  const auto v_src = [&](int c, int i8) {
+    return reinterpret_cast<const uint4*>(row(v_base, b, rows, row_of(c), g, m, m.dv)) + i8;
+  };
+  for (int idx = threadIdx.x; idx < min(count, chunk_rows) * vec_per_row; idx += blockDim.x)
+    cp_async16(vbuf + 8 * idx, v_src(idx / vec_per_row, idx % vec_per_row));
+  cp_async_commit();
+  const int key = threadIdx.x, n8 = m.dk / 8;
+  const bool has_key = key < count;
+  const uint4* kr =
+      reinterpret_cast<const uint4*>(row(k_base, b, rows, row_of(has_key ? key : 0), g, m, m.dk));
+  constexpr int kSlab = key_slab(P);
+  uint4 slab[kSlab];
+#pragma unroll
+  for (int i = 0; i < kSlab; ++i)
+    if (has_key && i < n8) slab[i] = kr[i];
+  cp_async_wait<0>();
+  __syncthreads();  // q and the first value rows have landed
+  for (int idx = threadIdx.x; idx < m.hpg * m.dk; idx += blockDim.x)
+    sm.q[idx / m.dk][idx % m.dk] = __bfloat162float(sm.q_raw[idx]);
+  __syncthreads();
+  if (has_key) {
     float acc[kMaxHeadsPerGroup];
 #pragma unroll
     for (int h = 0; h < kMaxHeadsPerGroup; ++h) acc[h] = 0.0f;
-    for (int i8 = 0; i8 < m.dk / 8; ++i8) {
-      const uint4 raw = kr[i8];
-      const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      float kf[8];
+    for (int s0 = 0; s0 < n8; s0 += kSlab) {
+      if (s0 > 0) {  // the next slab of the row
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(k2[j]);
-        kf[2 * j] = f.x;
-        kf[2 * j + 1] = f.y;
+        for (int i = 0; i < kSlab; ++i)
+          if (s0 + i < n8) slab[i] = kr[s0 + i];
       }
 #pragma unroll
-      for (int h = 0; h < kMaxHeadsPerGroup; ++h) {
-        if (h < m.hpg) {
+      for (int i = 0; i < kSlab; ++i) {
+        if (s0 + i >= n8) break;
+        const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&slab[i]);
+        float kf[8];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) acc[h] += q[h][i8 * 8 + j] * kf[j];
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(k2[j]);
+          kf[2 * j] = f.x;
+          kf[2 * j + 1] = f.y;
+        }
+#pragma unroll
+        for (int h = 0; h < kMaxHeadsPerGroup; ++h) {
+          if (h < m.hpg) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[h] += sm.q[h][(s0 + i) * 8 + j] * kf[j];
+          }
         }
       }
     }
 #pragma unroll
     for (int h = 0; h < kMaxHeadsPerGroup; ++h) {
-      if (h < m.hpg) s[h][c] = acc[h] * m.scale;
+      if (h < m.hpg) sm.s[h][key] = acc[h] * m.scale;
     }
   }
   __syncthreads();
   // Per head (one warp each): max, then s ← exp(s − max) and its sum.
   for (int h = warp; h < m.hpg; h += nw) {
     float mx = -FLT_MAX;
-    for (int c = lane; c < count; c += 32) mx = fmaxf(mx, s[h][c]);
+    for (int c = lane; c < count; c += 32) mx = fmaxf(mx, sm.s[h][c]);
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.0f;
     for (int c = lane; c < count; c += 32) {
-      if (s_out) s_out[static_cast<int64_t>(h) * m.max_cmp + c] = s[h][c];
-      const float p = __expf(s[h][c] - mx);
-      s[h][c] = p;
+      if (s_out) s_out[static_cast<int64_t>(h) * m.max_cmp + c] = sm.s[h][c];
+      const float p = __expf(sm.s[h][c] - mx);
+      sm.s[h][c] = p;
       sum += p;
     }
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -140,22 +198,21 @@ __device__ void attend_part(const DecodeDims& m, const float (*q)[256], const bf
   float acc[kPairsPerThread];  // (h, e) pairs threadIdx.x + k·blockDim.x
 #pragma unroll
   for (int k = 0; k < kPairsPerThread; ++k) acc[k] = 0.0f;
-  const int pairs = m.hpg * m.dv, vec_per_row = m.dv / 8;
-  for (int c0 = 0; c0 < count; c0 += kVChunk) {
-    const int n = min(kVChunk, count - c0);
-    __syncthreads();  // s is final (first chunk) / vbuf is free (later chunks)
-    for (int idx = threadIdx.x; idx < n * vec_per_row; idx += blockDim.x) {
-      const int c = idx / vec_per_row, i8 = idx % vec_per_row;
-      reinterpret_cast<uint4*>(vbuf)[idx] =
-          reinterpret_cast<const uint4*>(row(v_base, b, rows, row_of(c0 + c), g, m, m.dv))[i8];
+  const int pairs = m.hpg * m.dv;
+  for (int c0 = 0; c0 < count; c0 += chunk_rows) {
+    const int n = min(chunk_rows, count - c0);
+    if (c0 > 0) {       // values beyond the staged rows (dv > 64 and long parts only)
+      __syncthreads();  // vbuf is free
+      for (int idx = threadIdx.x; idx < n * vec_per_row; idx += blockDim.x)
+        reinterpret_cast<uint4*>(vbuf)[idx] = *v_src(c0 + idx / vec_per_row, idx % vec_per_row);
     }
-    __syncthreads();
+    __syncthreads();  // s is final (first chunk) / vbuf is loaded (later chunks)
 #pragma unroll
     for (int k = 0; k < kPairsPerThread; ++k) {
       const int idx = threadIdx.x + k * blockDim.x;
       if (idx >= pairs) break;
       const int h = idx / m.dv, e = idx % m.dv;
-      const float* sh = s[h] + c0;
+      const float* sh = sm.s[h] + c0;
       float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains: the FMA latency overlaps
       int c = 0;
       for (; c + 4 <= n; c += 4) {
@@ -174,93 +231,61 @@ __device__ void attend_part(const DecodeDims& m, const float (*q)[256], const bf
   __syncthreads();  // ml is read by the caller
 }
 
-__device__ void load_q(const DecodeDims& m, const bf16* q, int b, int g, float (*qs)[256]) {
-  for (int idx = threadIdx.x; idx < m.hpg * m.dk; idx += blockDim.x) {
-    const int h = idx / m.dk, i = idx % m.dk;
-    qs[h][i] =
-        __bfloat162float(q[(static_cast<int64_t>(b) * m.G * m.hpg + g * m.hpg + h) * m.dk + i]);
-  }
-  __syncthreads();
-}
-
 // Partials: part_ml [B·G, parts, hpg, 2], part_o [B·G, parts, hpg, dv].
 __device__ __forceinline__ int64_t part_index(const DecodeDims& m, int bg, int part) {
   return (static_cast<int64_t>(bg) * (m.cmp_parts + m.attn_parts) + part) * m.hpg;
 }
 
-__global__ void cmp_parts_kernel(DecodeDims m, const int32_t* pos, const bf16* q, const bf16* k_cmp,
-                                 const bf16* v_cmp, float* scores, float* part_ml, float* part_o) {
+__global__ void __launch_bounds__(kPartThreads)
+    cmp_parts_kernel(DecodeDims m, const int32_t* pos, const bf16* q, const bf16* k_cmp,
+                     const bf16* v_cmp, float* scores, float* part_ml, float* part_o) {
   wait_for_previous_kernel();
-  __shared__ float qs[kMaxHeadsPerGroup][256];
-  __shared__ float s[kMaxHeadsPerGroup][NsaDecodeCuda::kCmpPart];
+  constexpr int P = NsaDecodeCuda::kCmpPart;
+  __shared__ PartSmem<P> sm;
   extern __shared__ uint4 vbuf_raw[];
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, part = blockIdx.y;
-  const int n = num_cmp(m, pos[b]), first = part * NsaDecodeCuda::kCmpPart;
+  const int n = num_cmp(m, pos[b]), first = part * P;
   if (first >= n) return;  // the selection kernel reads parts < ceil(n / kCmpPart) only
-  load_q(m, q, b, g, qs);
-  const int count = min(NsaDecodeCuda::kCmpPart, n - first);
+  issue_q(m, q, b, g, sm.q_raw);
+  const int count = min(P, n - first);
   const int64_t pi = part_index(m, bg, part);
-  attend_part<NsaDecodeCuda::kCmpPart>(
-      m, qs, k_cmp + static_cast<int64_t>(first) * m.G * m.dk,
-      v_cmp + static_cast<int64_t>(first) * m.G * m.dv, m.max_cmp, b, g, 0, count, false,
-      scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first, s, part_ml + 2 * pi,
-      reinterpret_cast<bf16*>(vbuf_raw), part_o + pi * m.dv);
+  attend_part<P>(m, sm, k_cmp + static_cast<int64_t>(first) * m.G * m.dk,
+                 v_cmp + static_cast<int64_t>(first) * m.G * m.dv, m.max_cmp, b, g, 0, count, false,
+                 scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first, part_ml + 2 * pi,
+                 reinterpret_cast<bf16*>(vbuf_raw), part_o + pi * m.dv);
 }
 
-// Merges parts [first, first + n) of head hh of group-row bg, with the whole CTA: the parts are
-// dealt to blockDim / dv groups of threads (one thread per channel), whose sums are then added in
-// group order – deterministic, and n / groups loads deep instead of n. Returns the normalised
-// output of channel e = threadIdx.x % dv in threads of group 0 (0 when every part is empty) and
-// the merged max and sum of exp in *M, *L for all threads. Every thread must call it.
-struct MergeScratch {
-  float acc[kPartThreads];
-  float sum[kPartThreads];
-  float red[32];
-};
+// Folds a part's (max, sum of exp) into a running pair: the merged max and the sum rescaled to it.
+// The same two pairs give the same result in either order (the kept max's side is exact), so
+// the lanes of a butterfly agree bit for bit.
+__device__ __forceinline__ void fold_stats(float& mx, float& sum, float m2, float s2) {
+  if (!(s2 > 0.0f)) return;
+  if (m2 > mx) {
+    sum = sum * __expf(mx - m2) + s2;
+    mx = m2;
+  } else {
+    sum += s2 * __expf(m2 - mx);
+  }
+}
 
-__device__ float merge_parts(const DecodeDims& m, const float* part_ml, const float* part_o, int bg,
-                             int hh, int first, int n, MergeScratch& sh, float* M = nullptr,
-                             float* L = nullptr) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-  float mx = -FLT_MAX;
-  for (int p = first + threadIdx.x; p < first + n; p += blockDim.x) {
-    const float* ml = part_ml + 2 * (part_index(m, bg, p) + hh);
-    if (ml[1] > 0.0f) mx = fmaxf(mx, ml[0]);
-  }
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  if (lane == 0) sh.red[warp] = mx;
-  __syncthreads();
-  mx = sh.red[0];
-  for (int w = 1; w < nw; ++w) mx = fmaxf(mx, sh.red[w]);
-  const int groups = blockDim.x / m.dv, grp = threadIdx.x / m.dv, e = threadIdx.x % m.dv;
-  float sum = 0.0f, acc = 0.0f;
-  if (grp < groups) {
+// Folds the (max, sum of exp) of parts p = first + start, first + start + stride, … < end of
+// head hh of group-row bg into (mx, sum); the loads are issued a few at a time.
+__device__ void fold_parts(const DecodeDims& m, const float* part_ml, int bg, int hh, int first,
+                           int end, int start, int stride, float& mx, float& sum) {
 #pragma unroll 4
-    for (int p = first + grp; p < first + n; p += groups) {
-      const int64_t pi = part_index(m, bg, p) + hh;
-      const float l = part_ml[2 * pi + 1];
-      const float f = l > 0.0f ? __expf(part_ml[2 * pi] - mx) : 0.0f;
-      sum += l * f;
-      acc += l > 0.0f ? part_o[pi * m.dv + e] * f : 0.0f;
-    }
+  for (int p = first + start; p < end; p += stride) {
+    const float2 ml = *reinterpret_cast<const float2*>(part_ml + 2 * (part_index(m, bg, p) + hh));
+    fold_stats(mx, sum, ml.x, ml.y);
   }
-  sh.acc[threadIdx.x] = acc;
-  sh.sum[threadIdx.x] = sum;
-  __syncthreads();
-  if (grp == 0) {
-    for (int k = 1; k < groups; ++k) {
-      acc += sh.acc[k * m.dv + e];
-      sum += sh.sum[k * m.dv + e];
-    }
+}
+
+// Folds the pairs of a warp's lanes by shuffles: every lane gets the warp's pair.
+__device__ void warp_fold(float& mx, float& sum) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, mx, off);
+    const float s2 = __shfl_xor_sync(0xffffffffu, sum, off);
+    fold_stats(mx, sum, m2, s2);
   }
-  __syncthreads();  // sh is reused by the next call
-  if (grp == 0 && e == 0) sh.red[0] = sum;
-  __syncthreads();
-  sum = sh.red[0];
-  __syncthreads();
-  if (M) *M = mx;
-  if (L) *L = sum;
-  return sum > 0.0f ? acc / sum : 0.0f;
 }
 
 // Block scores and a partial top-n, grid (B·G, chunks): each CTA scores the candidate blocks
@@ -269,13 +294,18 @@ __device__ float merge_parts(const DecodeDims& m, const float* part_ml, const fl
 // merged max and sum) weighted by overlap / l, ascending over compressed tokens – and keeps its
 // best `free` = n_sel − forced blocks by (score desc, index asc) in rank order. The global top
 // `free` is among the union of the chunks' bests: attn parts merge them (select_blocks).
+// Latency: the first kTopkTokens tokens' scores per thread are loaded before the heads' merged
+// statistics, so both arrive in one round trip.
 struct Candidate {
   float score;  // < 0: empty slot
   int block;
 };
 
-__global__ void block_topk_kernel(DecodeDims m, const int32_t* pos, const float* scores,
-                                  const float* part_ml, Candidate* cand) {
+constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64;
+
+__global__ void __launch_bounds__(kTopkThreads)
+    block_topk_kernel(DecodeDims m, const int32_t* pos, const float* scores, const float* part_ml,
+                      Candidate* cand) {
   wait_for_previous_kernel();
   extern __shared__ float block_smem[];  // block scores [sel_chunk], then gp [sel_gp]
   __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
@@ -286,48 +316,50 @@ __global__ void block_topk_kernel(DecodeDims m, const int32_t* pos, const float*
   for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = Candidate{-1.0f, INT_MAX};
   const int j0 = 1 + chunk * m.sel_chunk, j1 = min(j0 + m.sel_chunk, c - 1);  // [j0, j1)
   if (j0 >= j1 || free <= 0) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  for (int h = warp; h < m.hpg; h += nw) {  // merged max and sum of exp of head h
-    float mx = -FLT_MAX;
-    for (int p = lane; p < parts; p += 32) {
-      const float* ml = part_ml + 2 * (part_index(m, bg, p) + h);
-      if (ml[1] > 0.0f) mx = fmaxf(mx, ml[0]);
-    }
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float sum = 0.0f;
-    for (int p = lane; p < parts; p += 32) {
-      const float* ml = part_ml + 2 * (part_index(m, bg, p) + h);
-      if (ml[1] > 0.0f) sum += ml[1] * __expf(ml[0] - mx);
-    }
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) {
-      head_max[h] = mx;
-      head_sum[h] = sum;
-    }
-  }
-  __syncthreads();
   // Compressed tokens i whose raw range [i·d, i·d + l) meets block j: [i_lo(j), i_hi(j)].
   const auto i_lo = [&m](int j) {
     const int lo_num = j * m.l_sel - m.l + 1;
     return lo_num <= 0 ? 0 : (lo_num + m.d - 1) / m.d;
   };
   const auto i_hi = [&m, n](int j) { return min(n - 1, ((j + 1) * m.l_sel - 1) / m.d); };
-  // The group probabilities of the chunk's compressed tokens, staged once (every head's scores
-  // of a token are independent loads, issued together).
-  float* block_score = block_smem;
-  float* gp = block_smem + m.sel_chunk;
   const int gi0 = i_lo(j0), gi1 = i_hi(j1 - 1);
   const float* sc = scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp;
-  for (int i = gi0 + threadIdx.x; i <= gi1; i += blockDim.x) {
-    float x[kMaxHeadsPerGroup];
+  // Every head's score of token i (independent loads, issued together).
+  const auto load = [&](int i, float* x) {
 #pragma unroll
     for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
-      x[hh] = hh < m.hpg ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
+      x[hh] = hh < m.hpg && i <= gi1 ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
+  };
+  float x[kTopkTokens][kMaxHeadsPerGroup];
+#pragma unroll
+  for (int k = 0; k < kTopkTokens; ++k) load(gi0 + threadIdx.x + k * blockDim.x, x[k]);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int h = warp; h < m.hpg; h += nw) {
+    float mx = -FLT_MAX, sum = 0.0f;
+    fold_parts(m, part_ml, bg, h, 0, parts, lane, 32, mx, sum);
+    warp_fold(mx, sum);
+    if (lane == 0) {
+      head_max[h] = mx;
+      head_sum[h] = sum;
+    }
+  }
+  __syncthreads();
+  // The group probabilities of the chunk's compressed tokens, staged in shared memory.
+  float* block_score = block_smem;
+  float* gp = block_smem + m.sel_chunk;
+  const auto stage = [&](int i, const float* xi) {
+    if (i > gi1) return;
     float p = 0.0f;
 #pragma unroll
     for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
-      if (hh < m.hpg) p += __expf(x[hh] - head_max[hh]) / head_sum[hh];
+      if (hh < m.hpg) p += __expf(xi[hh] - head_max[hh]) / head_sum[hh];
     gp[i - gi0] = p;
+  };
+#pragma unroll
+  for (int k = 0; k < kTopkTokens; ++k) stage(gi0 + threadIdx.x + k * blockDim.x, x[k]);
+  for (int i = gi0 + threadIdx.x + kTopkTokens * blockDim.x; i <= gi1; i += blockDim.x) {
+    load(i, x[0]);
+    stage(i, x[0]);
   }
   __syncthreads();
   const float inv_l = 1.0f / static_cast<float>(m.l);
@@ -353,20 +385,25 @@ __global__ void block_topk_kernel(DecodeDims m, const int32_t* pos, const float*
 
 // The selected blocks of (sequence, group) bg, ascending, −1 padded, into slot[0, n_sel) (shared
 // memory; every thread of the CTA calls it): forced 0, c − 1, c, then the best `free` of the
-// chunks' candidates by (score desc, index asc) – each candidate's rank is the number that beat
-// it, so one pass picks them all.
-constexpr int kMaxSel = 64, kMaxCandidates = 2048;
+// chunks' candidates by (score desc, index asc). Each chunk's list is already in that order, so
+// one warp merges them, a lane per chunk (≤ 32): each round the lanes' heads meet in a warp
+// argmax and the winner's lane moves on – `free` rounds, whatever the number of chunks.
+constexpr int kMaxSel = 64, kMaxCandidates = 32 * kMaxSel;
 
 struct SelectScratch {
   Candidate cand[kMaxCandidates];
   int list[kMaxSel];
 };
 
+__device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
+  return a.score > b.score || (a.score == b.score && a.block < b.block);
+}
+
 __device__ void select_blocks(const DecodeDims& m, int t, const Candidate* cand, int bg,
                               SelectScratch& sh, int* slot) {
   const int c = t / m.l_sel, forced = 1 + (c - 1 > 0) + (c > 0), free = m.n_sel - forced;
   const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
-  const int nc = free > 0 ? chunks * m.n_sel : 0;
+  const int picks = max(0, min(c - 2, free)), nc = picks > 0 ? chunks * m.n_sel : 0;
   const Candidate* in = cand + static_cast<int64_t>(bg) * m.sel_chunks * m.n_sel;
   for (int k = threadIdx.x; k < nc; k += blockDim.x) sh.cand[k] = in[k];
   if (threadIdx.x == 0) {
@@ -375,18 +412,33 @@ __device__ void select_blocks(const DecodeDims& m, int t, const Candidate* cand,
     if (c > 0) sh.list[forced - 1] = c;
   }
   __syncthreads();
-  for (int k = threadIdx.x; k < nc; k += blockDim.x) {
-    const Candidate x = sh.cand[k];
-    if (x.score < 0.0f) continue;
-    int rank = 0;
-    for (int q = 0; q < nc && rank < free; ++q) {
-      const Candidate y = sh.cand[q];
-      rank += (y.score > x.score || (y.score == x.score && y.block < x.block)) ? 1 : 0;
+  if (chunks == 1) {  // one list: already the answer
+    for (int r = threadIdx.x; r < picks; r += blockDim.x) sh.list[forced + r] = sh.cand[r].block;
+  } else if (threadIdx.x < 32 && picks > 0) {
+    const int lane = threadIdx.x;
+    const Candidate none{-1.0f, INT_MAX};
+    int head = 0;  // this lane's next entry: its chunk's list holds ≥ min(free, blocks) valid ones
+    const auto at_head = [&] {
+      const Candidate x = lane < chunks && head < m.n_sel ? sh.cand[lane * m.n_sel + head] : none;
+      return x.score < 0.0f ? none : x;
+    };
+    Candidate x = at_head();
+    for (int r = 0; r < picks; ++r) {
+      Candidate best = x;
+      for (int off = 16; off > 0; off >>= 1) {
+        const Candidate y{__shfl_xor_sync(0xffffffffu, best.score, off),
+                          __shfl_xor_sync(0xffffffffu, best.block, off)};
+        if (beats(y, best)) best = y;
+      }
+      if (lane == 0) sh.list[forced + r] = best.block;
+      if (x.block == best.block) {  // blocks are distinct: this lane won the round
+        ++head;
+        x = at_head();
+      }
     }
-    if (rank < free) sh.list[forced + rank] = x.block;
   }
   __syncthreads();
-  const int total = forced + max(0, min(c - 2, free));
+  const int total = forced + picks;
   for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) slot[k] = -1;
   __syncthreads();
   for (int k = threadIdx.x; k < total; k += blockDim.x) {
@@ -401,25 +453,25 @@ __device__ void select_blocks(const DecodeDims& m, int t, const Candidate* cand,
 // window chunks; dense – chunks of kAttnPart positions from 0. Empty parts write l = 0. The CTAs
 // of selected parts each merge the block candidates (part 0 also writes the selection out).
 template <int P>
-__global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* q,
-                                  const Candidate* cand, int32_t* sel, const bf16* k_sel,
-                                  const bf16* v_sel, const bf16* k_win, const bf16* v_win,
-                                  float* part_ml, float* part_o) {
+__global__ void __launch_bounds__(kPartThreads)
+    attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* q,
+                      const Candidate* cand, int32_t* sel, const bf16* k_sel, const bf16* v_sel,
+                      const bf16* k_win, const bf16* v_win, float* part_ml, float* part_o) {
   wait_for_previous_kernel();
-  __shared__ float qs[kMaxHeadsPerGroup][256];
-  __shared__ float s[kMaxHeadsPerGroup][P];
+  __shared__ PartSmem<P> sm;
   __shared__ float ml[2 * kMaxHeadsPerGroup];
   __shared__ int slot[kMaxSel];
-  extern __shared__ uint4 vbuf_raw[];  // V chunk [kVChunk, dv], then (NSA) the SelectScratch
+  extern __shared__ uint4 vbuf_raw[];  // value rows [v_rows(P, dv), dv], then the SelectScratch
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, part = blockIdx.y, t = pos[b];
+  issue_q(m, q, b, g, sm.q_raw);  // in flight while the selection is merged
   int first = 0, count = 0;
   bool window = false;
   if (dense) {
     first = part * P;
     count = max(0, min(P, t + 1 - first));
   } else if (part < m.n_sel * m.sub) {
-    select_blocks(m, t, cand, bg, *reinterpret_cast<SelectScratch*>(vbuf_raw + kVChunk * m.dv / 8),
-                  slot);
+    select_blocks(m, t, cand, bg,
+                  *reinterpret_cast<SelectScratch*>(vbuf_raw + v_rows(P, m.dv) * m.dv / 8), slot);
     if (part == 0) {
       for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x)
         sel[static_cast<int64_t>(bg) * m.n_sel + k] = slot[k];
@@ -441,42 +493,76 @@ __global__ void attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, 
       part_ml[2 * (pi + h)] = -FLT_MAX;
       part_ml[2 * (pi + h) + 1] = 0.0f;
     }
+    cp_async_commit();
+    cp_async_wait<0>();  // q's copy lands before the CTA's shared memory is released
     return;
   }
-  load_q(m, q, b, g, qs);
-  attend_part<P>(m, qs, window ? k_win : k_sel, window ? v_win : v_sel, window ? m.w : m.max_len, b,
-                 g, first, count, window, nullptr, s, ml, reinterpret_cast<bf16*>(vbuf_raw),
+  attend_part<P>(m, sm, window ? k_win : k_sel, window ? v_win : v_sel, window ? m.w : m.max_len, b,
+                 g, first, count, window, nullptr, ml, reinterpret_cast<bf16*>(vbuf_raw),
                  part_o + pi * m.dv);
   for (int h = threadIdx.x; h < 2 * m.hpg; h += blockDim.x) part_ml[2 * pi + h] = ml[h];
 }
 
-// One CTA per (sequence, head): merges the compressed, selected and window parts; channel
-// e = threadIdx.x for threads below dv.
+// One CTA per (sequence, head): merges the compressed, selected and window parts (dense: the
+// parts over 0..t) and gates the branches. One warp per branch merges its parts' statistics in one
+// pass; then every part's output, weighted by gate · exp(m_p − M) / L of its branch, is summed by
+// blockDim / dv groups of threads (one thread per channel, parts dealt round robin), whose sums
+// are added in group order – deterministic.
 __global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* part_ml,
                                const float* part_o, const bf16* g_cmp, const bf16* g_sel,
                                const bf16* g_win, bf16* o) {
   wait_for_previous_kernel();
-  __shared__ MergeScratch merge;
-  const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg, e = threadIdx.x;
+  __shared__ float branch_max[kNumBranches], branch_scale[kNumBranches];
+  __shared__ float group_acc[kPartThreads];
+  const int b = blockIdx.x, h = blockIdx.y, g = h / m.hpg, hh = h % m.hpg;
   const int bg = b * m.G + g, t = pos[b], H = m.G * m.hpg;
-  float out;
+  const int64_t gi = static_cast<int64_t>(b) * H + h;
+  int lo[kNumBranches], hi[kNumBranches], branches = 1;
   if (dense) {
-    const int parts = (t + NsaDecodeCuda::kDensePart) / NsaDecodeCuda::kDensePart;
-    out = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, parts, merge);
+    lo[0] = m.cmp_parts;
+    hi[0] = lo[0] + t / NsaDecodeCuda::kDensePart + 1;
   } else {
-    const int64_t gi = static_cast<int64_t>(b) * H + h;
-    const int n = num_cmp(m, t);
-    const float oc =
-        merge_parts(m, part_ml, part_o, bg, hh, 0,
-                    (n + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart, merge);
-    const float os = merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts, m.n_sel * m.sub, merge);
-    const float ow =
-        merge_parts(m, part_ml, part_o, bg, hh, m.cmp_parts + m.n_sel * m.sub, m.win_parts, merge);
-    out = e < m.dv ? __bfloat162float(g_cmp[gi]) * oc + __bfloat162float(g_sel[gi]) * os +
-                         __bfloat162float(g_win[gi]) * ow
-                   : 0.0f;
+    branches = kNumBranches;
+    lo[kCmp] = 0;
+    hi[kCmp] = (num_cmp(m, t) + NsaDecodeCuda::kCmpPart - 1) / NsaDecodeCuda::kCmpPart;
+    lo[kSel] = m.cmp_parts;
+    hi[kSel] = lo[kSel] + m.n_sel * m.sub;
+    lo[kWin] = hi[kSel];
+    hi[kWin] = lo[kWin] + m.win_parts;
   }
-  if (e < m.dv) o[(static_cast<int64_t>(b) * H + h) * m.dv + e] = __float2bfloat16(out);
+  const int warp = threadIdx.x / 32;
+  if (warp < branches) {  // one warp per branch: its parts' merged max and sum of exp
+    float mx = -FLT_MAX, sum = 0.0f;
+    fold_parts(m, part_ml, bg, hh, lo[warp], hi[warp], threadIdx.x % 32, 32, mx, sum);
+    warp_fold(mx, sum);
+    if (threadIdx.x % 32 == 0) {
+      const bf16* gate = warp == kCmp ? g_cmp : warp == kSel ? g_sel : g_win;
+      const float gv = dense ? 1.0f : __bfloat162float(gate[gi]);
+      branch_max[warp] = mx;
+      branch_scale[warp] = sum > 0.0f ? gv / sum : 0.0f;
+    }
+  }
+  __syncthreads();
+  const int groups = blockDim.x / m.dv, grp = threadIdx.x / m.dv, e = threadIdx.x % m.dv;
+  float acc = 0.0f;
+  if (grp < groups) {
+    for (int r = 0; r < branches; ++r) {
+      const float M = branch_max[r], scale = branch_scale[r];
+#pragma unroll 4
+      for (int p = lo[r] + grp; p < hi[r]; p += groups) {
+        const int64_t pi = part_index(m, bg, p) + hh;
+        const float2 ml = *reinterpret_cast<const float2*>(part_ml + 2 * pi);
+        const float ov = part_o[pi * m.dv + e];  // loaded unconditionally: empty parts hold junk
+        acc += ml.y > 0.0f ? ov * (__expf(ml.x - M) * scale) : 0.0f;
+      }
+    }
+  }
+  group_acc[threadIdx.x] = acc;
+  __syncthreads();
+  if (grp == 0) {
+    for (int k = 1; k < groups; ++k) acc += group_acc[k * m.dv + e];
+    o[gi * m.dv + e] = __float2bfloat16(acc);
+  }
 }
 
 __global__ void fill_random_kernel(bf16* x, int64_t n, uint64_t seed) {
@@ -488,6 +574,16 @@ __global__ void fill_random_kernel(bf16* x, int64_t n, uint64_t seed) {
     z ^= z >> 31;
     x[i] =
         __float2bfloat16(static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
+  }
+}
+
+template <typename Kernel>
+void allow_dynamic_smem(Kernel kernel, size_t bytes) {
+  cudaFuncAttributes attr{};
+  NSA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if (static_cast<size_t>(attr.maxDynamicSharedSizeBytes) < bytes) {
+    NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
   }
 }
 
@@ -534,10 +630,10 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
   cmp_parts_ = dense ? 0 : (max_cmp_ + kCmpPart - 1) / kCmpPart;
   const int64_t sub = (cfg.l_sel + kAttnPart - 1) / kAttnPart;
-  // Candidate blocks per block_topk CTA: 128, or more so that at most 32 CTAs per (sequence,
+  // Candidate blocks per block_topk CTA: kTopkChunk, or more so that at most 32 CTAs per (sequence,
   // group) keep ≤ 32·n_sel candidates for the attention parts to merge.
   const int64_t max_blocks = max_len / cfg.l_sel + 1;
-  sel_chunk_ = 128 * ((max_blocks + 128 * 32 - 1) / (128 * 32));
+  sel_chunk_ = kTopkChunk * ((max_blocks + kTopkChunk * 32 - 1) / (kTopkChunk * 32));
   sel_chunks_ = (max_blocks + sel_chunk_ - 1) / sel_chunk_;
   NSA_CHECK(block_topk_smem_bytes() <= 160 * 1024, "decode on the GPU: max length ", max_len,
             " needs more shared memory for the block scores than a CTA has; shorten it");
@@ -557,18 +653,13 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
-  // Beyond the default 48 KiB of shared memory per CTA (vbuf up to 32 KiB beside ~25 KiB static;
-  // the NSA attention parts also hold the selection scratch).
-  NSA_CUDA_CHECK(cudaFuncSetAttribute(block_topk_kernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(block_topk_smem_bytes())));
-  NSA_CUDA_CHECK(cudaFuncSetAttribute(cmp_parts_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      32 * 1024));
-  NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel<kAttnPart>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      32 * 1024 + static_cast<int>(sizeof(SelectScratch))));
-  NSA_CUDA_CHECK(cudaFuncSetAttribute(attn_parts_kernel<kDensePart>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, 32 * 1024));
+  // Dynamic shared memory beyond the default 48 KiB (the staged value rows, up to 32 KiB, beside up
+  // to 40 KiB static; the NSA attention parts also hold the selection scratch): raised, never
+  // lowered, so every decoder alive (of any shape) can still launch.
+  allow_dynamic_smem(block_topk_kernel, block_topk_smem_bytes());
+  allow_dynamic_smem(cmp_parts_kernel, part_smem_bytes(kCmpPart, false));
+  allow_dynamic_smem(attn_parts_kernel<kAttnPart>, part_smem_bytes(kAttnPart, true));
+  allow_dynamic_smem(attn_parts_kernel<kDensePart>, part_smem_bytes(kDensePart, false));
   const int64_t parts = cmp_parts_ + attn_parts_;
   part_ml_.resize(B_ * G * parts * (H / G) * 2);
   part_o_.resize(B_ * G * parts * (H / G) * dv);
@@ -583,26 +674,26 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
               static_cast<int>(sel_chunk_), static_cast<int>(sel_chunks_));
   const int B = static_cast<int>(B_), G = m.G;
   const int ks = c.kv_index(kSel), kw = c.kv_index(kWin), kc = c.kv_index(kCmp);
-  const size_t vbuf_bytes = static_cast<size_t>(kVChunk * c.dv) * sizeof(bf16);
   Candidate* cand = reinterpret_cast<Candidate*>(candidates_.get());
   launch_dependent(append_kernel, dim3(B, G), dim3(kThreads), 0, stream, m, dense_, pos, k[ks],
                    v[ks], k[kw], v[kw], k[kc], v[kc], k_sel_.get(), v_sel_.get(), k_win_.get(),
                    v_win_.get(), k_raw_.get(), v_raw_.get(), k_cmp_.get(), v_cmp_.get());
   if (!dense_) {
     launch_dependent(cmp_parts_kernel, dim3(B * G, static_cast<unsigned>(cmp_parts_)),
-                     dim3(kPartThreads), vbuf_bytes, stream, m, pos, q, k_cmp_.get(), v_cmp_.get(),
-                     scores_.get(), part_ml_.get(), part_o_.get());
-    launch_dependent(block_topk_kernel, dim3(B * G, static_cast<unsigned>(sel_chunks_)), dim3(128),
-                     block_topk_smem_bytes(), stream, m, pos, scores_.get(), part_ml_.get(), cand);
+                     dim3(kPartThreads), part_smem_bytes(kCmpPart, false), stream, m, pos, q,
+                     k_cmp_.get(), v_cmp_.get(), scores_.get(), part_ml_.get(), part_o_.get());
+    launch_dependent(block_topk_kernel, dim3(B * G, static_cast<unsigned>(sel_chunks_)),
+                     dim3(kTopkThreads), block_topk_smem_bytes(), stream, m, pos, scores_.get(),
+                     part_ml_.get(), cand);
   }
   const dim3 grid(B * G, static_cast<unsigned>(attn_parts_));
   if (dense_) {
-    launch_dependent(attn_parts_kernel<kDensePart>, grid, dim3(kPartThreads), vbuf_bytes, stream, m,
-                     true, pos, q, nullptr, nullptr, k_sel_.get(), v_sel_.get(), nullptr, nullptr,
-                     part_ml_.get(), part_o_.get());
+    launch_dependent(attn_parts_kernel<kDensePart>, grid, dim3(kPartThreads),
+                     part_smem_bytes(kDensePart, false), stream, m, true, pos, q, nullptr, nullptr,
+                     k_sel_.get(), v_sel_.get(), nullptr, nullptr, part_ml_.get(), part_o_.get());
   } else {
     launch_dependent(attn_parts_kernel<kAttnPart>, grid, dim3(kPartThreads),
-                     vbuf_bytes + sizeof(SelectScratch), stream, m, false, pos, q, cand, sel_.get(),
+                     part_smem_bytes(kAttnPart, true), stream, m, false, pos, q, cand, sel_.get(),
                      k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(), part_ml_.get(),
                      part_o_.get());
   }
@@ -644,6 +735,14 @@ int64_t NsaDecodeCuda::kv_bytes_per_step(int64_t t) const {
              std::min(c.w, t + 1);
   }
   return c.groups * tokens * (c.dk + c.dv) * static_cast<int64_t>(sizeof(bf16));
+}
+
+// Dynamic shared memory of a part kernel: its staged value rows, then (selected parts) the
+// selection scratch.
+size_t NsaDecodeCuda::part_smem_bytes(int part, bool selection) const {
+  const int dv = static_cast<int>(cfg_.dv);
+  return static_cast<size_t>(v_rows(part, dv) * dv) * sizeof(bf16) +
+         (selection ? sizeof(SelectScratch) : 0);
 }
 
 // Block scores of a chunk, and the group probabilities of the compressed tokens that meet it.

@@ -13,7 +13,8 @@
 //   cmp parts   compressed attention in chunks of kCmpPart keys: scores kept, partial softmax;
 //   block top-n block scores (SPEC §2) over chunks of blocks, each chunk's best n_sel − forced;
 //   attn parts  selected blocks and window chunks of kAttnPart keys (dense: kDensePart chunks);
-//               each selected part first merges the chunks' candidates into the exact top-n;
+//               each selected part first merges the chunks' sorted candidates into the exact
+//               top-n (one warp, a lane per chunk);
 //   combine     merge the compressed, selected and window parts, gate the branches: o [B, H·dv].
 #pragma once
 
@@ -54,6 +55,7 @@ class NsaDecodeCuda {
 
  private:
   size_t block_topk_smem_bytes() const;
+  size_t part_smem_bytes(int part, bool selection) const;
   NsaConfig cfg_;
   int64_t B_, max_len_, max_cmp_, cmp_parts_, attn_parts_, sel_chunk_ = 1, sel_chunks_ = 1;
   bool dense_;
