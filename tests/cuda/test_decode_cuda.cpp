@@ -29,27 +29,26 @@ float round_bf16(float x) {
 struct Bf16Input {
   std::vector<float> host;
   DeviceBuffer<bf16> dev;
-  void fill(int64_t n, std::mt19937& rng, float scale) {
-    std::normal_distribution<float> dist(0.0f, scale);
+  // n values from draw(), rounded to bf16, kept on both sides.
+  template <class Draw>
+  void fill_with(int64_t n, Draw&& draw) {
     host.resize(static_cast<size_t>(n));
     std::vector<bf16> b(host.size());
     for (size_t i = 0; i < host.size(); ++i) {
-      host[i] = round_bf16(dist(rng));
+      host[i] = round_bf16(draw());
       b[i] = __float2bfloat16(host[i]);
     }
     dev.upload(b.data(), n);
+  }
+  void fill(int64_t n, std::mt19937& rng, float scale) {
+    std::normal_distribution<float> dist(0.0f, scale);
+    fill_with(n, [&] { return dist(rng); });
   }
   // Quarter integers in [−1, 1]: any average of up to 64 of them is exact in bf16, so compressed
   // tokens (φ = avg) are the same on the GPU (bf16 cache) as on the CPU (fp32).
   void fill_grid(int64_t n, std::mt19937& rng) {
     std::uniform_int_distribution<int> dist(-4, 4);
-    host.resize(static_cast<size_t>(n));
-    std::vector<bf16> b(host.size());
-    for (size_t i = 0; i < host.size(); ++i) {
-      host[i] = static_cast<float>(dist(rng)) / 4.0f;
-      b[i] = __float2bfloat16(host[i]);
-    }
-    dev.upload(b.data(), n);
+    fill_with(n, [&] { return static_cast<float>(dist(rng)) / 4.0f; });
   }
 };
 

@@ -302,6 +302,7 @@ struct Candidate {
 };
 
 constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64;
+constexpr int kMaxTopkChunks = 32;  // per (sequence, group): one lane each in select_blocks' merge
 
 __global__ void __launch_bounds__(kTopkThreads)
     block_topk_kernel(DecodeDims m, const int32_t* pos, const float* scores, const float* part_ml,
@@ -388,7 +389,7 @@ __global__ void __launch_bounds__(kTopkThreads)
 // chunks' candidates by (score desc, index asc). Each chunk's list is already in that order, so
 // one warp merges them, a lane per chunk (≤ 32): each round the lanes' heads meet in a warp
 // argmax and the winner's lane moves on – `free` rounds, whatever the number of chunks.
-constexpr int kMaxSel = 64, kMaxCandidates = 32 * kMaxSel;
+constexpr int kMaxSel = 64, kMaxCandidates = kMaxTopkChunks * kMaxSel;
 
 struct SelectScratch {
   Candidate cand[kMaxCandidates];
@@ -630,10 +631,12 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
   cmp_parts_ = dense ? 0 : (max_cmp_ + kCmpPart - 1) / kCmpPart;
   const int64_t sub = (cfg.l_sel + kAttnPart - 1) / kAttnPart;
-  // Candidate blocks per block_topk CTA: kTopkChunk, or more so that at most 32 CTAs per (sequence,
-  // group) keep ≤ 32·n_sel candidates for the attention parts to merge.
+  // Candidate blocks per block_topk CTA: kTopkChunk, or a multiple of it so that at most
+  // kMaxTopkChunks CTAs per (sequence, group) leave candidate lists for the attention parts'
+  // warp to merge (a lane per list).
   const int64_t max_blocks = max_len / cfg.l_sel + 1;
-  sel_chunk_ = kTopkChunk * ((max_blocks + kTopkChunk * 32 - 1) / (kTopkChunk * 32));
+  const int64_t span = int64_t{kTopkChunk} * kMaxTopkChunks;
+  sel_chunk_ = kTopkChunk * ((max_blocks + span - 1) / span);
   sel_chunks_ = (max_blocks + sel_chunk_ - 1) / sel_chunk_;
   NSA_CHECK(block_topk_smem_bytes() <= 160 * 1024, "decode on the GPU: max length ", max_len,
             " needs more shared memory for the block scores than a CTA has; shorten it");
