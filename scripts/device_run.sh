@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|model|decode|copy|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|model|decode|copy|all]
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
@@ -15,7 +15,7 @@ what=${1:-all}
 out=${OUT:-out}
 mkdir -p "$out"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
-  ninja -C build -j16 nsa nsa_cuda_tests >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 if [ "$what" = tests ] || [ "$what" = all ]; then
   ./build/tests/nsa_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" | head -40
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
@@ -28,6 +28,14 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
       --max-seconds "${MAX_SECONDS:-20}" --json "$out/nsa_$cfg.jsonl" 2>&1 | tee "$out/nsa_$cfg.txt"
     python3 bench/dense_attention.py --config "$cfg" --seq-lens "${SEQ_LENS:-2048,4096,8192,16384,32768,65536}" \
       | tee "$out/dense_$cfg.jsonl"
+  done
+fi
+# workshop (also in `all`): single kernels timed alone (bench/kernels/workshop.cpp), config:S pairs.
+if [ "$what" = workshop ] || [ "$what" = all ]; then
+  for spec in ${WORKSHOP_SHAPES:-m7c_125m:8192 m7c_125m:16384 m7c_125m:65536 paper_attn:16384}; do
+    ./build/nsa_workshop --config "${spec%%:*}" --seq-len "${spec##*:}" \
+      ${WORKSHOP_KERNELS:-sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block} 2>&1 |
+      tee -a "$out/workshop.txt"
   done
 fi
 if [ "$what" = model ] || [ "$what" = all ]; then

@@ -119,7 +119,6 @@ TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
   layer.forward();
   layer.backward();
   const NsaForward<float> gf = layer.download_forward();
-  const NsaTensors<float> gg = layer.download_grads();
 
   // Selection: GPU sets vs the CPU's own choice.
   const NsaForward<float> own = nsa_forward_cpu(cfg, layout, in);
@@ -159,41 +158,61 @@ TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
   NsaForward<float> rf_lowp = rf;
   for (int b = 0; b < kNumBranches; ++b) round_all(rf_lowp.o_branch[b]);
   const NsaTensors<float> rg_lowp = nsa_backward_cpu(cfg, layout, in, rf_lowp, d_o);
-  expect_within_lowp(gf.o, rf.o, rounded(rf.o), "o");
-  for (int b = 0; b < kNumBranches; ++b) {
-    const std::string name = kBranchNames[b];
-    expect_within_lowp(gf.o_branch[b], rf.o_branch[b], rf_lowp.o_branch[b], "o_" + name);
-    expect_close(gf.lse[b], rf.lse[b], kBf16Unit, 1e-5, "lse_" + name);
-  }
-  expect_close(gf.k_cmp, rf.k_cmp, 1e-5, 1e-4, "k_cmp");
-  expect_close(gf.v_cmp, rf.v_cmp, 1e-5, 1e-4, "v_cmp");
-  expect_within_lowp(gg.q, rg.q, rg_lowp.q, "dq");
-  for (int b = 0; b < kNumBranches; ++b) {
-    const std::string name = kBranchNames[b];
-    if (cfg.kv_index(b) == b) {
-      expect_within_lowp(gg.k[b], rg.k[b], rg_lowp.k[b], "dk_" + name);
-      expect_within_lowp(gg.v[b], rg.v[b], rg_lowp.v[b], "dv_" + name);
+  // Both selected-branch kernels; the block-major one also in row chunks of 7 rows.
+  const int64_t row_bytes = cfg.heads * cfg.n_sel * (std::max(cfg.dk, cfg.dv) + 1) * 4;
+  for (const auto& [kernel, budget, label] :
+       {std::tuple{cuda::SelectedKernel::kQueryMajor, cuda::kSelPartialBudgetBytes, "query-major"},
+        std::tuple{cuda::SelectedKernel::kBlockMajor, cuda::kSelPartialBudgetBytes, "block-major"},
+        std::tuple{cuda::SelectedKernel::kBlockMajor, 7 * row_bytes,
+                   "block-major, 7-row chunks"}}) {
+    SCOPED_TRACE(label);
+    std::printf("  selected kernel: %s\n", label);
+    layer.set_selected_kernel(kernel, budget);
+    layer.poison_outputs();
+    layer.forward();
+    layer.backward();
+    const NsaForward<float> vf = layer.download_forward();
+    const NsaTensors<float> vg = layer.download_grads();
+    expect_equal(vf.sel_idx, gf.sel_idx, "sel_idx");
+    expect_within_lowp(vf.o, rf.o, rounded(rf.o), "o");
+    for (int b = 0; b < kNumBranches; ++b) {
+      const std::string name = kBranchNames[b];
+      expect_within_lowp(vf.o_branch[b], rf.o_branch[b], rf_lowp.o_branch[b], "o_" + name);
+      expect_close(vf.lse[b], rf.lse[b], kBf16Unit, 1e-5, "lse_" + name);
     }
-    expect_within_lowp(gg.gate[b], rg.gate[b], rg_lowp.gate[b], "dg_" + name);
-  }
-  if (cfg.phi == Phi::kMlp) {
-    for (auto [name, g, r, lp] : {std::tuple{"phi_k", &gg.phi_k, &rg.phi_k, &rg_lowp.phi_k},
-                                  std::tuple{"phi_v", &gg.phi_v, &rg.phi_v, &rg_lowp.phi_v}}) {
-      const std::string n = std::string("d") + name;
-      expect_within_lowp(g->pos, r->pos, lp->pos, n + "_pos");
-      expect_within_lowp(g->w1, r->w1, lp->w1, n + "_w1");
-      expect_within_lowp(g->b1, r->b1, lp->b1, n + "_b1");
-      expect_within_lowp(g->w2, r->w2, lp->w2, n + "_w2");
-      expect_within_lowp(g->b2, r->b2, lp->b2, n + "_b2");
+    expect_close(vf.k_cmp, rf.k_cmp, 1e-5, 1e-4, "k_cmp");
+    expect_close(vf.v_cmp, rf.v_cmp, 1e-5, 1e-4, "v_cmp");
+    expect_within_lowp(vg.q, rg.q, rg_lowp.q, "dq");
+    for (int b = 0; b < kNumBranches; ++b) {
+      const std::string name = kBranchNames[b];
+      if (cfg.kv_index(b) == b) {
+        expect_within_lowp(vg.k[b], rg.k[b], rg_lowp.k[b], "dk_" + name);
+        expect_within_lowp(vg.v[b], rg.v[b], rg_lowp.v[b], "dv_" + name);
+      }
+      expect_within_lowp(vg.gate[b], rg.gate[b], rg_lowp.gate[b], "dg_" + name);
     }
-  }
+    if (cfg.phi == Phi::kMlp) {
+      for (auto [name, g, r, lp] : {std::tuple{"phi_k", &vg.phi_k, &rg.phi_k, &rg_lowp.phi_k},
+                                    std::tuple{"phi_v", &vg.phi_v, &rg.phi_v, &rg_lowp.phi_v}}) {
+        const std::string n = std::string("d") + name;
+        expect_within_lowp(g->pos, r->pos, lp->pos, n + "_pos");
+        expect_within_lowp(g->w1, r->w1, lp->w1, n + "_w1");
+        expect_within_lowp(g->b1, r->b1, lp->b1, n + "_b1");
+        expect_within_lowp(g->w2, r->w2, lp->w2, n + "_w2");
+        expect_within_lowp(g->b2, r->b2, lp->b2, n + "_b2");
+      }
+    }
 
-  // Deterministic backward: a second run gives bit-identical gradients.
-  layer.backward();
-  const NsaTensors<float> again = layer.download_grads();
-  expect_equal(again.q, gg.q, "dq run-to-run");
-  expect_equal(again.k[cfg.kv_index(kSel)], gg.k[cfg.kv_index(kSel)], "dk_sel run-to-run");
-  expect_equal(again.v[kCmp], gg.v[kCmp], "dv_cmp run-to-run");
+    // Deterministic: a second forward and backward give bit-identical results.
+    layer.forward();
+    layer.backward();
+    const NsaForward<float> f2 = layer.download_forward();
+    const NsaTensors<float> again = layer.download_grads();
+    expect_equal(f2.o_branch[kSel], vf.o_branch[kSel], "o_sel run-to-run");
+    expect_equal(again.q, vg.q, "dq run-to-run");
+    expect_equal(again.k[cfg.kv_index(kSel)], vg.k[cfg.kv_index(kSel)], "dk_sel run-to-run");
+    expect_equal(again.v[kCmp], vg.v[kCmp], "dv_cmp run-to-run");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -234,7 +253,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 // Every query attends to one hot block: all selections contain it, and the selected branch's
-// dK/dV accumulation over very long query lists (the inverted index's largest segment) is right.
+// dK/dV accumulation over very long query lists (the inverted index's largest segment) is right,
+// as are the block-major forward and dq whose CTAs then all share one block.
 TEST(CudaHotBlock, ManyQueriesSelectTheSameBlock) {
   const NsaConfig cfg = make_config({4, 1, 32, 32}, {16, 16, 16, 4, 16});
   const int64_t S = 900;
@@ -251,25 +271,31 @@ TEST(CudaHotBlock, ManyQueriesSelectTheSameBlock) {
       in.k[kCmp][r * cfg.dk + e] = round_bf16(e % 2 ? 2.f : -2.f);
   }
   Tensor<float> d_o({S, cfg.heads, cfg.dv}, 0.25f);
-  cuda::NsaCudaLayer layer(cfg, layout);
-  layer.set_inputs(in);
-  layer.set_output_grad(d_o);
-  layer.forward();
-  layer.backward();
-  const auto gf = layer.download_forward();
-  const auto gg = layer.download_grads();
-  int64_t with_block3 = 0;
-  for (int64_t t = 5 * 16; t < S; ++t) {
-    for (int64_t k = 0; k < cfg.n_sel; ++k) with_block3 += gf.sel_idx[t * cfg.n_sel + k] == 3;
+  for (const auto kernel : {cuda::SelectedKernel::kQueryMajor, cuda::SelectedKernel::kBlockMajor}) {
+    cuda::NsaCudaLayer layer(cfg, layout);
+    layer.set_selected_kernel(kernel);
+    layer.set_inputs(in);
+    layer.set_output_grad(d_o);
+    layer.forward();
+    layer.backward();
+    const auto gf = layer.download_forward();
+    const auto gg = layer.download_grads();
+    int64_t with_block3 = 0;
+    for (int64_t t = 5 * 16; t < S; ++t) {
+      for (int64_t k = 0; k < cfg.n_sel; ++k) with_block3 += gf.sel_idx[t * cfg.n_sel + k] == 3;
+    }
+    EXPECT_EQ(with_block3, S - 5 * 16) << "every query from block 5 on should select block 3";
+    const auto rf = nsa_forward_cpu(cfg, layout, in, &gf.sel_idx);
+    const auto rg = nsa_backward_cpu(cfg, layout, in, rf, d_o);
+    auto rf_lowp = rf;
+    for (int b = 0; b < kNumBranches; ++b) round_all(rf_lowp.o_branch[b]);
+    const auto rg_lowp = nsa_backward_cpu(cfg, layout, in, rf_lowp, d_o);
+    expect_within_lowp(gf.o_branch[kSel], rf.o_branch[kSel], rf_lowp.o_branch[kSel],
+                       "o_sel (hot block)");
+    expect_within_lowp(gg.q, rg.q, rg_lowp.q, "dq (hot block)");
+    expect_within_lowp(gg.k[kSel], rg.k[kSel], rg_lowp.k[kSel], "dk_sel (hot block)");
+    expect_within_lowp(gg.v[kSel], rg.v[kSel], rg_lowp.v[kSel], "dv_sel (hot block)");
   }
-  EXPECT_EQ(with_block3, S - 5 * 16) << "every query from block 5 on should select block 3";
-  const auto rf = nsa_forward_cpu(cfg, layout, in, &gf.sel_idx);
-  const auto rg = nsa_backward_cpu(cfg, layout, in, rf, d_o);
-  auto rf_lowp = rf;
-  for (int b = 0; b < kNumBranches; ++b) round_all(rf_lowp.o_branch[b]);
-  const auto rg_lowp = nsa_backward_cpu(cfg, layout, in, rf_lowp, d_o);
-  expect_within_lowp(gg.k[kSel], rg.k[kSel], rg_lowp.k[kSel], "dk_sel (hot block)");
-  expect_within_lowp(gg.v[kSel], rg.v[kSel], rg_lowp.v[kSel], "dv_sel (hot block)");
 }
 
 // Changing every input of rows after t0 leaves the forward of rows <= t0 bit-identical: outputs,
@@ -291,28 +317,31 @@ TEST(CudaCausality, FutureRowsDoNotChangeThePast) {
     replace_future(changed.k[c], other.k[c]), replace_future(changed.v[c], other.v[c]);
     replace_future(changed.gate[c], other.gate[c]);
   }
-  const auto run = [&](const NsaTensors<float>& x) {
+  const auto run = [&](const NsaTensors<float>& x, cuda::SelectedKernel kernel) {
     cuda::NsaCudaLayer layer(cfg, layout);
+    layer.set_selected_kernel(kernel);
     layer.set_inputs(x);
     layer.forward();
     return layer.download_forward();
   };
-  const NsaForward<float> a = run(in), b = run(changed);
-  const auto past_equal = [&](const auto& x, const auto& y, const std::string& what) {
-    const int64_t per_row = x.numel() / S;
-    int64_t differ = 0;
-    for (int64_t i = 0; i < (t0 + 1) * per_row; ++i) differ += !(x[i] == y[i]) && !(x[i] != x[i]);
-    EXPECT_EQ(differ, 0) << what << ": past rows changed with the future";
-    int64_t future_differ = 0;
-    for (int64_t i = (t0 + 1) * per_row; i < x.numel(); ++i) future_differ += x[i] != y[i];
-    EXPECT_GT(future_differ, 0) << what << ": the future rows did not change at all";
-  };
-  past_equal(a.o, b.o, "o");
-  for (int c = 0; c < kNumBranches; ++c) {
-    past_equal(a.o_branch[c], b.o_branch[c], std::string("o_") + kBranchNames[c]);
-    past_equal(a.lse[c], b.lse[c], std::string("lse_") + kBranchNames[c]);
+  for (const auto kernel : {cuda::SelectedKernel::kQueryMajor, cuda::SelectedKernel::kBlockMajor}) {
+    const NsaForward<float> a = run(in, kernel), b = run(changed, kernel);
+    const auto past_equal = [&](const auto& x, const auto& y, const std::string& what) {
+      const int64_t per_row = x.numel() / S;
+      int64_t differ = 0;
+      for (int64_t i = 0; i < (t0 + 1) * per_row; ++i) differ += !(x[i] == y[i]) && !(x[i] != x[i]);
+      EXPECT_EQ(differ, 0) << what << ": past rows changed with the future";
+      int64_t future_differ = 0;
+      for (int64_t i = (t0 + 1) * per_row; i < x.numel(); ++i) future_differ += x[i] != y[i];
+      EXPECT_GT(future_differ, 0) << what << ": the future rows did not change at all";
+    };
+    past_equal(a.o, b.o, "o");
+    for (int c = 0; c < kNumBranches; ++c) {
+      past_equal(a.o_branch[c], b.o_branch[c], std::string("o_") + kBranchNames[c]);
+      past_equal(a.lse[c], b.lse[c], std::string("lse_") + kBranchNames[c]);
+    }
+    past_equal(a.sel_idx, b.sel_idx, "sel_idx");
   }
-  past_equal(a.sel_idx, b.sel_idx, "sel_idx");
 }
 
 TEST(CudaLayer, RejectsHeadDimsThatAreNotBuilt) {

@@ -11,6 +11,7 @@
 #include "head_dims.h"
 #include "nsa_kernels.h"
 #include "sel_pack.cuh"
+#include "softmax.cuh"
 #include "tiles.cuh"
 
 namespace nsa::cuda {
@@ -52,37 +53,6 @@ __global__ void preprocess_kernel(const NsaParams p) {
   }
 }
 
-// Per row half (r = 0: gid, 1: gid + 8): lse (log2 units), delta and gate of branch c.
-struct RowStats {
-  float lse2[2], delta[2], gate[2];
-  __device__ void load(const NsaParams& p, int c, int64_t th_lo, int64_t th_hi, bool ok_lo,
-                       bool ok_hi) {
-    const int64_t th[2] = {th_lo, th_hi};
-    const bool ok[2] = {ok_lo, ok_hi};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      lse2[r] = ok[r] ? p.lse[c][th[r]] * kLog2e : -INFINITY;
-      delta[r] = ok[r] ? p.delta[c][th[r]] : 0.0f;
-      gate[r] = ok[r] ? __bfloat162float(p.gate[c][th[r]]) : 0.0f;
-    }
-  }
-};
-
-// s := dS from S (scaled to the log2 domain, −inf where masked) and dP.
-template <int NT>
-__device__ __forceinline__ void scores_to_ds(float s[][4], const float dp[][4],
-                                             const RowStats& st) {
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1;
-      const float pr = s[nt][e] == -INFINITY ? 0.0f : exp2f(s[nt][e] - st.lse2[r]);
-      s[nt][e] = pr * (st.gate[r] * dp[nt][e] - st.delta[r]);
-    }
-  }
-}
-
 // d_q[th] (=, or +=) scale·dq for one row half.
 template <int DK>
 __device__ void store_dq(const NsaParams& p, const float dq[][4], int r, int64_t th,
@@ -103,7 +73,8 @@ __global__ void __launch_bounds__(kThreads)
     dense_dq_kernel(const NsaParams p, const RowTile* __restrict__ tiles, bool accumulate) {
   constexpr int KT = dq_key_tile<DK>();
   extern __shared__ __align__(16) unsigned char smem[];
-  const RowTile tile = tiles[blockIdx.x];
+  // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
+  const RowTile tile = tiles[gridDim.x - 1 - blockIdx.x];
   const int64_t h = blockIdx.y, g = h / p.hpg, n = tile.seq, start = p.cu_seqlens[n];
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
   const int r_lo = warp * 16 + gid;
@@ -210,10 +181,13 @@ void launch_nsa_backward_preprocess(const NsaParams& p, cudaStream_t stream) {
   NSA_CUDA_LAUNCH_CHECK();
 }
 
-void launch_nsa_backward_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
-                            cudaStream_t stream) {
-  if (p.T == 0) return;
+void launch_compressed_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                          cudaStream_t stream) {
   launch_dense_dq<Branch::kCmp>(p, tiles, n_tiles, false, stream);
+}
+
+void launch_selected_dq(const NsaParams& p, cudaStream_t stream) {
+  if (p.T == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = selected_dq_kernel<DK(), DV()>;
     const int R = sel_rows_per_warp(p.hpg, p.n_sel);
@@ -224,6 +198,10 @@ void launch_nsa_backward_dq(const NsaParams& p, const RowTile* tiles, int64_t n_
     kernel<<<dim3(ctas, static_cast<unsigned>(p.G)), kThreads, smem, stream>>>(p, R);
     NSA_CUDA_LAUNCH_CHECK();
   });
+}
+
+void launch_window_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                      cudaStream_t stream) {
   launch_dense_dq<Branch::kWin>(p, tiles, n_tiles, true, stream);
 }
 

@@ -17,9 +17,11 @@
 namespace nsa::cuda {
 namespace {
 
-// Chunks (CTAs) per dK/dV unit of the compressed and selected branches, whose query lists can be
-// the whole sequence (compressed token 0, forced block 0).
-constexpr int64_t kChunks = 8;
+// CTAs per dK/dV unit, each adding up a share of the unit's queries into a partial sum (the
+// partials are then added in chunk order). The compressed branch has few units (one per 64
+// compressed tokens) and the first see nearly every query; the selected branch's first blocks are
+// hot (block 0 is forced for every query); the window's units are many and even.
+constexpr int64_t kCmpChunks = 64, kSelChunks = 16, kWinChunks = 2;
 
 std::vector<bf16> to_bf16(const Tensor<float>& t) {
   std::vector<bf16> out(t.data.size());
@@ -48,9 +50,14 @@ void upload(DeviceBuffer<T>& dst, const std::vector<T>& src) {
 
 }  // namespace
 
+SelectedKernel default_selected_kernel(const NsaConfig& cfg) {
+  return cfg.l_sel <= kSelBlockMajorMaxLsel ? SelectedKernel::kBlockMajor
+                                            : SelectedKernel::kQueryMajor;
+}
+
 size_t NsaBackwardBuffers::bytes() const {
   size_t total = d_o.bytes() + d_q.bytes() + d_k_cmp.bytes() + d_v_cmp.bytes() + partial.bytes() +
-                 sel_index.device_bytes();
+                 sel_index.device_bytes() + sel_block_major.device_bytes();
   for (int c = 0; c < kNumBranches; ++c) {
     total += delta[c].bytes() + d_gate[c].bytes() + d_k[c].bytes() + d_v[c].bytes();
   }
@@ -61,6 +68,7 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
                            std::shared_ptr<NsaBackwardBuffers> backward_buffers)
     : cfg_(cfg),
       layout_(layout),
+      sel_kernel_(default_selected_kernel(cfg)),
       bw_(backward_buffers ? std::move(backward_buffers) : std::make_shared<NsaBackwardBuffers>()) {
   NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
   cfg.validate();
@@ -126,7 +134,8 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
   bw_->d_k_cmp.resize(C * G * cfg.dk);
   bw_->d_v_cmp.resize(C * G * cfg.dv);
   sel_idx_.resize(T * G * cfg.n_sel);
-  bw_->partial.resize(kChunks * std::max(T, C) * G * (cfg.dk + cfg.dv));
+  bw_->partial.resize(std::max(std::max(kSelChunks, kWinChunks) * T, kCmpChunks * C) * G *
+                      (cfg.dk + cfg.dv));
   p.q = q_.get(), p.o = o_.get(), p.d_o = bw_->d_o.get(), p.d_q = bw_->d_q.get();
   p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get(), p.d_k_cmp = bw_->d_k_cmp.get();
   p.k_cmp_bf16 = k_cmp_bf16_.get(), p.v_cmp_bf16 = v_cmp_bf16_.get();
@@ -154,6 +163,14 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
     mlp_k_ = std::make_unique<CompressMlp>(cfg.l, cfg.dk, cfg.mlp_hidden(), C * G);
     mlp_v_ = std::make_unique<CompressMlp>(cfg.l, cfg.dv, cfg.mlp_hidden(), C * G);
   }
+}
+
+void NsaCudaLayer::set_selected_kernel(SelectedKernel k, int64_t partial_budget_bytes) {
+  NSA_CHECK(k == SelectedKernel::kQueryMajor || cfg_.l_sel <= kSelBlockMajorMaxLsel,
+            "the block-major selected kernel needs l_sel <= ", kSelBlockMajorMaxLsel,
+            " (l_sel = ", cfg_.l_sel, ")");
+  sel_kernel_ = k;
+  bw_->sel_block_major.set_partial_budget(partial_budget_bytes);
 }
 
 NsaCudaLayer::~NsaCudaLayer() {
@@ -193,23 +210,33 @@ void NsaCudaLayer::forward(cudaStream_t stream) {
   const int64_t n_tiles = row_tiles_.size();
   launch_compressed_forward(p_, row_tiles_.get(), n_tiles, stream);
   launch_select_blocks(p_, row_tiles_.get(), n_tiles, stream);
-  launch_selected_forward(p_, stream);
+  if (sel_kernel_ == SelectedKernel::kBlockMajor) {
+    bw_->sel_block_major.forward(p_, stream);
+  } else {
+    launch_selected_forward(p_, stream);
+  }
   launch_window_forward(p_, row_tiles_.get(), n_tiles, stream);
 }
 
 void NsaCudaLayer::backward(cudaStream_t stream) {
   const bool shared = cfg_.kv == KvMode::kShared;
   launch_nsa_backward_preprocess(p_, stream);
-  launch_nsa_backward_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
+  launch_compressed_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
+  if (sel_kernel_ == SelectedKernel::kBlockMajor) {
+    bw_->sel_block_major.backward_dq(p_, stream);
+  } else {
+    launch_selected_dq(p_, stream);
+  }
+  launch_window_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
   bw_->sel_index.build(p_, stream);
   bw_->sel_index.attach(p_);
   float* partial = bw_->partial.get();
-  launch_nsa_backward_dkdv(p_, Branch::kWin, row_tiles_.get(), row_tiles_.size(), 1, false, partial,
-                           stream);
-  // With shared K/V the window wrote the gradient first; the selected branch adds to it.
-  launch_nsa_backward_dkdv(p_, Branch::kSel, sel_units_.get(), sel_units_.size(), kChunks, shared,
+  launch_nsa_backward_dkdv(p_, Branch::kWin, row_tiles_.get(), row_tiles_.size(), kWinChunks, false,
                            partial, stream);
-  launch_nsa_backward_dkdv(p_, Branch::kCmp, cmp_units_.get(), cmp_units_.size(), kChunks, false,
+  // With shared K/V the window wrote the gradient first; the selected branch adds to it.
+  launch_nsa_backward_dkdv(p_, Branch::kSel, sel_units_.get(), sel_units_.size(), kSelChunks,
+                           shared, partial, stream);
+  launch_nsa_backward_dkdv(p_, Branch::kCmp, cmp_units_.get(), cmp_units_.size(), kCmpChunks, false,
                            partial, stream);
   if (mlp_k_) {
     mlp_k_->backward(blas_, p_, p_.d_k_cmp, p_.d_k[0], shared, stream);

@@ -16,6 +16,7 @@
 #include "nsa/attention.h"
 #include "nsa_backward_dkdv.h"
 #include "nsa_params.h"
+#include "sel_block_major.h"
 #include "sel_index.h"
 
 namespace nsa::cuda {
@@ -27,8 +28,13 @@ struct NsaBackwardBuffers {
   DeviceBuffer<bf16> d_o;
   DeviceBuffer<float> d_q, d_k_cmp, d_v_cmp, partial, delta[3], d_gate[3], d_k[3], d_v[3];
   SelIndex sel_index;
+  // Scratch of the block-major selected branch, used by forward and backward alike.
+  SelBlockMajor sel_block_major;
   size_t bytes() const;
 };
+
+// The faster selected-branch kernel for a shape (measured: docs/perf.md).
+SelectedKernel default_selected_kernel(const NsaConfig& cfg);
 
 class NsaCudaLayer {
  public:
@@ -45,6 +51,11 @@ class NsaCudaLayer {
   void set_output_grad(const Tensor<float>& d_o);  // [T, H, dv]
   void forward(cudaStream_t stream = nullptr);
   void backward(cudaStream_t stream = nullptr);  // after forward and set_output_grad
+
+  // The selected branch's forward and dq kernels: default_selected_kernel(cfg) unless set (tests
+  // and the kernel workshop compare both); tests also shrink the block-major partials' budget.
+  void set_selected_kernel(SelectedKernel k, int64_t partial_budget_bytes = kSelPartialBudgetBytes);
+  SelectedKernel selected_kernel() const { return sel_kernel_; }
 
   // Fills every output, saved-state and gradient buffer with NaN (tests: all must be overwritten).
   void poison_outputs();
@@ -64,6 +75,18 @@ class NsaCudaLayer {
   const float* d_v_out(int branch) const { return bw_->d_v[cfg_.kv_index(branch)].get(); }
   const float* d_gate_out(int branch) const { return bw_->d_gate[branch].get(); }
 
+  // The kernel workshop (bench/kernels) launches single kernels on the layer's state.
+  const NsaParams& params() const { return p_; }
+  NsaBackwardBuffers& backward_buffers() { return *bw_; }
+  const RowTile* row_tiles() const { return row_tiles_.get(); }
+  int64_t num_row_tiles() const { return row_tiles_.size(); }
+  const RowTile* units(Branch b) const {
+    return (b == Branch::kCmp ? cmp_units_ : b == Branch::kSel ? sel_units_ : row_tiles_).get();
+  }
+  int64_t num_units(Branch b) const {
+    return (b == Branch::kCmp ? cmp_units_ : b == Branch::kSel ? sel_units_ : row_tiles_).size();
+  }
+
   NsaForward<float> download_forward() const;
   NsaTensors<float> download_grads() const;
   // Every device byte the layer holds; without_backward_buffers: less the (shareable) backward set.
@@ -73,6 +96,7 @@ class NsaCudaLayer {
   NsaConfig cfg_;
   SeqLayout layout_;
   NsaParams p_{};
+  SelectedKernel sel_kernel_;
   DeviceBuffer<int64_t> cu_seqlens_, cmp_offsets_, blk_offsets_, cmp_raw_start_;
   DeviceBuffer<int32_t> seq_of_row_, sel_idx_;
   DeviceBuffer<bf16> q_, k_[3], v_[3], gate_[3], o_, o_branch_[3], k_cmp_bf16_, v_cmp_bf16_;

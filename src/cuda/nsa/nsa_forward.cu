@@ -13,6 +13,7 @@
 #include "head_dims.h"
 #include "nsa_kernels.h"
 #include "sel_pack.cuh"
+#include "softmax.cuh"
 #include "tiles.cuh"
 
 namespace nsa::cuda {
@@ -22,69 +23,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 static_assert(kQueryTileRows == 16 * kWarps, "one warp per 16 query rows");
 constexpr int kKeyTile = 64;  // key rows per shared tile (dense branches)
-
-// Online-softmax state of one warp's 16 rows (each thread: rows gid and gid + 8).
-template <int DV>
-struct SoftmaxAcc {
-  float o[DV / 8][4];
-  float m[2], l[2];
-
-  __device__ void init() {
-#pragma unroll
-    for (int nt = 0; nt < DV / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.0f;
-  }
-
-  // s: scores already scaled to the log2 domain, −inf where masked. Turns s into P and rescales o.
-  template <int NT>
-  __device__ void update(float s[][4]) {
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
-    }
-    float alpha[2], mn[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mn[r] = fmaxf(m[r], quad_max(mx[r]));
-      alpha[r] = mn[r] == -INFINITY ? 1.0f : exp2f(m[r] - mn[r]);
-      m[r] = mn[r];
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const float pr = mn[r] == -INFINITY ? 0.0f : exp2f(s[nt][e] - mn[r]);
-        s[nt][e] = pr;
-        sum[r] += pr;
-      }
-    }
-#pragma unroll
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
-#pragma unroll
-    for (int nt = 0; nt < DV / 8; ++nt) {
-      o[nt][0] *= alpha[0], o[nt][1] *= alpha[0];
-      o[nt][2] *= alpha[1], o[nt][3] *= alpha[1];
-    }
-  }
-
-  // Row r's (0: gid, 1: gid + 8) normaliser and natural-log lse; call after `finish`.
-  __device__ void finish() {
-    l[0] = quad_sum(l[0]);
-    l[1] = quad_sum(l[1]);
-  }
-  __device__ float inv(int r) const {
-    return l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-  }
-  __device__ float lse(int r) const {
-    return l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
-  }
-};
 
 // Writes one row half of a warp's result: o_branch (bf16) and lse; with `combine`, also
 // o = g_cmp·o_cmp + g_sel·o_sel + g_win·(this).
@@ -120,7 +58,8 @@ template <int DK, int DV, Branch B>
 __global__ void __launch_bounds__(kThreads)
     dense_forward_kernel(const NsaParams p, const RowTile* __restrict__ tiles) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const RowTile tile = tiles[blockIdx.x];
+  // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
+  const RowTile tile = tiles[gridDim.x - 1 - blockIdx.x];
   const int64_t h = blockIdx.y, g = h / p.hpg, n = tile.seq, start = p.cu_seqlens[n];
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
   const int r_lo = warp * 16 + gid;  // this thread's rows in the tile: r_lo and r_lo + 8

@@ -42,8 +42,12 @@ void launch_window_forward(const NsaParams& p, const RowTile* tiles, int64_t n_t
 
 // delta_c = g_c · (dO·o_c) and d_gate_c = dO·o_c for every (row, head, branch).
 void launch_nsa_backward_preprocess(const NsaParams& p, cudaStream_t stream);
-// dq of all three branches (compressed writes, selected and window add).
-void launch_nsa_backward_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
-                            cudaStream_t stream);
+// dq, in this order: the compressed branch writes d_q, the selected branch (query-major; or
+// SelBlockMajor::backward_dq) and the window branch add to it.
+void launch_compressed_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                          cudaStream_t stream);
+void launch_selected_dq(const NsaParams& p, cudaStream_t stream);
+void launch_window_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                      cudaStream_t stream);
 
 }  // namespace nsa::cuda

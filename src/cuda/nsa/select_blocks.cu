@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(kThreads)
   int32_t* top_i = reinterpret_cast<int32_t*>(smem + L.top_i);
   const int width = halo + kKeyTile;
 
-  const RowTile tile = tiles[blockIdx.x];
+  // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
+  const RowTile tile = tiles[gridDim.x - 1 - blockIdx.x];
   const int64_t g = blockIdx.y, n = tile.seq, start = p.cu_seqlens[n], hpg = p.hpg;
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
   const int r_lo = warp * 16 + gid;

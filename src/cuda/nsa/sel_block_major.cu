@@ -1,0 +1,371 @@
+// The selected branch block-major (v3, see sel_block_major.h): one selection block staged in shared
+// memory serves every (query, head) pair of a CTA's entries that chose it, so each block is read
+// once per ~256 pairs instead of once per (query, group), and the MMA tiles are full whatever the
+// group size. The price is one partial result per (row, head, slot) in device memory and a merge.
+//
+// Forward partial: the block's softmax state of the pair – o_k normalised over the block's
+// visible keys (fp32) and lse_k (natural log). Merge: o = Σ_k e^(lse_k − lse) o_k with
+// lse = log Σ_k e^(lse_k), slots in ascending order. dq partial: Σ_j dS_j k_j over the block's
+// keys (unscaled); merge: d_q += scale · Σ_k partial_k, slots in ascending order.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "head_dims.h"
+#include "nsa_kernels.h"
+#include "sel_block_major.h"
+#include "softmax.cuh"
+#include "tiles.cuh"
+
+namespace nsa::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kPairTile = 16 * kWarps;  // (entry, head) pairs per CTA tile: 16 MMA rows a warp
+constexpr int kPairsPerCta = 256;       // a CTA takes kPairsPerCta / hpg entries (at least 1)
+constexpr uint64_t kPadKey = ~0ull;
+
+int entries_per_cta(int64_t hpg) {
+  return static_cast<int>(std::max<int64_t>(1, kPairsPerCta / hpg));
+}
+
+// Block rows per shared sub-tile: 32 for the widest heads keeps dq, Q, dO, S and dP in registers.
+template <int DK>
+constexpr int key_tile() {
+  return DK > 128 ? 32 : 64;
+}
+
+template <int DK, int DV>
+size_t smem_bytes(const NsaParams& p, int ne) {
+  constexpr int KT = key_tile<DK>();
+  const int64_t rows = (p.l_sel + KT - 1) / KT * KT;
+  return static_cast<size_t>(rows * (tile_stride(DK) + tile_stride(DV))) * sizeof(bf16) +
+         static_cast<size_t>(ne) * sizeof(uint64_t);
+}
+
+// Keys of rows [r0, r0 + n / (G·n_sel)): entry e of the chunk is sel_idx entry r0·G·n_sel + e.
+__global__ void chunk_keys_kernel(const NsaParams p, int64_t r0, int64_t n,
+                                  uint64_t* __restrict__ keys) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  const int64_t ge = r0 * p.G * p.n_sel + e;
+  const int64_t row = ge / (p.G * p.n_sel), g = (ge / p.n_sel) % p.G, slot = ge % p.n_sel;
+  const int32_t b = p.sel_idx[ge];
+  if (b < 0) {
+    keys[e] = kPadKey;
+    return;
+  }
+  const int64_t gb = p.blk_offsets[p.seq_of_row[row]] + b;
+  keys[e] = (static_cast<uint64_t>(g * p.TB + gb) << 32) |
+            static_cast<uint64_t>((row - r0) * p.n_sel + slot);
+}
+
+struct ChunkArgs {
+  const uint64_t* keys;  // sorted; padding last
+  int64_t n;             // keys
+  int64_t r0;            // first query row of the chunk
+  int ne;                // entries per CTA
+  float* part;           // [rows, H, n_sel, dv] forward, [rows, H, n_sel, dk] dq
+  float* part_lse;       // [rows, H, n_sel] (forward)
+};
+
+// What one thread needs of its two MMA rows (gid, gid + 8) of a pair tile.
+struct PairRows {
+  bool ok[2];
+  int64_t th[2];    // row·H + head
+  int64_t part[2];  // ((local row)·H + head)·n_sel + slot
+  int64_t t[2];     // position in the sequence
+};
+
+__device__ __forceinline__ PairRows pair_rows(const NsaParams& p, const ChunkArgs& a,
+                                              const uint64_t* key_s, int run_begin, int pairs,
+                                              int pair0, int64_t g, int64_t seq_start) {
+  PairRows pr;
+  const int gid = (threadIdx.x & 31) >> 2;
+  const int hpg = static_cast<int>(p.hpg), n_sel = static_cast<int>(p.n_sel);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int pair = pair0 + gid + 8 * r;
+    pr.ok[r] = pair < pairs;
+    const int safe = pr.ok[r] ? pair : 0;
+    // 32-bit divisions: a chunk's local index and the head count fit.
+    const uint32_t local = static_cast<uint32_t>(key_s[run_begin + safe / hpg]);
+    const uint32_t lrow = local / static_cast<uint32_t>(n_sel);
+    const int slot = static_cast<int>(local - lrow * static_cast<uint32_t>(n_sel));
+    const int64_t head = g * hpg + safe % hpg, row = a.r0 + lrow;
+    pr.th[r] = row * p.H + head;
+    pr.part[r] = (static_cast<int64_t>(lrow) * p.H + head) * n_sel + slot;
+    pr.t[r] = row - seq_start;
+  }
+  return pr;
+}
+
+// Scales a sub-tile's scores to the log2 domain, −inf where the key is past the block's valid rows
+// or after the row's own position.
+template <int NT>
+__device__ __forceinline__ void mask_block(float s[][4], const PairRows& pr, int kbase, int nk,
+                                           int64_t k_first, float sl2) {
+  const int tq = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1, kk = kbase + nt * 8 + 2 * tq + (e & 1);
+      const bool vis = pr.ok[r] && kk < nk && k_first + kk <= pr.t[r];
+      s[nt][e] = vis ? s[nt][e] * sl2 : -INFINITY;
+    }
+  }
+}
+
+// One row half of a warp's 16 × D accumulator → dst (fp32), times `scale`.
+template <int D>
+__device__ __forceinline__ void store_part(float* dst, const float acc[][4], int r, float scale) {
+  const int tq = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) {
+    *reinterpret_cast<float2*>(dst + nt * 8 + 2 * tq) =
+        make_float2(scale * acc[nt][2 * r], scale * acc[nt][2 * r + 1]);
+  }
+}
+
+// A warp's operands of one pair tile: its rows, their q (and, for dq, dO and the statistics) as
+// A fragments straight from global memory.
+template <int DK, int DV, bool kGrad>
+struct TileInputs {
+  PairRows pr;
+  uint32_t qf[DK / 16][4];
+  uint32_t dof[kGrad ? DV / 16 : 1][4];
+  RowStats st;
+
+  __device__ void load(const NsaParams& p, const ChunkArgs& a, const uint64_t* key_s, int run_begin,
+                       int pairs, int pair0, int64_t g, int64_t seq_start) {
+    pr = pair_rows(p, a, key_s, run_begin, pairs, pair0, g, seq_start);
+    load_a_rows<DK>(qf, [&](int m) -> const bf16* {
+      return pr.ok[m >> 3] ? p.q + pr.th[m >> 3] * DK : nullptr;
+    });
+    if constexpr (kGrad) {
+      load_a_rows<DV>(dof, [&](int m) -> const bf16* {
+        return pr.ok[m >> 3] ? p.d_o + pr.th[m >> 3] * DV : nullptr;
+      });
+      st.load(p, 1, pr.th[0], pr.th[1], pr.ok[0], pr.ok[1]);
+    }
+  }
+};
+
+template <int DK, int DV, bool kGrad>
+__global__ void __launch_bounds__(kThreads)
+    sel_block_major_kernel(const NsaParams p, const ChunkArgs a) {
+  constexpr int KT = key_tile<DK>(), SK = tile_stride(DK), SV = tile_stride(DV);
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int n_sub = static_cast<int>((p.l_sel + KT - 1) / KT);
+  bf16* ks = reinterpret_cast<bf16*>(smem);
+  bf16* vs = ks + n_sub * KT * SK;
+  uint64_t* key_s = reinterpret_cast<uint64_t*>(vs + n_sub * KT * SV);
+
+  const int64_t e0 = static_cast<int64_t>(blockIdx.x) * a.ne;
+  const int n_here = static_cast<int>(a.n - e0 < a.ne ? a.n - e0 : a.ne);
+  for (int i = threadIdx.x; i < n_here; i += kThreads) key_s[i] = a.keys[e0 + i];
+  __syncthreads();
+  const int warp = threadIdx.x >> 5;
+  const float sl2 = p.scale * kLog2e;
+
+  for (int i = 0; i < n_here;) {
+    const uint64_t key0 = key_s[i];
+    if (key0 == kPadKey) break;
+    const uint64_t seg = key0 >> 32;
+    int j = i + 1;
+    while (j < n_here && (key_s[j] >> 32) == seg) ++j;
+    // Entries [i, j) chose block `blk` of group g in sequence n.
+    const int64_t g = static_cast<int64_t>(seg) / p.TB;
+    const int64_t row0 = a.r0 + static_cast<int64_t>(key0 & 0xffffffffu) / p.n_sel;
+    const int64_t n = p.seq_of_row[row0], seq_start = p.cu_seqlens[n];
+    const int64_t blk = static_cast<int64_t>(seg) % p.TB - p.blk_offsets[n];
+    const int64_t k_first = blk * p.l_sel, len = p.cu_seqlens[n + 1] - seq_start;
+    const int nk = static_cast<int>(p.l_sel < len - k_first ? p.l_sel : len - k_first);
+    const KvRows kv = raw_rows(p, 1, n, g);
+    load_tile<DK, true>(
+        ks, n_sub * KT,
+        [&](int r) { return r < nk ? kv.k + (k_first + r) * kv.k_stride : nullptr; }, threadIdx.x,
+        kThreads);
+    load_tile<DV, true>(
+        vs, n_sub * KT,
+        [&](int r) { return r < nk ? kv.v + (k_first + r) * kv.v_stride : nullptr; }, threadIdx.x,
+        kThreads);
+    cp_async_commit();
+    // The warp's first tile loads its operands while the block is on its way.
+    const int pairs = (j - i) * static_cast<int>(p.hpg);
+    TileInputs<DK, DV, kGrad> in;
+    in.load(p, a, key_s, i, pairs, warp * 16, g, seq_start);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    for (int pair0 = warp * 16; pair0 < pairs; pair0 += kPairTile) {
+      if (pair0 != warp * 16) in.load(p, a, key_s, i, pairs, pair0, g, seq_start);
+      const PairRows& pr = in.pr;
+      if constexpr (!kGrad) {
+        SoftmaxAcc<DV> acc;
+        acc.init();
+        for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
+          float s[KT / 8][4] = {};
+          mma_a_bt<DK, KT / 8>(s, in.qf, ks + sub * KT * SK);
+          mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
+          acc.template update<KT / 8>(s);
+          mma_c_b<DV, KT / 16>(acc.o, s, vs + sub * KT * SV);
+        }
+        acc.finish();
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (!pr.ok[r]) continue;
+          store_part<DV>(a.part + pr.part[r] * DV, acc.o, r, acc.inv(r));
+          if ((threadIdx.x & 3) == 0) a.part_lse[pr.part[r]] = acc.lse(r);
+        }
+      } else {
+        float dq[DK / 8][4] = {};
+        for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
+          float s[KT / 8][4] = {}, dp[KT / 8][4] = {};
+          mma_a_bt<DK, KT / 8>(s, in.qf, ks + sub * KT * SK);
+          mma_a_bt<DV, KT / 8>(dp, in.dof, vs + sub * KT * SV);
+          mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
+          scores_to_ds<KT / 8>(s, dp, in.st);
+          mma_c_b<DK, KT / 16>(dq, s, ks + sub * KT * SK);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (pr.ok[r]) store_part<DK>(a.part + pr.part[r] * DK, dq, r, 1.0f);
+        }
+      }
+    }
+    __syncthreads();  // the block's tiles are refilled by the next run
+    i = j;
+  }
+}
+
+// Columns per lane of the merge kernels (the lanes past D / per are idle for D < 64).
+template <int D>
+constexpr int merge_cols() {
+  return D >= 64 ? D / 32 : 2;
+}
+
+// One warp per (row, head) of rows [r0, r0 + rows): o_sel and lse_sel from the slots' partials.
+template <int DV>
+__global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows,
+                                     const float* __restrict__ part,
+                                     const float* __restrict__ part_lse) {
+  constexpr int kPer = merge_cols<DV>();
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= rows * p.H) return;  // warp-uniform
+  const int64_t row = r0 + w / p.H, h = w % p.H, g = h / p.hpg, th = row * p.H + h;
+  const int32_t* sel = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const float* pl = part_lse + w * p.n_sel;
+  float m = -INFINITY;
+  for (int64_t k = 0; k < p.n_sel; ++k) {
+    if (sel[k] >= 0) m = fmaxf(m, pl[k]);
+  }
+  float acc[kPer] = {}, sum = 0.0f;
+  const int col = lane * kPer;
+  for (int64_t k = 0; k < p.n_sel; ++k) {
+    if (sel[k] < 0) continue;
+    const float wk = exp2f((pl[k] - m) * kLog2e);
+    sum += wk;
+    if (col < DV) {
+      const float* src = part + (w * p.n_sel + k) * DV + col;
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) acc[c] += wk * src[c];
+    }
+  }
+  if (col < DV) {
+    bf16* dst = p.o_branch[1] + th * DV + col;
+#pragma unroll
+    for (int c = 0; c < kPer; ++c) dst[c] = __float2bfloat16(acc[c] / sum);
+  }
+  if (lane == 0) p.lse[1][th] = m + logf(sum);
+}
+
+// One warp per (row, head): d_q += scale · Σ_k partial_k.
+template <int DK>
+__global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
+                                const float* __restrict__ part) {
+  constexpr int kPer = merge_cols<DK>();
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= rows * p.H) return;
+  const int64_t row = r0 + w / p.H, h = w % p.H, g = h / p.hpg, th = row * p.H + h;
+  const int32_t* sel = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const int col = lane * kPer;
+  if (col >= DK) return;
+  float acc[kPer] = {};
+  for (int64_t k = 0; k < p.n_sel; ++k) {
+    if (sel[k] < 0) continue;
+    const float* src = part + (w * p.n_sel + k) * DK + col;
+#pragma unroll
+    for (int c = 0; c < kPer; ++c) acc[c] += src[c];
+  }
+  float* dst = p.d_q + th * DK + col;
+#pragma unroll
+  for (int c = 0; c < kPer; ++c) dst[c] += p.scale * acc[c];
+}
+
+}  // namespace
+
+int64_t SelBlockMajor::chunk_rows(const NsaParams& p) const {
+  const int64_t per_row = p.H * p.n_sel * (std::max(p.dk, p.dv) + 1) * int64_t{sizeof(float)};
+  return std::min(p.T, std::max<int64_t>(1, budget_ / per_row));
+}
+
+int64_t SelBlockMajor::sort_chunk(const NsaParams& p, int64_t r0, int64_t rows,
+                                  cudaStream_t stream) {
+  const int64_t n = rows * p.G * p.n_sel;
+  chunk_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, r0, n,
+                                                                                keys_in_.get());
+  NSA_CUDA_LAUNCH_CHECK();
+  // Sort on the bits in use: the padding key's are all ones there, above every valid segment.
+  int end_bit = 32;
+  while ((uint64_t{1} << (end_bit - 32)) <= static_cast<uint64_t>(p.G * p.TB)) ++end_bit;
+  size_t temp_bytes = 0;
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys_in_.get(),
+                                                keys_out_.get(), static_cast<int>(n), 0, end_bit,
+                                                stream));
+  if (static_cast<int64_t>(temp_bytes) > temp_.size()) temp_.resize(temp_bytes);
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp_.get(), temp_bytes, keys_in_.get(),
+                                                keys_out_.get(), static_cast<int>(n), 0, end_bit,
+                                                stream));
+  return n;
+}
+
+void SelBlockMajor::run(const NsaParams& p, bool grad, cudaStream_t stream) {
+  if (p.T == 0) return;
+  NSA_CHECK(p.l_sel <= kSelBlockMajorMaxLsel, "selected branch (block-major): l_sel ", p.l_sel,
+            " > ", kSelBlockMajorMaxLsel);
+  const int64_t rows = chunk_rows(p);
+  keys_in_.resize(rows * p.G * p.n_sel);
+  keys_out_.resize(rows * p.G * p.n_sel);
+  part_.resize(rows * p.H * p.n_sel * std::max(p.dk, p.dv));
+  part_lse_.resize(rows * p.H * p.n_sel);
+  const int ne = entries_per_cta(p.hpg);
+  dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
+    const auto kernel =
+        grad ? sel_block_major_kernel<DK(), DV(), true> : sel_block_major_kernel<DK(), DV(), false>;
+    const size_t smem = smem_bytes<DK(), DV()>(p, ne);
+    set_kernel_smem(kernel, smem);
+    for (int64_t r0 = 0; r0 < p.T; r0 += rows) {
+      const int64_t nr = std::min(rows, p.T - r0);
+      const int64_t n = sort_chunk(p, r0, nr, stream);
+      const ChunkArgs a{keys_out_.get(), n, r0, ne, part_.get(), part_lse_.get()};
+      kernel<<<static_cast<unsigned>((n + ne - 1) / ne), kThreads, smem, stream>>>(p, a);
+      NSA_CUDA_LAUNCH_CHECK();
+      const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair
+      if (grad) {
+        merge_dq_kernel<DK()><<<merge_ctas, 256, 0, stream>>>(p, r0, nr, part_.get());
+      } else {
+        merge_forward_kernel<DV()>
+            <<<merge_ctas, 256, 0, stream>>>(p, r0, nr, part_.get(), part_lse_.get());
+      }
+      NSA_CUDA_LAUNCH_CHECK();
+    }
+  });
+}
+
+}  // namespace nsa::cuda

@@ -1,0 +1,61 @@
+// The selected branch block-major (v3): forward and dq walk each selection block once per batch of
+// the queries that chose it, instead of once per query (see sel_block_major.cu and docs/cuda.md).
+//
+// For a chunk of query rows, every valid (row, group, slot) of sel_idx becomes a 64-bit key
+// (group·TB + global block) << 32 | (local row · n_sel + slot); a radix sort groups the keys by
+// block. CTA b then takes sorted entries [b·NE, (b+1)·NE): it stages each block it meets once in
+// shared memory and runs the (entry, head) pairs of its entries through it in 64-row MMA tiles,
+// writing one partial result per (row, head, slot) – the block's softmax state (o, lse) in the
+// forward, its dq contribution in the backward. A merge kernel then combines each (row, head)'s
+// partials in slot order. No atomics: every partial is written once and merged in a fixed order.
+// Rows are processed in chunks so that the partials stay within kSelPartialBudgetBytes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/device_buffer.h"
+#include "nsa_params.h"
+
+namespace nsa::cuda {
+
+// Device bytes the partial results of one chunk may take (rows per chunk follow from it).
+constexpr int64_t kSelPartialBudgetBytes = int64_t{1} << 30;
+
+// Which kernel computes the selected branch's forward and dq.
+enum class SelectedKernel {
+  kQueryMajor,  // v2: a warp per (query rows, group) over the union of their blocks
+  kBlockMajor,  // v3: this file
+};
+
+// The largest selection block the block-major kernels stage whole in shared memory.
+constexpr int64_t kSelBlockMajorMaxLsel = 256;
+
+// Scratch of the block-major kernels: sort keys, cub's temporary storage, partial results. Used
+// only while one forward or backward call runs, so layers can share one.
+class SelBlockMajor {
+ public:
+  // o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
+  void forward(const NsaParams& p, cudaStream_t stream) { run(p, false, stream); }
+  // d_q += the selected branch's dq (p.d_q already holds the compressed branch's).
+  void backward_dq(const NsaParams& p, cudaStream_t stream) { run(p, true, stream); }
+  // Tests: a smaller budget forces many row chunks.
+  void set_partial_budget(int64_t bytes) { budget_ = bytes; }
+  size_t device_bytes() const {
+    return keys_in_.bytes() + keys_out_.bytes() + temp_.bytes() + part_.bytes() + part_lse_.bytes();
+  }
+
+ private:
+  void run(const NsaParams& p, bool grad, cudaStream_t stream);
+  int64_t chunk_rows(const NsaParams& p) const;
+  // Sorted keys of rows [r0, r0 + rows) in keys_out_; returns their count (padding included).
+  int64_t sort_chunk(const NsaParams& p, int64_t r0, int64_t rows, cudaStream_t stream);
+
+  DeviceBuffer<uint64_t> keys_in_, keys_out_;
+  DeviceBuffer<uint8_t> temp_;
+  DeviceBuffer<float> part_, part_lse_;
+  int64_t budget_ = kSelPartialBudgetBytes;
+};
+
+}  // namespace nsa::cuda
