@@ -23,13 +23,14 @@ def main():
         if row.get("Metric Name") != "gpu__time_duration.sum":
             continue
         name = re.sub(r"\(.*", "", row["Kernel Name"])[:90]
-        scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}.get(row["Metric Unit"], 1.0)
+        scale = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0,
+                 "ms": 1.0}[row["Metric Unit"]]
         total[name] += float(row["Metric Value"].replace(",", "")) * scale
         count[name] += 1
     grand = sum(total.values())
-    print(f"{'ms':>9} {'share':>6} {'launches':>8}  kernel   (total {grand:.2f} ms)")
+    print(f"{'ms':>9} {'share':>6} {'launches':>8}  kernel   (total {grand:.3f} ms)")
     for name, ms in total.most_common(args.top):
-        print(f"{ms:9.2f} {100 * ms / grand:5.1f}% {count[name]:8d}  {name}")
+        print(f"{ms:9.3f} {100 * ms / grand:5.1f}% {count[name]:8d}  {name}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|model|decode|copy|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|model|decode|copy|all]
+# `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
+# default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
+# one forward + backward of both (NCU_SHAPES, config:S pairs).
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
@@ -29,6 +32,27 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     python3 bench/dense_attention.py --config "$cfg" --seq-lens "${SEQ_LENS:-2048,4096,8192,16384,32768,65536}" \
       | tee "$out/dense_$cfg.jsonl"
   done
+fi
+if [ "$what" = compare ]; then
+  base=${BASE:-HEAD~1}
+  rm -rf /tmp/nsa_base && git worktree add -f /tmp/nsa_base "$base" >/dev/null 2>&1 &&
+    cmake -S /tmp/nsa_base -B /tmp/nsa_base/build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null 2>&1 &&
+    ninja -C /tmp/nsa_base/build -j16 nsa >"$out/build_base.log" 2>&1 || { echo "base $base did not build"; exit 1; }
+  for spec in ${COMPARE_SHAPES:-m7c_125m:8192,16384,65536 paper_attn:16384,65536}; do
+    for bin in /tmp/nsa_base/build/nsa ./build/nsa; do
+      echo "== $bin"
+      "$bin" bench attention --device cuda --config "${spec%%:*}" --seq-lens "${spec##*:}" 2>&1 | tail -n +2
+    done
+    python3 bench/dense_attention.py --config "${spec%%:*}" --seq-lens "${spec##*:}"
+  done 2>&1 | tee "$out/compare.txt"
+  for spec in ${NCU_SHAPES:-m7c_125m:16384 paper_attn:16384}; do
+    for bin in /tmp/nsa_base/build/nsa ./build/nsa; do
+      echo "== ncu $bin ${spec%%:*} S=${spec##*:} (ms per launch sequence: totals over 1 warm-up + 2 timed runs, /3)"
+      /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv "$bin" bench attention --device cuda \
+        --config "${spec%%:*}" --seq-lens "${spec##*:}" --reps 2 >/tmp/ncu.csv 2>/dev/null
+      python3 bench/ncu_summary.py /tmp/ncu.csv --top 25
+    done
+  done 2>&1 | tee "$out/ncu.txt"
 fi
 # workshop (also in `all`): single kernels timed alone (bench/kernels/workshop.cpp), config:S pairs.
 if [ "$what" = workshop ] || [ "$what" = all ]; then

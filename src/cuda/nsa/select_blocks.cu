@@ -26,11 +26,12 @@ struct SelectSmem {
   int64_t ks, strip, lse2, top_s, top_i, total;
 };
 
-// Byte offsets: K tile (bf16), probability strip, per-head lse (log2), top lists.
+// Byte offsets: two K tiles (bf16, double-buffered), probability strip, per-head lse (log2), top
+// lists.
 __host__ __device__ inline SelectSmem select_smem(int dk, int64_t hpg, int64_t n_sel, int halo) {
   SelectSmem s;
   s.ks = 0;
-  s.strip = s.ks + kKeyTile * tile_stride(dk) * 2;
+  s.strip = s.ks + 2 * kKeyTile * tile_stride(dk) * 2;
   s.lse2 = s.strip + kRows * (halo + kKeyTile) * 4;
   s.top_s = s.lse2 + hpg * kRows * 4;
   s.top_i = s.top_s + kRows * n_sel * 4;
@@ -74,27 +75,42 @@ __global__ void __launch_bounds__(kThreads)
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e, inv_l = 1.0f / static_cast<float>(p.l);
 
-  // The row this thread keeps the top list of (threads 0..63).
+  // The row this thread keeps the top list of (threads 0..63). Positions within a sequence fit
+  // in 32 bits: the scoring loop runs in int.
   const int my_row = threadIdx.x;
-  const int64_t my_t = tile.first + my_row;
+  const int my_t = static_cast<int>(tile.first) + my_row;
   const bool has_row = my_row < tile.rows;
-  const int64_t my_c = my_t / p.l_sel, my_nv = num_visible(p, my_t);
-  const int64_t n_forced = 1 + (my_c - 1 > 0) + (my_c > 0);
-  const int64_t cap = p.n_sel - n_forced;
+  const int l_sel = static_cast<int>(p.l_sel), d = static_cast<int>(p.d), l = static_cast<int>(p.l);
+  const int my_c = my_t / l_sel, my_nv = static_cast<int>(num_visible(p, my_t));
+  const int n_forced = 1 + (my_c - 1 > 0) + (my_c > 0);
+  const int cap = static_cast<int>(p.n_sel) - n_forced;
   float* my_s = top_s + my_row * p.n_sel;
   int32_t* my_i = top_i + my_row * p.n_sel;
-  int64_t count = 0;
+  int count = 0;
 
-  int64_t jb = 0;  // blocks below jb are scored
+  // K tiles in two buffers: tile it + 1 is copied (cp.async) while tile it is used.
+  const auto issue = [&](int64_t k0) {
+    const int64_t nk = keys.end - k0 < kKeyTile ? keys.end - k0 : kKeyTile;
+    load_tile<DK, true>(
+        ks + ((k0 / kKeyTile) & 1) * kKeyTile * tile_stride(DK), kKeyTile,
+        [&](int i) { return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr; }, threadIdx.x,
+        kThreads);
+    cp_async_commit();
+  };
+  if (keys.end > 0) issue(0);
+  int jb = 0;  // blocks below jb are scored
   for (int64_t k0 = 0;; k0 += kKeyTile) {
     const bool final = k0 + kKeyTile >= keys.end;
-    __syncthreads();  // strip and K tile are free
+    __syncthreads();  // strip and the K buffer of tile k0 + 64 are free
     if (k0 < keys.end) {
-      const int64_t nk = keys.end - k0 < kKeyTile ? keys.end - k0 : kKeyTile;
-      load_tile<DK>(
-          ks, kKeyTile, [&](int i) { return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr; },
-          threadIdx.x, kThreads);
+      if (!final) {
+        issue(k0 + kKeyTile);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
       __syncthreads();
+      const bf16* kt = ks + ((k0 / kKeyTile) & 1) * kKeyTile * tile_stride(DK);
       float gp[kKeyTile / 8][4] = {};
       for (int64_t hh = 0; hh < hpg; ++hh) {
         uint32_t qf[DK / 16][4];
@@ -104,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
                      : nullptr;
         });
         float s[kKeyTile / 8][4] = {};
-        mma_a_bt<DK, kKeyTile / 8>(s, qf, ks);
+        mma_a_bt<DK, kKeyTile / 8>(s, qf, kt);
         const float lo = lse2[hh * kRows + r_lo], hi = lse2[hh * kRows + r_lo + 8];
 #pragma unroll
         for (int nt = 0; nt < kKeyTile / 8; ++nt) {
@@ -128,25 +144,26 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // Score the blocks completed by this tile (all remaining ones after the last tile).
-    const int64_t je = final ? last / p.l_sel + 1 : (k0 + kKeyTile) * p.d / p.l_sel;
+    const int k0i = static_cast<int>(k0);
+    const int je = final ? static_cast<int>(last) / l_sel + 1 : (k0i + kKeyTile) * d / l_sel;
     if (has_row && cap > 0) {
       const float* row_strip = strip + my_row * width + halo;  // token k0 + x at row_strip[x]
-      for (int64_t j = jb > 1 ? jb : 1; j < je && j <= my_c - 2; ++j) {
-        const int64_t lo_row = j * p.l_sel, hi_row = lo_row + p.l_sel;
-        int64_t i = lo_row - p.l + 1 > 0 ? (lo_row - p.l + 1 + p.d - 1) / p.d : 0;
+      for (int j = jb > 1 ? jb : 1; j < je && j <= my_c - 2; ++j) {
+        const int lo_row = j * l_sel, hi_row = lo_row + l_sel;
+        int i = lo_row - l + 1 > 0 ? (lo_row - l + 1 + d - 1) / d : 0;
         float score = 0.0f;
-        for (; i < my_nv && i * p.d < hi_row; ++i) {
-          const int64_t a = i * p.d, b = a + p.l;
-          const int64_t overlap = (b < hi_row ? b : hi_row) - (a > lo_row ? a : lo_row);
-          if (overlap > 0) score += row_strip[i - k0] * static_cast<float>(overlap) * inv_l;
+        for (; i < my_nv && i * d < hi_row; ++i) {
+          const int a = i * d, b = a + l;
+          const int overlap = (b < hi_row ? b : hi_row) - (a > lo_row ? a : lo_row);
+          if (overlap > 0) score += row_strip[i - k0i] * static_cast<float>(overlap) * inv_l;
         }
         if (count == cap && !(score > my_s[count - 1])) continue;
-        int64_t pos = count < cap ? count++ : count - 1;
+        int pos = count < cap ? count++ : count - 1;
         while (pos > 0 && score > my_s[pos - 1]) {
           my_s[pos] = my_s[pos - 1], my_i[pos] = my_i[pos - 1];
           --pos;
         }
-        my_s[pos] = score, my_i[pos] = static_cast<int32_t>(j);
+        my_s[pos] = score, my_i[pos] = j;
       }
     }
     if (je > jb) jb = je;
@@ -161,14 +178,14 @@ __global__ void __launch_bounds__(kThreads)
   if (has_row) {
     int32_t* dst = p.sel_idx + ((start + my_t) * p.G + g) * p.n_sel;
     // Forced blocks and the chosen candidates, sorted ascending into my_i (n_sel slots).
-    for (int64_t k = count - 1; k >= 0; --k) my_i[k + n_forced] = my_i[k];
+    for (int k = count - 1; k >= 0; --k) my_i[k + n_forced] = my_i[k];
     my_i[0] = 0;
-    if (my_c - 1 > 0) my_i[1] = static_cast<int32_t>(my_c - 1);
-    if (my_c > 0) my_i[n_forced - 1] = static_cast<int32_t>(my_c);
-    const int64_t total = n_forced + count;
-    for (int64_t a = 1; a < total; ++a) {
+    if (my_c - 1 > 0) my_i[1] = my_c - 1;
+    if (my_c > 0) my_i[n_forced - 1] = my_c;
+    const int total = n_forced + count;
+    for (int a = 1; a < total; ++a) {
       const int32_t x = my_i[a];
-      int64_t b = a - 1;
+      int b = a - 1;
       while (b >= 0 && my_i[b] > x) my_i[b + 1] = my_i[b], --b;
       my_i[b + 1] = x;
     }
