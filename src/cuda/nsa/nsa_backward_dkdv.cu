@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
     } else {
       cp_async_wait<0>();
     }
+    st.finish_stats();
     __syncthreads();
 
     float sc[QT / 8][4] = {}, dpt[QT / 8][4] = {};

@@ -65,7 +65,9 @@ __device__ __forceinline__ PairList chunk_pairs(const UnitQueries& u, int64_t z,
   return {u, qa, static_cast<int>((qb - qa) * hpg), hpg};
 }
 
-// One stage: indices, Q rows and (kGrad) dO rows with the branch statistics of QT pairs.
+// One stage: indices, Q rows and (kGrad) dO rows with the branch statistics of QT pairs. The
+// statistics arrive by 4-byte cp.async together with the rows (the gate as the aligned bf16 pair
+// that holds it); finish_stats turns them into what the kernels read once the stage has landed.
 template <int DK, int DV, bool kGrad>
 struct PairStage {
   static constexpr int QT = pair_tile<DK>();
@@ -75,7 +77,7 @@ struct PairStage {
   int64_t* th;  // query row·H + head, −1 for padding pairs
   bf16* q;
   bf16* d_o;                   // kGrad only
-  float *lse2, *delta, *gate;  // kGrad only
+  float *lse2, *delta, *gate;  // kGrad only: log2-domain lse, delta, gate (after finish_stats)
   int32_t* t;                  // query position in the sequence, −1 for padding pairs
   __device__ explicit PairStage(unsigned char* base)
       : th(reinterpret_cast<int64_t*>(base)),
@@ -85,10 +87,25 @@ struct PairStage {
         delta(lse2 + QT),
         gate(delta + QT),
         t(reinterpret_cast<int32_t*>(gate + QT)) {}
+
+  // After this thread's cp.async wait for the stage, before the barrier that publishes it: each
+  // thread converts the statistics it copied (fill_pair_stage's thread-to-pair mapping).
+  __device__ void finish_stats() const {
+    if constexpr (kGrad) {
+      for (int i = threadIdx.x; i < QT; i += blockDim.x) {
+        if (th[i] < 0) continue;
+        lse2[i] *= kLog2e;
+        const uint32_t w = __float_as_uint(gate[i]);
+        gate[i] = __bfloat162float(
+            __ushort_as_bfloat16(static_cast<unsigned short>((th[i] & 1) ? w >> 16 : w & 0xffffu)));
+      }
+    }
+  }
 };
 
-// Fills stage st with pairs pb..pb+QT−1 of branch c: indices and statistics first (one thread per
-// pair), a barrier, then the rows by cp.async (committed; the caller waits). All threads call it.
+// Fills stage st with pairs pb..pb+QT−1 of branch c: indices first (one thread per pair, which
+// also starts the copies of its statistics), a barrier, then the rows by cp.async (committed with
+// the statistics; the caller waits, then calls finish_stats). All threads call it.
 template <int c, int DK, int DV, bool kGrad>
 __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64_t g, int pb,
                                 const PairStage<DK, DV, kGrad>& st) {
@@ -100,9 +117,13 @@ __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64
     st.th[i] = th;
     st.t[i] = th < 0 ? -1 : static_cast<int32_t>(th / p.H - pairs.u.seq_start);
     if constexpr (kGrad) {
-      st.lse2[i] = th < 0 ? 0.0f : p.lse[c][th] * kLog2e;
-      st.delta[i] = th < 0 ? 0.0f : p.delta[c][th];
-      st.gate[i] = th < 0 ? 0.0f : __bfloat162float(p.gate[c][th]);
+      if (th >= 0) {
+        cp_async4(st.lse2 + i, p.lse[c] + th);
+        cp_async4(st.delta + i, p.delta[c] + th);
+        cp_async4(st.gate + i, p.gate[c] + (th & ~int64_t{1}));
+      } else {
+        st.lse2[i] = st.delta[i] = st.gate[i] = 0.0f;
+      }
     }
   }
   __syncthreads();
