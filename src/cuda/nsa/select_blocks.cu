@@ -23,19 +23,21 @@ constexpr int kRows = kQueryTileRows;  // query rows per CTA (one warp per 16)
 constexpr int kKeyTile = 64;           // compressed tokens per tile
 
 struct SelectSmem {
-  int64_t ks, strip, lse2, top_s, top_i, total;
+  int64_t ks, strip, lse2, top_s, top_i, top_n, merged, total;
 };
 
-// Byte offsets: two K tiles (bf16, double-buffered), probability strip, per-head lse (log2), top
-// lists.
+// Byte offsets: two K tiles (bf16, double-buffered), probability strip, per-head lse (log2), the
+// two top lists of each row (scores, indices, lengths) and the merged list.
 __host__ __device__ inline SelectSmem select_smem(int dk, int64_t hpg, int64_t n_sel, int halo) {
   SelectSmem s;
   s.ks = 0;
   s.strip = s.ks + 2 * kKeyTile * tile_stride(dk) * 2;
   s.lse2 = s.strip + kRows * (halo + kKeyTile) * 4;
   s.top_s = s.lse2 + hpg * kRows * 4;
-  s.top_i = s.top_s + kRows * n_sel * 4;
-  s.total = s.top_i + kRows * n_sel * 4;
+  s.top_i = s.top_s + 2 * kRows * n_sel * 4;
+  s.top_n = s.top_i + 2 * kRows * n_sel * 4;
+  s.merged = s.top_n + 2 * kRows * 4;
+  s.total = s.merged + kRows * n_sel * 4;
   return s;
 }
 
@@ -54,6 +56,8 @@ __global__ void __launch_bounds__(kThreads)
   float* lse2 = reinterpret_cast<float*>(smem + L.lse2);
   float* top_s = reinterpret_cast<float*>(smem + L.top_s);
   int32_t* top_i = reinterpret_cast<int32_t*>(smem + L.top_i);
+  int32_t* top_n = reinterpret_cast<int32_t*>(smem + L.top_n);
+  int32_t* merged = reinterpret_cast<int32_t*>(smem + L.merged);
   const int width = halo + kKeyTile;
 
   // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
@@ -75,17 +79,20 @@ __global__ void __launch_bounds__(kThreads)
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e, inv_l = 1.0f / static_cast<float>(p.l);
 
-  // The row this thread keeps the top list of (threads 0..63). Positions within a sequence fit
+  // Two threads score each row: thread r (< 64) the even blocks, thread 64 + r the odd ones, each
+  // into its own top list under the (score desc, index asc) rule; the lists are merged at the end
+  // (the top n of a union is the top n of the two lists' union). Positions within a sequence fit
   // in 32 bits: the scoring loop runs in int.
-  const int my_row = threadIdx.x;
+  const int my_row = threadIdx.x % kRows, half = threadIdx.x / kRows;
+  static_assert(kThreads == 2 * kRows, "two scoring threads per row");
   const int my_t = static_cast<int>(tile.first) + my_row;
   const bool has_row = my_row < tile.rows;
   const int l_sel = static_cast<int>(p.l_sel), d = static_cast<int>(p.d), l = static_cast<int>(p.l);
   const int my_c = my_t / l_sel, my_nv = static_cast<int>(num_visible(p, my_t));
   const int n_forced = 1 + (my_c - 1 > 0) + (my_c > 0);
   const int cap = static_cast<int>(p.n_sel) - n_forced;
-  float* my_s = top_s + my_row * p.n_sel;
-  int32_t* my_i = top_i + my_row * p.n_sel;
+  float* my_s = top_s + (half * kRows + my_row) * p.n_sel;
+  int32_t* my_i = top_i + (half * kRows + my_row) * p.n_sel;
   int count = 0;
 
   // K tiles in two buffers: tile it + 1 is copied (cp.async) while tile it is used.
@@ -148,7 +155,8 @@ __global__ void __launch_bounds__(kThreads)
     const int je = final ? static_cast<int>(last) / l_sel + 1 : (k0i + kKeyTile) * d / l_sel;
     if (has_row && cap > 0) {
       const float* row_strip = strip + my_row * width + halo;  // token k0 + x at row_strip[x]
-      for (int j = jb > 1 ? jb : 1; j < je && j <= my_c - 2; ++j) {
+      const int j0 = jb > 1 ? jb : 1;
+      for (int j = j0 + ((j0 & 1) != half); j < je && j <= my_c - 2; j += 2) {
         const int lo_row = j * l_sel, hi_row = lo_row + l_sel;
         int i = lo_row - l + 1 > 0 ? (lo_row - l + 1 + d - 1) / d : 0;
         float score = 0.0f;
@@ -175,8 +183,23 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  if (has_row) {
+  top_n[threadIdx.x] = count;
+  __syncthreads();
+  if (has_row && half == 0) {
     int32_t* dst = p.sel_idx + ((start + my_t) * p.G + g) * p.n_sel;
+    // Merge the two lists (each sorted by score desc, index asc) into the first `cap` candidates.
+    const float* os = top_s + (kRows + my_row) * p.n_sel;
+    const int32_t* oi = top_i + (kRows + my_row) * p.n_sel;
+    const int other = top_n[kRows + my_row];
+    int32_t* out = merged + my_row * p.n_sel;
+    int a = 0, b = 0, n = 0;
+    for (; n < cap && (a < count || b < other); ++n) {
+      const bool take_a =
+          b >= other || (a < count && (my_s[a] > os[b] || (my_s[a] == os[b] && my_i[a] < oi[b])));
+      out[n] = take_a ? my_i[a++] : oi[b++];
+    }
+    count = n;
+    my_i = out;
     // Forced blocks and the chosen candidates, sorted ascending into my_i (n_sel slots).
     for (int k = count - 1; k >= 0; --k) my_i[k + n_forced] = my_i[k];
     my_i[0] = 0;
