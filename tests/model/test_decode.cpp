@@ -6,9 +6,9 @@
 
 #include <random>
 
+#include "decode/model_decoder.h"
+#include "decode/sampler.h"
 #include "model/model_cpu.h"
-#include "model/model_decode.h"
-#include "model/sampler.h"
 #include "nsa/error.h"
 
 namespace nsa::test {

@@ -85,12 +85,4 @@ void launch_swiglu_backward(const bf16* u1, const bf16* u3, const float* dm, bf1
 void launch_cross_entropy(const float* logits, const int32_t* targets, int64_t T, int64_t V,
                           float grad_scale, float* row_loss, bf16* dlogits, cudaStream_t stream);
 
-// adamw.cu: one AdamW update (see train/adamw.h) of n elements; g is read times g_scale (clip and
-// accumulation); writes the fp32 master and its bf16 copy.
-struct AdamWScalars {
-  float lr, beta1, beta2, bc1, bc2, eps, weight_decay, g_scale;
-};
-void launch_adamw(float* p, bf16* p_bf16, const float* g, float* m, float* v, int64_t n,
-                  const AdamWScalars& s, cudaStream_t stream);
-
 }  // namespace nsa::cuda

@@ -1,8 +1,8 @@
 // Deterministic reductions for the model: column sums (norm weights, gate bias) and whole-buffer
 // sums (loss, gradient norm). Fixed grids and fixed orders, no atomics (see model_ops.h).
-#include "common/block_reduce.cuh"
-#include "common/cuda_check.h"
-#include "model_ops.h"
+#include "cuda/common/block_reduce.cuh"
+#include "cuda/common/cuda_check.h"
+#include "model/cuda/model_ops.h"
 
 namespace nsa::cuda {
 namespace {

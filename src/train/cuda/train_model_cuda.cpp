@@ -5,10 +5,11 @@
 #include <memory>
 #include <string>
 
-#include "device.h"
-#include "model_cuda.h"
+#include "adamw_cuda.h"
+#include "cuda/device.h"
+#include "model/cuda/model_cuda.h"
 #ifdef NSA_HAVE_NCCL
-#include "dist/nccl_reducer.h"
+#include "dist/nccl/nccl_reducer.h"
 #endif
 
 namespace nsa::cuda {
@@ -30,6 +31,7 @@ class TrainModelCuda : public TrainModel {
       : cfg_(cfg),
         adam_(adam),
         model_(cfg, layout, recompute),
+        optimizer_(model_),
         params_(init_model_params<float>(cfg)) {
     for (const auto& [name, t] : params_.named(cfg_)) {
       m_.emplace_back(t->shape);
@@ -52,24 +54,24 @@ class TrainModelCuda : public TrainModel {
       return;
     }
 #endif
-    model_.download_grads_flat(flat_);
+    model_.params().download_grads_flat(flat_);
     comm.allreduce_sum(flat_.data(), static_cast<int64_t>(flat_.size()));
-    model_.upload_grads_flat(flat_);
+    model_.params().upload_grads_flat(flat_);
   }
   // ZeRO-1: rank r keeps the moments of, and updates, the r-th of `world` equal slices of the
   // flat parameter buffer; after each step the updated weights are put together through host
   // memory and the host communicator (a GPU all-gather is left for when it shows on a profile).
   void shard_optimizer_state(Communicator& comm) override {
-    offsets_ = Communicator::even_ranges(model_.flat_size(), comm.world());
-    model_.shard_optimizer(offsets_[comm.rank()], offsets_[comm.rank() + 1]);
+    offsets_ = Communicator::even_ranges(optimizer_.flat_size(), comm.world());
+    optimizer_.shard(offsets_[comm.rank()], offsets_[comm.rank() + 1]);
     zero_comm_ = &comm;
   }
   double optimizer_step(int64_t step, double grad_scale) override {
-    const double norm = model_.optimizer_step(adam_, step, grad_scale);
+    const double norm = optimizer_.step(adam_, step, grad_scale);
     if (zero_comm_) {
-      model_.download_param_slice(flat_);
+      optimizer_.download_weight_slice(flat_);
       zero_comm_->allgather_ranges(flat_.data(), offsets_);
-      model_.upload_params_flat(flat_);
+      model_.params().upload_weights_flat(flat_);
     }
     return norm;
   }
@@ -84,16 +86,16 @@ class TrainModelCuda : public TrainModel {
   }
   void pull() override {  // on every rank: with ZeRO-1 the moments are gathered
     model_.get_params(params_);
-    model_.get_adam_state(m_, v_, [this](std::vector<float>& flat) {
+    optimizer_.get_state(m_, v_, [this](std::vector<float>& flat) {
       zero_comm_->allgather_ranges(flat.data(), offsets_);
     });
   }
   void push() override {
     model_.set_params(params_);
-    model_.set_adam_state(m_, v_);
+    optimizer_.set_state(m_, v_);
   }
   size_t device_bytes() const override {
-    return model_.device_bytes();
+    return model_.device_bytes() + optimizer_.device_bytes();
   }
   const char* device() const override {
     return "cuda";
@@ -103,6 +105,7 @@ class TrainModelCuda : public TrainModel {
   ModelConfig cfg_;
   AdamWConfig adam_;
   ModelCuda model_;
+  AdamWCuda optimizer_;
   ModelParams<float> params_;
   std::vector<Tensor<float>> m_, v_;
   std::vector<float> flat_;

@@ -1,8 +1,8 @@
 // Fused softmax cross-entropy on the GPU, one CTA per row (see model_ops.h): the loss of the row
 // and, for training, the gradient of the logits in bf16 (the LM-head GEMMs' operand).
-#include "common/block_reduce.cuh"
-#include "common/cuda_check.h"
-#include "model_ops.h"
+#include "cuda/common/block_reduce.cuh"
+#include "cuda/common/cuda_check.h"
+#include "model/cuda/model_ops.h"
 
 namespace nsa::cuda {
 namespace {

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
-#include "common/convert.h"
-#include "model_cuda.h"
+#include "cuda/common/convert.h"
+#include "cuda/nsa/nsa_decode.h"
+#include "model/cuda/model_cuda.h"
 #include "nsa/error.h"
-#include "nsa/nsa_decode.h"
 
 namespace nsa::cuda {
 namespace {

@@ -16,7 +16,7 @@
 #include <map>
 #include <tuple>
 
-#include "common/device_buffer.h"
+#include "cuda/common/device_buffer.h"
 
 namespace nsa::cuda {
 

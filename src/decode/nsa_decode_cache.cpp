@@ -1,5 +1,5 @@
 // Incremental NSA attention with caches (see nsa_decode.h).
-#include "nsa_decode.h"
+#include "nsa_decode_cache.h"
 
 #include <algorithm>
 #include <string>

@@ -1,6 +1,6 @@
 // Token embedding forward (a row gather) and its deterministic backward (see model_ops.h).
-#include "common/cuda_check.h"
-#include "model_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "model/cuda/model_ops.h"
 
 namespace nsa::cuda {
 namespace {

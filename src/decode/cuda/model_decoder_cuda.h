@@ -1,6 +1,6 @@
 // Incremental decoding of the NSA language model on one GPU (SPEC §8): a batch of B independent
 // sequences, one token each per step, with per-layer NSA caches (nsa/nsa_decode.h). The same
-// weights and math as the CPU decoder (model/model_decode.h) with bf16 GEMM operands and caches.
+// weights and math as the CPU decoder (decode/model_decoder.h) with bf16 GEMM operands and caches.
 //
 // A step is launched as a CUDA graph captured on first use: every position lives on the device
 // (advanced by the step's last kernel), so the host only uploads the tokens, replays the graph and
@@ -13,10 +13,10 @@
 #include <memory>
 #include <vector>
 
-#include "common/device_buffer.h"
-#include "gemm.h"
+#include "cuda/common/device_buffer.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/model_ops.h"
 #include "model/model_params.h"
-#include "model_ops.h"
 
 namespace nsa::cuda {
 

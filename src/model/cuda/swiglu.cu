@@ -1,6 +1,6 @@
 // SwiGLU / SiLU MLP activation on the GPU (see model_ops.h), element-wise in fp32.
-#include "common/cuda_check.h"
-#include "model_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "model/cuda/model_ops.h"
 
 namespace nsa::cuda {
 namespace {

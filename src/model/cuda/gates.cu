@@ -1,7 +1,7 @@
 // The NSA gates on the GPU (see model_ops.h and docs/nsa.md): sigmoid per branch, or softmax over
 // the three branches of a head; one thread per (row, head).
-#include "common/cuda_check.h"
-#include "model_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "model/cuda/model_ops.h"
 #include "pointwise.cuh"
 
 namespace nsa::cuda {

@@ -1,6 +1,6 @@
-// Incremental decoding (see model_decode.h). Every dense op is the one the full model uses, on a
+// Incremental decoding (see model_decoder.h). Every dense op is the one the full model uses, on a
 // single row, so each element is computed in the same order as in the full forward.
-#include "model_decode.h"
+#include "model_decoder.h"
 
 #include "cpu/ops/activations.h"
 #include "cpu/ops/embedding.h"

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "model_params.h"
-#include "nsa_decode.h"
+#include "model/model_params.h"
+#include "nsa_decode_cache.h"
 
 namespace nsa {
 

@@ -1,7 +1,7 @@
 // RMSNorm forward and backward on the GPU, one CTA per row (see model_ops.h).
-#include "common/block_reduce.cuh"
-#include "common/cuda_check.h"
-#include "model_ops.h"
+#include "cuda/common/block_reduce.cuh"
+#include "cuda/common/cuda_check.h"
+#include "model/cuda/model_ops.h"
 
 namespace nsa::cuda {
 namespace {

@@ -1,10 +1,13 @@
-// AdamW on the GPU: the update of train/adamw.h on fp32 master weights and moments, writing the
-// bf16 copy the GEMMs read (see model_ops.h).
-#include "common/cuda_check.h"
-#include "model_ops.h"
+// AdamW on the GPU (see adamw_kernel.h): the update of train/adamw.h on fp32 master weights and
+// moments, writing the bf16 copy the GEMMs read.
+#include "adamw_kernel.h"
+
+#include "cuda/common/cuda_check.h"
 
 namespace nsa::cuda {
 namespace {
+
+using bf16 = __nv_bfloat16;
 
 __global__ void adamw_kernel(float* __restrict__ p, bf16* __restrict__ p_bf16,
                              const float* __restrict__ g, float* __restrict__ m,
@@ -24,7 +27,7 @@ __global__ void adamw_kernel(float* __restrict__ p, bf16* __restrict__ p_bf16,
 
 }  // namespace
 
-void launch_adamw(float* p, bf16* p_bf16, const float* g, float* m, float* v, int64_t n,
+void launch_adamw(float* p, __nv_bfloat16* p_bf16, const float* g, float* m, float* v, int64_t n,
                   const AdamWScalars& s, cudaStream_t stream) {
   if (n == 0) return;
   adamw_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, p_bf16, g, m, v, n,

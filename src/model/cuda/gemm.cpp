@@ -1,10 +1,11 @@
 // cuBLASLt GEMMs of the model (see gemm.h). Row-major X[r, c] is column-major Xᵀ[c, r], so each
 // row-major product is issued as the transposed column-major one. The algorithm of each shape is
 // chosen once by cuBLASLt's heuristic and cached.
-#include "gemm.h"
+#include "model/cuda/gemm.h"
 
 #include <string>
 
+#include "cuda/common/cublas_check.h"
 #include "nsa/error.h"
 
 namespace nsa::cuda {
@@ -12,15 +13,10 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
 
-void check_lt(cublasStatus_t st, const char* what) {
-  NSA_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt ", what, " failed (status ",
-            static_cast<int>(st), ")");
-}
-
 }  // namespace
 
 Gemm::Gemm() {
-  check_lt(cublasLtCreate(&handle_), "handle creation");
+  NSA_CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_.resize(static_cast<int64_t>(kWorkspaceBytes));
 }
 
@@ -34,38 +30,36 @@ void Gemm::matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const __nv_
   if (m == 0 || n == 0) return;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor");
+  NSA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                           opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)),
-           "TRANSA");
-  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)),
-           "TRANSB");
+  NSA_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+  NSA_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
   const cudaDataType_t dtype = d.bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  check_lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda), "layout A");
-  check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb), "layout B");
-  check_lt(cublasLtMatrixLayoutCreate(&ld, dtype, m, n, ldd), "layout D");
+  NSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
+  NSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
+  NSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dtype, m, n, ldd));
   const Key key{ta, tb, m, n, k, d.bf16, beta != 0.0f};
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     cublasLtMatmulPreference_t pref = nullptr;
-    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    NSA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const size_t ws = kWorkspaceBytes;
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &ws, sizeof(ws)),
-             "workspace preference");
+    NSA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    check_lt(cublasLtMatmulAlgoGetHeuristic(handle_, op, la, lb, ld, ld, pref, 1, &result, &found),
-             "heuristic");
+    NSA_CUBLAS_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(handle_, op, la, lb, ld, ld, pref, 1, &result, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     NSA_CHECK(found > 0, "cuBLASLt has no algorithm for a ", m, "×", n, "×", k, " GEMM");
     it = algos_.emplace(key, result.algo).first;
   }
   const float alpha = 1.0f;
-  check_lt(cublasLtMatmul(handle_, op, &alpha, a, la, b, lb, &beta, d.ptr, ld, d.ptr, ld,
-                          &it->second, workspace_.get(), kWorkspaceBytes, stream),
-           "matmul");
+  NSA_CUBLAS_CHECK(cublasLtMatmul(handle_, op, &alpha, a, la, b, lb, &beta, d.ptr, ld, d.ptr, ld,
+                                  &it->second, workspace_.get(), kWorkspaceBytes, stream));
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(ld);

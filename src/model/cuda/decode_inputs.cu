@@ -1,8 +1,8 @@
 // The attention inputs of one decode step from one fused projection (see model_ops.h): a single
 // GEMM gives [q | k per branch | v per branch | gate logits] per sequence, and this one kernel
 // rotates q and k, converts v and applies the gates – instead of a GEMM and a kernel for each.
-#include "common/cuda_check.h"
-#include "model_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "model/cuda/model_ops.h"
 #include "pointwise.cuh"
 
 namespace nsa::cuda {

@@ -2,8 +2,8 @@
 // by θ_i = pos·base^(−2i/D), the angle computed in double as on the CPU.
 #include <algorithm>
 
-#include "common/cuda_check.h"
-#include "model_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "model/cuda/model_ops.h"
 #include "pointwise.cuh"
 
 namespace nsa::cuda {
