@@ -1,4 +1,4 @@
-// The needle-retrieval task (SPEC §5): a key–value pair hidden at some depth of a long filler
+// The needle-retrieval task (docs/inference.md, "The needle task"): a key–value pair hidden at some depth of a long filler
 // sequence; at the end the key is asked for and the model must produce the value. It shows
 // whether sparse attention finds things far away: past the window w only the compressed and
 // selected branches can see the needle.

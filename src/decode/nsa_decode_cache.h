@@ -1,4 +1,4 @@
-// NSA attention for one new token at a time, with caches (SPEC §8), on the CPU.
+// NSA attention for one new token at a time, with caches (docs/inference.md), on the CPU.
 //
 // Caches per layer: raw K/V of the selected branch (every position), a ring of the last w raw K/V
 // for the window, a ring of the last l raw K/V of the compressed branch, and the compressed K/V,

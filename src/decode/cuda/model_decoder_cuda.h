@@ -1,4 +1,4 @@
-// Incremental decoding of the NSA language model on one GPU (SPEC §8): a batch of B independent
+// Incremental decoding of the NSA language model on one GPU (docs/inference.md, "Decoding on the GPU"): a batch of B independent
 // sequences, one token each per step, with per-layer NSA caches (nsa/nsa_decode.h). The same
 // weights and math as the CPU decoder (decode/model_decoder.h) with bf16 GEMM operands and caches.
 //
