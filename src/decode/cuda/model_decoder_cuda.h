@@ -1,6 +1,7 @@
-// Incremental decoding of the NSA language model on one GPU (docs/inference.md, "Decoding on the GPU"): a batch of B independent
-// sequences, one token each per step, with per-layer NSA caches (nsa/nsa_decode.h). The same
-// weights and math as the CPU decoder (decode/model_decoder.h) with bf16 GEMM operands and caches.
+// Incremental decoding of the NSA language model on one GPU (docs/inference.md, "Decoding on the
+// GPU"): a batch of B independent sequences, one token each per step, with per-layer NSA caches
+// (nsa/nsa_decode.h). The same weights and math as the CPU decoder (decode/model_decoder.h) with
+// bf16 GEMM operands and caches.
 //
 // A step is launched as a CUDA graph captured on first use: every position lives on the device
 // (advanced by the step's last kernel), so the host only uploads the tokens, replays the graph and
