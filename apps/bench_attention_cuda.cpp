@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/cuda_check.h"
-#include "nsa/nsa_cuda_layer.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/nsa/nsa_cuda_layer.h"
 
 namespace nsa::app {
 namespace {

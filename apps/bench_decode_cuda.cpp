@@ -12,11 +12,11 @@
 #include <fstream>
 #include <memory>
 
-#include "common/cuda_check.h"
-#include "common/device_buffer.h"
-#include "model/model_decoder_cuda.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/nsa/nsa_decode.h"
+#include "decode/cuda/model_decoder_cuda.h"
 #include "nsa/model_config.h"
-#include "nsa/nsa_decode.h"
 
 namespace nsa::app {
 namespace {

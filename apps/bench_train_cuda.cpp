@@ -15,9 +15,9 @@
 #include <memory>
 
 #include "attention_flops.h"
-#include "common/cuda_check.h"
-#include "model/train_model_cuda.h"
+#include "cuda/common/cuda_check.h"
 #include "nsa/model_config.h"
+#include "train/cuda/train_model_cuda.h"
 
 namespace nsa::app {
 namespace {

@@ -1,17 +1,14 @@
 // `nsa attention`: NSA forward (and backward) on tensors from a safetensors file – the interop
 // contract of docs/interop.md – and `--write-example` to produce a valid random input file.
-#include <chrono>
 #include <cstdio>
 #include <memory>
 
+#include "backends.h"
 #include "commands.h"
 #include "config_flags.h"
 #include "io/attention_file.h"
 #include "nsa/attention.h"
 #include "nsa/presets.h"
-#ifdef NSA_HAVE_CUDA
-#include "nsa/nsa_cuda_layer.h"
-#endif
 
 namespace nsa::app {
 namespace {
@@ -25,10 +22,6 @@ struct AttentionArgs {
   uint64_t seed = 0;
   ConfigFlags flags;
 };
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void write_example(const AttentionArgs& a) {
   const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
@@ -47,40 +40,12 @@ void run_attention(const AttentionArgs& a) {
   }
   const io::AttentionProblem p =
       io::load_attention_problem(io::SafetensorsFile::read(a.in), a.flags.values);
-  NsaForward<float> fwd;
-  std::unique_ptr<NsaTensors<float>> grads;
-  double fwd_ms = 0, bwd_ms = 0;
-  if (a.device == "cuda") {
-#ifdef NSA_HAVE_CUDA
-    // Inputs are converted to bf16 on the device; outputs come back as fp32.
-    cuda::NsaCudaLayer layer(p.cfg, p.layout);
-    layer.set_inputs(p.in);
-    auto t0 = std::chrono::steady_clock::now();
-    layer.forward();
-    fwd = layer.download_forward();
-    fwd_ms = ms_since(t0);
-    if (p.has_do) {
-      layer.set_output_grad(p.d_o);
-      t0 = std::chrono::steady_clock::now();
-      layer.backward();
-      grads = std::make_unique<NsaTensors<float>>(layer.download_grads());
-      bwd_ms = ms_since(t0);
-    }
-#else
-    throw Error("--device cuda: this nsa was built without CUDA (configure with the toolkit)");
-#endif
-  } else {
-    auto t0 = std::chrono::steady_clock::now();
-    fwd = nsa_forward_cpu(p.cfg, p.layout, p.in);
-    fwd_ms = ms_since(t0);
-    if (p.has_do) {
-      t0 = std::chrono::steady_clock::now();
-      grads =
-          std::make_unique<NsaTensors<float>>(nsa_backward_cpu(p.cfg, p.layout, p.in, fwd, p.d_o));
-      bwd_ms = ms_since(t0);
-    }
-  }
-  io::save_attention_result(a.out, p, fwd, grads.get());
+  const AttentionRun r = backend(a.device, "nsa attention")
+                             .attention(p.cfg, p.layout, p.in, p.has_do ? &p.d_o : nullptr);
+  const NsaForward<float>& fwd = r.fwd;
+  const NsaTensors<float>* grads = r.grads.get();
+  const double fwd_ms = r.fwd_ms, bwd_ms = r.bwd_ms;
+  io::save_attention_result(a.out, p, fwd, grads);
   std::printf("nsa attention (%s): %lld sequence(s), %lld tokens, %s\n", a.device.c_str(),
               static_cast<long long>(p.layout.num_seqs()),
               static_cast<long long>(p.layout.total_tokens()), p.cfg.summary().c_str());

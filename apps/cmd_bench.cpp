@@ -10,15 +10,11 @@
 #include <sstream>
 
 #include "attention_flops.h"
-#include "bench_decode_cuda.h"
+#include "backends.h"
 #include "commands.h"
-#ifdef NSA_HAVE_CUDA
-#include "bench_attention_cuda.h"
-#include "bench_train_cuda.h"
-#endif
 #include "config_flags.h"
 #include "cpu/attend_row.h"
-#include "model/nsa_decode.h"
+#include "decode/nsa_decode_cache.h"
 #include "nsa/attention.h"
 #include "nsa/error.h"
 #include "nsa/presets.h"
@@ -70,9 +66,7 @@ Timing time_cpu(const NsaConfig& cfg, const BenchArgs& a, int64_t S) {
 
 void bench_attention(const BenchArgs& a) {
   const bool gpu = a.device == "cuda";
-#ifndef NSA_HAVE_CUDA
-  NSA_CHECK(!gpu, "--device cuda: this nsa was built without CUDA (configure with the toolkit)");
-#endif
+  const Backend& device = backend(a.device, "nsa bench attention");
   const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
   std::unique_ptr<std::ofstream> json_file;
   if (!a.json_path.empty()) {
@@ -88,11 +82,9 @@ void bench_attention(const BenchArgs& a) {
   for (int64_t S : a.seq_lens) {
     Timing tm;
     if (gpu) {
-#ifdef NSA_HAVE_CUDA
-      const CudaAttentionTiming c = time_attention_cuda(cfg, a.batch, S, a.reps);
+      const CudaAttentionTiming c = device.time_attention(cfg, a.batch, S, a.reps);
       tm.fwd_ms = c.fwd_ms, tm.bwd_ms = c.bwd_ms,
       tm.peak_bytes = static_cast<double>(c.device_bytes);
-#endif
     } else {
       tm = time_cpu(cfg, a, S);
     }
@@ -245,19 +237,15 @@ void register_bench_command(CLI::App& app) {
       bench_decode(*dec);
       return;
     }
-#ifdef NSA_HAVE_CUDA
+    const Backend& gpu = backend(dec->device, "nsa bench decode");
     if (decode->count("--contexts") > 0) gpu_dec->contexts = dec->contexts;
     if (decode->count("--steps") > 0) gpu_dec->steps = dec->steps;
     gpu_dec->json_path = dec->json_path;
-    bench_decode_cuda(*gpu_dec);
-#else
-    throw Error("nsa bench decode --device cuda: this build has no CUDA backend");
-#endif
+    gpu.bench_decode(*gpu_dec);
   });
 
   CLI::App* tr = bench->add_subcommand(
       "train", "Whole-model training throughput on one GPU: tok/s, MFU and memory over lengths");
-#ifdef NSA_HAVE_CUDA
   auto ta = std::make_shared<TrainBenchArgs>();
   auto sets = std::make_shared<std::vector<std::string>>();
   tr->add_option("--config", ta->config, "model config (YAML; default m7c_125m, byte vocabulary)");
@@ -274,13 +262,8 @@ void register_bench_command(CLI::App& app) {
       NSA_CHECK(eq != std::string::npos && eq > 0, "--set '", s, "' must look like field=value");
       ta->overrides[s.substr(0, eq)] = s.substr(eq + 1);
     }
-    bench_train_cuda(*ta);
+    backend("cuda", "nsa bench train").bench_train(*ta);
   });
-#else
-  tr->allow_extras();
-  tr->callback(
-      [] { throw Error("nsa bench train runs on a GPU: this build has no CUDA backend"); });
-#endif
 }
 
 }  // namespace nsa::app

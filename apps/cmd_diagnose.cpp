@@ -11,17 +11,13 @@
 #include <memory>
 #include <sstream>
 
+#include "backends.h"
 #include "commands.h"
 #include "nsa/attention.h"
 #include "nsa/memory_stats.h"
 #include "nsa/model_config.h"
 #include "nsa/presets.h"
 #include "train/train_model.h"
-#ifdef NSA_HAVE_CUDA
-#include "device.h"
-#include "model/train_model_cuda.h"
-#include "nsa/nsa_cuda_layer.h"
-#endif
 
 namespace nsa::app {
 namespace {
@@ -121,28 +117,18 @@ int run_diagnose(const DiagnoseArgs& a) {
               const NsaTensors<float> g = nsa_backward_cpu(cfg, layout, in, ref, d_o);
               peak = static_cast<double>(host_memory_stats().peak_bytes - base);
               note = first_non_finite(ref, g);
-            } else {
-#ifdef NSA_HAVE_CUDA
-              if (cuda::device_count() == 0) {
-                result = "skip", note = "no CUDA device";
-              } else {
-                cuda::NsaCudaLayer layer(cfg, layout);
-                layer.set_inputs(in);
-                layer.set_output_grad(d_o);
-                layer.forward();
-                layer.backward();
-                const NsaForward<float> f = layer.download_forward();
-                const NsaTensors<float> g = layer.download_grads();
-                peak = static_cast<double>(layer.device_bytes());
-                note = first_non_finite(f, g);
-                if (note.empty() && !ref.o.data.empty()) {
-                  err = rel_err(f.o, ref.o);
-                  if (err > 2e-2) note = "o differs from the CPU reference";
-                }
-              }
-#else
+            } else if (const Backend* b = find_backend(backend); !b) {
               result = "skip", note = "built without CUDA";
-#endif
+            } else if (b->device_count() == 0) {
+              result = "skip", note = "no CUDA device";
+            } else {
+              const AttentionRun r = b->attention(cfg, layout, in, &d_o);
+              peak = static_cast<double>(r.device_bytes);
+              note = first_non_finite(r.fwd, *r.grads);
+              if (note.empty() && !ref.o.data.empty()) {
+                err = rel_err(r.fwd.o, ref.o);
+                if (err > 2e-2) note = "o differs from the CPU reference";
+              }
             }
             ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                      .count();
@@ -192,14 +178,10 @@ int run_diagnose_model(const DiagnoseArgs& a) {
           double ms = 0, peak = 0, err = 0, loss = 0;
           try {
             TrainModelFactory make = make_train_model_cpu;
-            if (backend == "cuda") {
-#ifdef NSA_HAVE_CUDA
-              make = cuda::device_count() > 0 ? TrainModelFactory(cuda::make_train_model_cuda)
-                                              : TrainModelFactory();
-              if (!make) result = "skip", note = "no CUDA device";
-#else
-              make = nullptr, result = "skip", note = "built without CUDA";
-#endif
+            if (backend != "cpu") {
+              const Backend* b = find_backend(backend);
+              make = b && b->device_count() > 0 ? b->train_model : TrainModelFactory();
+              if (!make) result = "skip", note = b ? "no CUDA device" : "built without CUDA";
             }
             if (make) {
               const int64_t base = host_memory_stats().current_bytes;

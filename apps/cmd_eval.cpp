@@ -3,15 +3,13 @@
 #include <cstdio>
 #include <memory>
 
+#include "backends.h"
 #include "commands.h"
 #include "data/needle.h"
 #include "nsa/error.h"
 #include "train/checkpoint.h"
 #include "train/needle_eval.h"
 #include "train/trainer.h"
-#ifdef NSA_HAVE_CUDA
-#include "model/logit_rows_cuda.h"
-#endif
 
 namespace nsa::app {
 
@@ -45,15 +43,7 @@ void register_eval_command(CLI::App& app) {
   cmd->callback([a] {
     const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
     if (a->task == "needle") {
-      LogitRowsFn logit_rows = logit_rows_cpu;
-      if (a->device == "cuda") {
-#ifdef NSA_HAVE_CUDA
-        logit_rows = cuda::logit_rows_cuda;
-#else
-        throw Error(
-            "--device cuda: this build has no CUDA backend (no CUDA toolkit at build time)");
-#endif
-      }
+      const LogitRowsFn logit_rows = backend(a->device, "nsa eval").logit_rows;
       const NeedleFiller filler = parse_needle_filler(a->filler, "--filler");
       const std::vector<NeedleCell> cells =
           evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples, logit_rows, filler);

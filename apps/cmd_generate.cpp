@@ -1,21 +1,18 @@
 // `nsa generate`: text from a checkpoint – prompt through the tokenizer, prefill, then one token
 // at a time with NSA caches, streamed to stdout, with tokens/s – on the CPU
-// (src/model/model_decode.h) or one GPU (src/cuda/model/model_decoder_cuda.h).
+// (src/decode/model_decoder.h) or one GPU (src/decode/cuda/model_decoder_cuda.h).
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
 
+#include "backends.h"
 #include "commands.h"
 #include "data/tokenizer.h"
-#include "model/model_decode.h"
-#include "model/sampler.h"
+#include "decode/sampler.h"
 #include "nsa/error.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
-#ifdef NSA_HAVE_CUDA
-#include "model/model_decoder_cuda.h"
-#endif
 
 namespace nsa::app {
 
@@ -53,28 +50,8 @@ void register_generate_command(CLI::App& app) {
     NSA_CHECK(!prompt.empty(), "--prompt encodes to no tokens");
     const int64_t N = a->samples, V = cfg.vocab_size;
     // step(tokens [N]) → logits [N·V]: N CPU decoders, or one GPU decoder with a batch of N.
-    std::function<std::vector<float>(const std::vector<int32_t>&)> step;
-    if (a->device == "cuda") {
-#ifdef NSA_HAVE_CUDA
-      const int64_t max_len = static_cast<int64_t>(prompt.size()) + a->max_new + 1;
-      auto dec = std::make_shared<cuda::ModelDecoderCuda>(cfg, m.params, N, max_len, false);
-      step = [dec](const std::vector<int32_t>& t) { return dec->step(t); };
-#else
-      throw Error("--device cuda: this build has no CUDA backend (no CUDA toolkit at build time)");
-#endif
-    } else {
-      auto decs = std::make_shared<std::vector<ModelDecoder>>();
-      for (int64_t i = 0; i < N; ++i) decs->emplace_back(cfg, m.params);
-      step = [decs, V](const std::vector<int32_t>& t) {
-        std::vector<float> out;
-        out.reserve(t.size() * static_cast<size_t>(V));
-        for (size_t i = 0; i < t.size(); ++i) {
-          const std::vector<float> l = (*decs)[i].step(t[i]);
-          out.insert(out.end(), l.begin(), l.end());
-        }
-        return out;
-      };
-    }
+    const int64_t max_len = static_cast<int64_t>(prompt.size()) + a->max_new + 1;
+    const DecodeStep step = backend(a->device, "nsa generate").decoder(cfg, m.params, N, max_len);
     std::vector<Sampler> samplers;
     for (int64_t i = 0; i < N; ++i) {
       SamplerConfig sc = a->sampler;

@@ -2,18 +2,13 @@
 #include <cstdio>
 #include <memory>
 
+#include "backends.h"
 #include "commands.h"
 #include "dist/communicator.h"
 #include "dist/tcp_communicator.h"
 #include "launch_ranks.h"
 #include "nsa/error.h"
 #include "train/trainer.h"
-#ifdef NSA_HAVE_MPI
-#include "dist/mpi_communicator.h"
-#endif
-#ifdef NSA_HAVE_CUDA
-#include "model/train_model_cuda.h"
-#endif
 
 namespace nsa::app {
 
@@ -56,8 +51,10 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--stop-after", o->stop_after,
                   "stop (with a checkpoint) after this many steps of this run (0: never)");
   auto device = std::make_shared<std::string>("cpu");
-  cmd->add_option("--device", *device, "cpu (the reference) or cuda (one GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", *device,
+                  "cpu (the reference), cuda (one GPU per rank) or auto (the GPU when one is "
+                  "usable, else the CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_flag("--recompute", o->recompute,
                 "GPU: keep only each layer's input and recompute the rest in the backward");
   cmd->add_flag("--zero1", o->zero1,
@@ -79,21 +76,14 @@ void register_train_command(CLI::App& app) {
       comm = make_tcp_communicator();
       o->comm = comm.get();
     } else if (parallel) {
-#ifdef NSA_HAVE_MPI
-      comm = make_mpi_communicator();
+      comm = make_mpi_communicator_if_built();
       o->comm = comm.get();
-#else
-      throw Error(
-          "started as one of several ranks, but this build has no MPI (install "
-          "libopenmpi-dev and rebuild)");
-#endif
     }
-    if (*device == "cuda") {
-#ifdef NSA_HAVE_CUDA
-      o->model_factory = cuda::make_train_model_cuda;
-#else
-      throw Error("--device cuda: this build has no CUDA backend (no CUDA toolkit at build time)");
-#endif
+    const Backend& b = backend(*device, "nsa train");
+    o->model_factory = b.train_model;
+    if (!comm || comm->rank() == 0) {
+      std::printf("nsa train: device %s\n", b.describe().c_str());
+      std::fflush(stdout);
     }
     if (!branches->empty()) o->overrides["branches"] = *branches;
     for (const std::string& s : *sets) {

@@ -5,7 +5,16 @@
 // exits with its code, naming it.
 #pragma once
 
+#include <memory>
+
+#include "dist/communicator.h"
+
 namespace nsa::app {
+
+// This rank's communicator when started by mpirun, Slurm or PMI: MPI where the build has it
+// (mpi_ranks.cpp), otherwise an error that says to install MPI (mpi_missing.cpp; CMake compiles
+// one of the two).
+std::unique_ptr<Communicator> make_mpi_communicator_if_built();
 
 // Runs `<this program> <its arguments without --nproc>` as nproc ranks and never returns: exits
 // with the job's status, or throws nsa::Error when no rank could be started.

@@ -15,7 +15,7 @@ import statistics
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-SHAPES = {  # H, G, dk, dv (SPEC §4)
+SHAPES = {  # H, G, dk, dv (configs/*.yaml)
     "tiny": (4, 2, 16, 16),
     "small": (8, 2, 32, 32),
     "m7c_125m": (12, 2, 64, 64),

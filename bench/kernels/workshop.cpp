@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "common/cuda_check.h"
-#include "nsa/nsa_backward_dkdv.h"
-#include "nsa/nsa_cuda_layer.h"
-#include "nsa/nsa_kernels.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/nsa/nsa_backward_dkdv.h"
+#include "cuda/nsa/nsa_cuda_layer.h"
+#include "cuda/nsa/nsa_kernels.h"
 #include "nsa/presets.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// NSA attention at the tensor level: the CPU reference entry points (SPEC §2).
+// NSA attention at the tensor level: the CPU reference entry points (docs/nsa.md).
 //
 // Inputs are already projected and rotated (RoPE is the caller's business here): queries, K/V per
 // branch (or one shared K/V), gate values in [0, 1], and the φ = mlp compressor's parameters. The

@@ -1,6 +1,6 @@
 // NSA attention hyper-parameters and the sequence layout of a batch.
 //
-// NsaConfig holds the shape (H, G, dk, dv) and the NSA hyper-parameters of SPEC §2; validate()
+// NsaConfig holds the shape (H, G, dk, dv) and the NSA hyper-parameters of docs/nsa.md; validate()
 // enforces the rules (d | l, d | l_sel, G | H, ...) with messages that name the field. SeqLayout
 // describes how the token dimension T is cut into independent sequences: a padded batch B × S is
 // simply cu_seqlens = {0, S, 2S, ..., B·S}, packed documents bring their own cu_seqlens.
@@ -34,7 +34,7 @@ struct NsaConfig {
   int64_t groups = 0;  // G key/value groups; H / G query heads share one group
   int64_t dk = 0;      // query/key head dim
   int64_t dv = 0;      // value head dim
-  // Hyper-parameters (SPEC §2).
+  // Hyper-parameters (docs/nsa.md, first section).
   int64_t l = 0;       // compression block length
   int64_t d = 0;       // compression stride, divides l and l_sel
   int64_t l_sel = 0;   // selection block length

@@ -1,4 +1,5 @@
-// The model configuration: a Llama-style decoder whose attention is NSA (SPEC §4).
+// The model configuration: a Llama-style decoder whose attention is NSA (docs/training.md,
+// "Model").
 //
 // Configs are YAML files in configs/ (flat `key: value`); every field can be overridden from the
 // command line with the same names. set_model_field is the one parser behind both, so errors are
@@ -22,8 +23,8 @@ struct ModelConfig {
   std::string mlp = "swiglu";  // swiglu | silu (the prototype's, hidden 4·dim)
   int64_t mlp_hidden = 0;  // 0: swiglu → 8/3·dim rounded up to a multiple of 64; silu → 4·dim
   bool tie_embeddings = true;  // LM head shares the token embedding
-  // Which NSA branches contribute (diagnostics, SPEC §7): a listed subset of cmp, sel, win; the
-  // gates of the others are forced to 0.
+  // Which NSA branches contribute (docs/training.md, "Diagnostics"): a listed subset of cmp, sel,
+  // win; the gates of the others are forced to 0.
   std::string branches = "cmp,sel,win";
   double rope_base = 10000.0;
   double norm_eps = 1e-5;

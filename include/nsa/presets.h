@@ -1,4 +1,5 @@
-// The attention shapes of the shipped model configs (SPEC §4), by name, for the CLI and benches.
+// The attention shapes of the shipped model configs (configs/*.yaml), by name, for the CLI and
+// benches.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// Attention shapes of SPEC §4's config table.
+// The attention shapes of the shipped model configs (configs/*.yaml).
 #include "nsa/presets.h"
 
 #include "nsa/error.h"

@@ -1,4 +1,5 @@
-// Selection-block importance scores and the exact top-n rule (SPEC §2, docs/nsa.md).
+// Selection-block importance scores and the exact top-n rule (docs/nsa.md, "Selection scores",
+// "Top-n").
 //
 // accumulate_block_scores maps one head's compressed-attention probabilities onto selection
 // blocks: compressed token i covers raw positions [i·d, i·d + l) and gives each selection block j

@@ -1,4 +1,5 @@
-// Compression φ: raw (rotated) keys or values → one compressed token per block (SPEC §2).
+// Compression φ: raw (rotated) keys or values → one compressed token per block (docs/nsa.md,
+// "Compressed branch").
 //
 // Compressed token i of a sequence summarises raw positions [i·d, i·d + l), per K/V group.
 //   avg: y = (1/l) Σ_r x_r.

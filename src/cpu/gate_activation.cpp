@@ -1,4 +1,4 @@
-// Gate logits → gate values, forward and backward (SPEC §2 "Gates and output").
+// Gate logits → gate values, forward and backward (docs/nsa.md, "Gates and output").
 //
 // sigmoid (default, the paper's): g_c = σ(z_c), dz_c = dg_c · g_c (1 − g_c).
 // softmax over the three branches of each (token, head): dz_c = g_c (dg_c − Σ_b g_b dg_b).

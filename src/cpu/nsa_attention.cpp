@@ -1,5 +1,5 @@
 // The NSA attention layer on the CPU: orchestration of compression, compressed attention, block
-// selection, selected and window attention, and gating, forward and backward (SPEC §2).
+// selection, selected and window attention, and gating, forward and backward (docs/nsa.md).
 //
 // Forward, per query t and group g: each head of the group attends over the visible compressed
 // tokens; its probabilities are mapped onto selection blocks and summed over the group's heads;

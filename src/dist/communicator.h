@@ -1,4 +1,5 @@
-// The processes of a data-parallel run and the collectives the trainer needs (SPEC §6).
+// The processes of a data-parallel run and the collectives the trainer needs (docs/training.md,
+// "Several processes").
 //
 // Backends: local (one process, every collective is the identity), MPI (CPU processes started
 // by mpirun, Slurm's srun or `nsa train --nproc N`; built when CMake finds MPI) and TCP (ranks

@@ -1,4 +1,5 @@
-// The NSA language model on the CPU: loss, and gradients of every parameter (SPEC §4).
+// The NSA language model on the CPU: loss, and gradients of every parameter (docs/training.md,
+// "Model").
 //
 // embedding → n_layers × [RMSNorm → Q, K/V per branch (RoPE on Q and every K, before
 // compression), gates = sigmoid|softmax(h·Wgᵀ + bg) → NSA attention → Wo → residual; RMSNorm →
@@ -23,11 +24,11 @@ struct ModelStats {
   // in blocks from the query's own block c; bucket k counts distances in [2^k, 2^(k+1)), k < 16.
   int64_t sel_distance_hist[16] = {};
   // Anomaly mode: check every layer's activations and gradients, and every parameter gradient,
-  // for NaN/Inf and throw nsa::Error naming the first bad tensor (SPEC §7).
+  // for NaN/Inf and throw nsa::Error naming the first bad tensor (docs/training.md, "Diagnostics").
   bool check_finite = false;
-  // Per-layer telemetry (SPEC §7), one entry per layer: wall time of its forward and backward
-  // (GPU: CUDA events; with recompute the backward includes the recomputed forward), and the
-  // bytes its saved activations hold until the backward.
+  // Per-layer telemetry (docs/training.md, "Every step"), one entry per layer: wall time of its
+  // forward and backward (GPU: CUDA events; with recompute the backward includes the recomputed
+  // forward), and the bytes its saved activations hold until the backward.
   std::vector<double> layer_forward_ms, layer_backward_ms;
   std::vector<int64_t> layer_bytes;
   bool keep_outputs = false;             // set to also keep the two below (tests, tools)

@@ -1,5 +1,5 @@
 // What the training loop needs from a model backend – the CPU reference (train_model_cpu.cpp) or
-// one GPU (src/cuda/model/train_model_cuda.h) – so that one loop drives both: micro-batch
+// one GPU (src/train/cuda/train_model_cuda.h) – so that one loop drives both: micro-batch
 // losses and gradients, the AdamW step, and host copies of weights and moments for checkpoints.
 #pragma once
 

@@ -1,5 +1,5 @@
-// `nsa train`: the training loop around a model backend, CPU or GPU (SPEC §6, train_model.h),
-// in one process or as one rank of a data-parallel run.
+// `nsa train`: the training loop around a model backend, CPU or GPU (docs/training.md,
+// train_model.h), in one process or as one rank of a data-parallel run.
 //
 // Per step: gradient accumulation over micro-batches, a non-finite-loss stop, AdamW with clipping
 // and warm-up + cosine, one console line and one JSON line (metrics.jsonl), a heartbeat file;

@@ -1,4 +1,4 @@
-// Never silent (SPEC §6): a watchdog that notices a stalled step and a SIGUSR1 stack dump.
+// Never silent (docs/training.md): a watchdog that notices a stalled step and a SIGUSR1 stack dump.
 //
 // The training loop reports progress (and the phase it is in: "forward", "optimizer", ...). A
 // background thread checks the time since the last report; past the timeout it writes the stack

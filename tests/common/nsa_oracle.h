@@ -1,5 +1,5 @@
 // An independent brute-force NSA for tests: dense masks and full score matrices, double precision,
-// one sequence at a time. Written from SPEC §2 without sharing code with src/cpu, so that the
+// one sequence at a time. Written from docs/nsa.md without sharing code with src/cpu, so that the
 // reference and the oracle can only agree by both being right. Tiny sizes only (it is O(S²)).
 #pragma once
 

@@ -1,4 +1,4 @@
-// The equivalences of SPEC §2 that must hold, and the invariants of selection:
+// The equivalences of docs/nsa.md ("Equivalences") that must hold, and the invariants of selection:
 //   window ≥ S with gates on the window = causal attention; l = d = l_sel = 1, n_sel ≥ S with gates
 //   on selection = causal attention; causality of every branch (outputs and selections up to t do
 //   not move when anything after t changes); packed documents = separate runs (forward and

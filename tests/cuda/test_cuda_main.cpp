@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "device.h"
+#include "cuda/device.h"
 
 int main(int argc, char** argv) {
   if (nsa::cuda::device_count() == 0) {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/cuda_check.h"
+#include "cuda/common/cuda_check.h"
 
 namespace {
 

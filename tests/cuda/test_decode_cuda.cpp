@@ -9,11 +9,11 @@
 #include <map>
 #include <random>
 
-#include "common/device_buffer.h"
-#include "model/model_decode.h"
-#include "model/model_decoder_cuda.h"
-#include "model/nsa_decode.h"
-#include "nsa/nsa_decode.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/nsa/nsa_decode.h"
+#include "decode/cuda/model_decoder_cuda.h"
+#include "decode/model_decoder.h"
+#include "decode/nsa_decode_cache.h"
 
 namespace nsa::test {
 namespace {

@@ -16,10 +16,11 @@
 #include <random>
 
 #include "io/token_shard.h"
-#include "model/model_cuda.h"
-#include "model/train_model_cuda.h"
+#include "model/cuda/model_cuda.h"
 #include "resume_check.h"
 #include "run_command.h"
+#include "train/cuda/adamw_cuda.h"
+#include "train/cuda/train_model_cuda.h"
 #include "train/trainer.h"
 
 namespace nsa::test {
@@ -167,11 +168,12 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
   const SeqLayout layout = SeqLayout::batch(2, 130);
   ModelParams<float> params = init_model_params<float>(cfg);
   cuda::ModelCuda whole(cfg, layout, false), r0(cfg, layout, false), r1(cfg, layout, false);
-  const int64_t total = whole.flat_size(), mid = total / 2 + 7;
+  cuda::AdamWCuda opt_whole(whole), opt0(r0), opt1(r1);
+  const int64_t total = opt_whole.flat_size(), mid = total / 2 + 7;
   for (cuda::ModelCuda* m : {&whole, &r0, &r1}) m->set_params(params);
-  r0.shard_optimizer(0, mid);
-  r1.shard_optimizer(mid, total);
-  EXPECT_LT(r0.device_bytes(), whole.device_bytes());
+  opt0.shard(0, mid);
+  opt1.shard(mid, total);
+  EXPECT_LT(opt0.device_bytes(), opt_whole.device_bytes());
   AdamWConfig adam;
   adam.lr = 1e-2, adam.warmup = 1, adam.total_steps = 3, adam.clip = 0.5;
   for (int64_t step = 0; step < 3; ++step) {
@@ -179,19 +181,20 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
     random_tokens(layout.total_tokens(), cfg.vocab_size, 40 + static_cast<uint32_t>(step), tokens,
                   targets);
     std::vector<double> norms;
-    for (cuda::ModelCuda* m : {&whole, &r0, &r1}) {
+    for (auto [m, opt] :
+         {std::pair{&whole, &opt_whole}, std::pair{&r0, &opt0}, std::pair{&r1, &opt1}}) {
       m->zero_grads();
       m->forward_backward(tokens, targets, true);
-      norms.push_back(m->optimizer_step(adam, step, 1.0));
+      norms.push_back(opt->step(adam, step, 1.0));
     }
     EXPECT_EQ(norms[0], norms[1]);
     EXPECT_EQ(norms[0], norms[2]);
     std::vector<float> f0, f1;
-    r0.download_param_slice(f0);
-    r1.download_param_slice(f1);
+    opt0.download_weight_slice(f0);
+    opt1.download_weight_slice(f1);
     std::copy(f1.begin() + mid, f1.end(), f0.begin() + mid);
-    r0.upload_params_flat(f0);
-    r1.upload_params_flat(f0);
+    r0.params().upload_weights_flat(f0);
+    r1.params().upload_weights_flat(f0);
   }
   ModelParams<float> pw = zeros_like(cfg, params), p1 = zeros_like(cfg, params);
   whole.get_params(pw);
@@ -204,12 +207,12 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
   std::vector<Tensor<float>> mw = moments_like(cfg, params), vw = moments_like(cfg, params);
   std::vector<Tensor<float>> m0 = moments_like(cfg, params), v0 = moments_like(cfg, params);
   std::vector<Tensor<float>> m1 = moments_like(cfg, params), v1 = moments_like(cfg, params);
-  whole.get_adam_state(mw, vw);
-  EXPECT_THROW(r0.get_adam_state(m0, v0), Error);  // a slice alone is not the state
-  std::vector<std::vector<float>> slices1;         // rank 1's flat moments, m then v
-  r1.get_adam_state(m1, v1, [&](std::vector<float>& flat) { slices1.push_back(flat); });
+  opt_whole.get_state(mw, vw);
+  EXPECT_THROW(opt0.get_state(m0, v0), Error);  // a slice alone is not the state
+  std::vector<std::vector<float>> slices1;      // rank 1's flat moments, m then v
+  opt1.get_state(m1, v1, [&](std::vector<float>& flat) { slices1.push_back(flat); });
   size_t call = 0;
-  r0.get_adam_state(m0, v0, [&](std::vector<float>& flat) {
+  opt0.get_state(m0, v0, [&](std::vector<float>& flat) {
     std::copy(slices1[call].begin() + mid, slices1[call].end(), flat.begin() + mid);
     ++call;
   });
@@ -223,10 +226,11 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
   }
   // Moments go back up slice by slice: a resumed sharded model holds the same state.
   cuda::ModelCuda again(cfg, layout, false);
-  again.shard_optimizer(mid, total);
-  again.set_adam_state(mw, vw);
+  cuda::AdamWCuda opt_again(again);
+  opt_again.shard(mid, total);
+  opt_again.set_state(mw, vw);
   std::vector<Tensor<float>> m2 = moments_like(cfg, params), v2 = moments_like(cfg, params);
-  again.get_adam_state(m2, v2, [](std::vector<float>&) {});  // rank 0's part stays zero
+  opt_again.get_state(m2, v2, [](std::vector<float>&) {});  // rank 0's part stays zero
   const std::vector<float> got = flat_of(m2), want = flat_of(m1);
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
 }

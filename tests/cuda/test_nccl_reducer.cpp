@@ -5,11 +5,11 @@
 
 #include <vector>
 
-#include "common/cuda_check.h"
-#include "common/device_buffer.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_buffer.h"
 #include "dist/communicator.h"
 #ifdef NSA_HAVE_NCCL
-#include "dist/nccl_reducer.h"
+#include "dist/nccl/nccl_reducer.h"
 #endif
 
 namespace nsa::cuda {

@@ -23,7 +23,7 @@
 #include "../common/test_util.h"
 #include "cpu/attend_row.h"
 #include "cpu/block_select.h"
-#include "nsa/nsa_cuda_layer.h"
+#include "cuda/nsa/nsa_cuda_layer.h"
 
 namespace nsa::test {
 namespace {

@@ -1,14 +1,14 @@
 // Decoding with NSA caches reproduces the full forward exactly: for every position the logits
 // and every layer's selected blocks are bit-identical to one forward over the same tokens
-// (SPEC §2 "Prefill ... then one-token-at-a-time decoding ..."). Covers SwiGLU/SiLU, separate and
+// (docs/inference.md, first section). Covers SwiGLU/SiLU, separate and
 // shared K/V, φ avg and mlp, sigmoid and softmax gates, and windows that wrap their ring.
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "decode/model_decoder.h"
+#include "decode/sampler.h"
 #include "model/model_cpu.h"
-#include "model/model_decode.h"
-#include "model/sampler.h"
 #include "nsa/error.h"
 
 namespace nsa::test {

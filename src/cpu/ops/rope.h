@@ -1,5 +1,6 @@
-// Rotary position embedding on the CPU (SPEC §2: standard per-head rotation, position = token
-// index within its sequence). Pairs (2i, 2i+1) of each head vector of dim D rotate by
+// Rotary position embedding on the CPU, applied before attention (docs/nsa.md, "Inputs at the
+// attention level": keys arrive rotated). Standard per-head rotation, position = token index
+// within its sequence. Pairs (2i, 2i+1) of each head vector of dim D rotate by
 // θ = pos·base^(−2i/D). The map is orthogonal, so the backward is the inverse rotation.
 #pragma once
 

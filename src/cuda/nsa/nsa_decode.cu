@@ -18,12 +18,40 @@ using bf16 = __nv_bfloat16;
 constexpr int kMaxHeadsPerGroup = 16;
 constexpr int kThreads = 128;
 
+// Sizes of one decoder (int: head dims, block sizes and part counts are small; row offsets are
+// computed in 64 bits where they multiply).
 struct DecodeDims {
   int G, hpg, dk, dv, l, d, l_sel, n_sel, w, sub, win_parts;
   int64_t max_len, max_cmp;
   int cmp_parts, attn_parts;
   int sel_chunk, sel_chunks;  // candidate blocks per block_topk CTA, CTAs per (sequence, group)
   float scale;
+};
+
+struct Candidate;
+
+// The one parameter struct every decode kernel takes (as NsaParams for the training kernels):
+// the sizes, the step's inputs and outputs, the caches and the scratch between the kernels.
+// Caches are [B, rows, G, dk|dv] (bf16); the dense baseline leaves the NSA-only ones null.
+struct DecodeParams {
+  DecodeDims dims;
+  bool dense;
+  const int32_t* pos;  // [B] each sequence's position this step
+  // Inputs: q [B, H, dk]; the token's K/V per branch (kv = shared: all three the same) [B, G,
+  // dk|dv]; gates per branch [B, H].
+  const bf16* q;
+  const bf16* k_in[kNumBranches];
+  const bf16* v_in[kNumBranches];
+  const bf16* gate[kNumBranches];
+  // Caches: every position (selected branch and dense), the window ring, the ring of the last l
+  // raw rows, the compressed tokens.
+  bf16 *k_sel, *v_sel, *k_win, *v_win, *k_raw, *v_raw, *k_cmp, *v_cmp;
+  // Scratch: compressed scores [B, H, max_cmp], per-part (max, sum) and outputs, block candidates.
+  float *scores, *part_ml, *part_o;
+  Candidate* cand;
+  // Outputs: the selected blocks [B, G, n_sel] (NSA) and o [B, H·dv].
+  int32_t* sel;
+  bf16* o;
 };
 
 __device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {
@@ -37,11 +65,15 @@ __device__ __forceinline__ T* row(T* base, int b, int64_t rows, int64_t r, int g
   return base + ((static_cast<int64_t>(b) * rows + r) * m.G + g) * dim;
 }
 
-__global__ void append_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* k_sel_in,
-                              const bf16* v_sel_in, const bf16* k_win_in, const bf16* v_win_in,
-                              const bf16* k_cmp_in, const bf16* v_cmp_in, bf16* k_sel, bf16* v_sel,
-                              bf16* k_win, bf16* v_win, bf16* k_raw, bf16* v_raw, bf16* k_cmp,
-                              bf16* v_cmp) {
+__global__ void append_kernel(const DecodeParams params) {
+  const DecodeDims& m = params.dims;
+  const bool dense = params.dense;
+  const int32_t* pos = params.pos;
+  const bf16 *k_sel_in = params.k_in[kSel], *v_sel_in = params.v_in[kSel];
+  const bf16 *k_win_in = params.k_in[kWin], *v_win_in = params.v_in[kWin];
+  const bf16 *k_cmp_in = params.k_in[kCmp], *v_cmp_in = params.v_in[kCmp];
+  bf16 *k_sel = params.k_sel, *v_sel = params.v_sel, *k_win = params.k_win, *v_win = params.v_win;
+  bf16 *k_raw = params.k_raw, *v_raw = params.v_raw, *k_cmp = params.k_cmp, *v_cmp = params.v_cmp;
   wait_for_previous_kernel();
   const int b = blockIdx.x, g = blockIdx.y, t = pos[b];
   const int64_t in_k = (static_cast<int64_t>(b) * m.G + g) * m.dk;
@@ -236,9 +268,11 @@ __device__ __forceinline__ int64_t part_index(const DecodeDims& m, int bg, int p
   return (static_cast<int64_t>(bg) * (m.cmp_parts + m.attn_parts) + part) * m.hpg;
 }
 
-__global__ void __launch_bounds__(kPartThreads)
-    cmp_parts_kernel(DecodeDims m, const int32_t* pos, const bf16* q, const bf16* k_cmp,
-                     const bf16* v_cmp, float* scores, float* part_ml, float* part_o) {
+__global__ void __launch_bounds__(kPartThreads) cmp_parts_kernel(const DecodeParams params) {
+  const DecodeDims& m = params.dims;
+  const int32_t* pos = params.pos;
+  const bf16 *q = params.q, *k_cmp = params.k_cmp, *v_cmp = params.v_cmp;
+  float *scores = params.scores, *part_ml = params.part_ml, *part_o = params.part_o;
   wait_for_previous_kernel();
   constexpr int P = NsaDecodeCuda::kCmpPart;
   __shared__ PartSmem<P> sm;
@@ -289,13 +323,13 @@ __device__ void warp_fold(float& mx, float& sum) {
 }
 
 // Block scores and a partial top-n, grid (B·G, chunks): each CTA scores the candidate blocks
-// [1 + k·chunk, 1 + (k + 1)·chunk) ∩ [1, c − 2] of one (sequence, group) – p_slc of SPEC §2, the
-// group's compressed probabilities (Σ over heads in head order, each normalised by its head's
-// merged max and sum) weighted by overlap / l, ascending over compressed tokens – and keeps its
-// best `free` = n_sel − forced blocks by (score desc, index asc) in rank order. The global top
-// `free` is among the union of the chunks' bests: attn parts merge them (select_blocks).
-// Latency: the first kTopkTokens tokens' scores per thread are loaded before the heads' merged
-// statistics, so both arrive in one round trip.
+// [1 + k·chunk, 1 + (k + 1)·chunk) ∩ [1, c − 2] of one (sequence, group) – p_slc of docs/nsa.md
+// ("Selection scores"), the group's compressed probabilities (Σ over heads in head order, each
+// normalised by its head's merged max and sum) weighted by overlap / l, ascending over compressed
+// tokens – and keeps its best `free` = n_sel − forced blocks by (score desc, index asc) in rank
+// order. The global top `free` is among the union of the chunks' bests: attn parts merge them
+// (select_blocks). Latency: the first kTopkTokens tokens' scores per thread are loaded before the
+// heads' merged statistics, so both arrive in one round trip.
 struct Candidate {
   float score;  // < 0: empty slot
   int block;
@@ -304,9 +338,11 @@ struct Candidate {
 constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64;
 constexpr int kMaxTopkChunks = 32;  // per (sequence, group): one lane each in select_blocks' merge
 
-__global__ void __launch_bounds__(kTopkThreads)
-    block_topk_kernel(DecodeDims m, const int32_t* pos, const float* scores, const float* part_ml,
-                      Candidate* cand) {
+__global__ void __launch_bounds__(kTopkThreads) block_topk_kernel(const DecodeParams params) {
+  const DecodeDims& m = params.dims;
+  const int32_t* pos = params.pos;
+  const float *scores = params.scores, *part_ml = params.part_ml;
+  Candidate* cand = params.cand;
   wait_for_previous_kernel();
   extern __shared__ float block_smem[];  // block scores [sel_chunk], then gp [sel_gp]
   __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
@@ -454,10 +490,16 @@ __device__ void select_blocks(const DecodeDims& m, int t, const Candidate* cand,
 // window chunks; dense – chunks of kAttnPart positions from 0. Empty parts write l = 0. The CTAs
 // of selected parts each merge the block candidates (part 0 also writes the selection out).
 template <int P>
-__global__ void __launch_bounds__(kPartThreads)
-    attn_parts_kernel(DecodeDims m, bool dense, const int32_t* pos, const bf16* q,
-                      const Candidate* cand, int32_t* sel, const bf16* k_sel, const bf16* v_sel,
-                      const bf16* k_win, const bf16* v_win, float* part_ml, float* part_o) {
+__global__ void __launch_bounds__(kPartThreads) attn_parts_kernel(const DecodeParams params) {
+  const DecodeDims& m = params.dims;
+  const bool dense = params.dense;
+  const int32_t* pos = params.pos;
+  const bf16* q = params.q;
+  const Candidate* cand = params.cand;
+  int32_t* sel = params.sel;
+  const bf16 *k_sel = params.k_sel, *v_sel = params.v_sel, *k_win = params.k_win,
+             *v_win = params.v_win;
+  float *part_ml = params.part_ml, *part_o = params.part_o;
   wait_for_previous_kernel();
   __shared__ PartSmem<P> sm;
   __shared__ float ml[2 * kMaxHeadsPerGroup];
@@ -509,9 +551,13 @@ __global__ void __launch_bounds__(kPartThreads)
 // pass; then every part's output, weighted by gate · exp(m_p − M) / L of its branch, is summed by
 // blockDim / dv groups of threads (one thread per channel, parts dealt round robin), whose sums
 // are added in group order – deterministic.
-__global__ void combine_kernel(DecodeDims m, bool dense, const int32_t* pos, const float* part_ml,
-                               const float* part_o, const bf16* g_cmp, const bf16* g_sel,
-                               const bf16* g_win, bf16* o) {
+__global__ void combine_kernel(const DecodeParams params) {
+  const DecodeDims& m = params.dims;
+  const bool dense = params.dense;
+  const int32_t* pos = params.pos;
+  const float *part_ml = params.part_ml, *part_o = params.part_o;
+  const bf16 *g_cmp = params.gate[kCmp], *g_sel = params.gate[kSel], *g_win = params.gate[kWin];
+  bf16* o = params.o;
   wait_for_previous_kernel();
   __shared__ float branch_max[kNumBranches], branch_scale[kNumBranches];
   __shared__ float group_acc[kPartThreads];
@@ -672,37 +718,42 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
                          const bf16* const v[kNumBranches], const bf16* const gate[kNumBranches],
                          const int32_t* pos, bf16* o, cudaStream_t stream) {
   const NsaConfig& c = cfg_;
-  const DecodeDims m =
+  DecodeParams p{};
+  p.dims =
       dims_of(c, max_len_, max_cmp_, static_cast<int>(cmp_parts_), static_cast<int>(attn_parts_),
               static_cast<int>(sel_chunk_), static_cast<int>(sel_chunks_));
-  const int B = static_cast<int>(B_), G = m.G;
-  const int ks = c.kv_index(kSel), kw = c.kv_index(kWin), kc = c.kv_index(kCmp);
-  Candidate* cand = reinterpret_cast<Candidate*>(candidates_.get());
-  launch_dependent(append_kernel, dim3(B, G), dim3(kThreads), 0, stream, m, dense_, pos, k[ks],
-                   v[ks], k[kw], v[kw], k[kc], v[kc], k_sel_.get(), v_sel_.get(), k_win_.get(),
-                   v_win_.get(), k_raw_.get(), v_raw_.get(), k_cmp_.get(), v_cmp_.get());
+  p.dense = dense_;
+  p.pos = pos;
+  p.q = q;
+  for (int br = 0; br < kNumBranches; ++br) {
+    p.k_in[br] = k[c.kv_index(br)];
+    p.v_in[br] = v[c.kv_index(br)];
+    p.gate[br] = gate[br];
+  }
+  p.k_sel = k_sel_.get(), p.v_sel = v_sel_.get(), p.k_win = k_win_.get(), p.v_win = v_win_.get();
+  p.k_raw = k_raw_.get(), p.v_raw = v_raw_.get(), p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get();
+  p.scores = scores_.get(), p.part_ml = part_ml_.get(), p.part_o = part_o_.get();
+  p.cand = reinterpret_cast<Candidate*>(candidates_.get());
+  p.sel = sel_.get();
+  p.o = o;
+  const int B = static_cast<int>(B_), G = p.dims.G;
+  launch_dependent(append_kernel, dim3(B, G), dim3(kThreads), 0, stream, p);
   if (!dense_) {
     launch_dependent(cmp_parts_kernel, dim3(B * G, static_cast<unsigned>(cmp_parts_)),
-                     dim3(kPartThreads), part_smem_bytes(kCmpPart, false), stream, m, pos, q,
-                     k_cmp_.get(), v_cmp_.get(), scores_.get(), part_ml_.get(), part_o_.get());
+                     dim3(kPartThreads), part_smem_bytes(kCmpPart, false), stream, p);
     launch_dependent(block_topk_kernel, dim3(B * G, static_cast<unsigned>(sel_chunks_)),
-                     dim3(kTopkThreads), block_topk_smem_bytes(), stream, m, pos, scores_.get(),
-                     part_ml_.get(), cand);
+                     dim3(kTopkThreads), block_topk_smem_bytes(), stream, p);
   }
   const dim3 grid(B * G, static_cast<unsigned>(attn_parts_));
   if (dense_) {
     launch_dependent(attn_parts_kernel<kDensePart>, grid, dim3(kPartThreads),
-                     part_smem_bytes(kDensePart, false), stream, m, true, pos, q, nullptr, nullptr,
-                     k_sel_.get(), v_sel_.get(), nullptr, nullptr, part_ml_.get(), part_o_.get());
+                     part_smem_bytes(kDensePart, false), stream, p);
   } else {
     launch_dependent(attn_parts_kernel<kAttnPart>, grid, dim3(kPartThreads),
-                     part_smem_bytes(kAttnPart, true), stream, m, false, pos, q, cand, sel_.get(),
-                     k_sel_.get(), v_sel_.get(), k_win_.get(), v_win_.get(), part_ml_.get(),
-                     part_o_.get());
+                     part_smem_bytes(kAttnPart, true), stream, p);
   }
   launch_dependent(combine_kernel, dim3(B, static_cast<unsigned>(c.heads)), dim3(kPartThreads), 0,
-                   stream, m, dense_, pos, part_ml_.get(), part_o_.get(), gate[kCmp], gate[kSel],
-                   gate[kWin], o);
+                   stream, p);
 }
 
 void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream) {

@@ -1,5 +1,6 @@
-// NSA attention for one new token per sequence, with caches on the GPU (SPEC §8; the CPU twin is
-// src/model/nsa_decode.h): a batch of B independent sequences, each at its own position.
+// NSA attention for one new token per sequence, with caches on the GPU (docs/inference.md,
+// "Decoding on the GPU"; the CPU twin is src/decode/nsa_decode_cache.h): a batch of B independent
+// sequences, each at its own position.
 //
 // Caches (bf16, per sequence): raw K/V of the selected branch for every position, a ring of the
 // last w raw K/V for the window, a ring of the last l raw K/V of the compressed branch, and the
@@ -8,10 +9,10 @@
 //
 // A step is five kernels, all reading the positions from device memory (nothing on the host
 // depends on them, so a step can be captured in a CUDA graph and replayed), none with a serial
-// loop over the context:
+// loop over the context; each takes the one parameter struct DecodeParams (nsa_decode.cu):
 //   append      write the token's K/V, emit a compressed token when its block completes;
 //   cmp parts   compressed attention in chunks of kCmpPart keys: scores kept, partial softmax;
-//   block top-n block scores (SPEC §2) over chunks of blocks, each chunk's best n_sel − forced;
+//   block top-n block scores (nsa.md) over chunks of blocks, each chunk's best n_sel − forced;
 //   attn parts  selected blocks and window chunks of kAttnPart keys (dense: kDensePart chunks);
 //               each selected part first merges the chunks' sorted candidates into the exact
 //               top-n (one warp, a lane per chunk);

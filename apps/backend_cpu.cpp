@@ -1,0 +1,66 @@
+// The CPU backend: the reference implementation of everything (see backends.h).
+#include <omp.h>
+
+#include <chrono>
+#include <string>
+
+#include "backends.h"
+#include "decode/model_decoder.h"
+
+namespace nsa::app {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+AttentionRun attention_cpu(const NsaConfig& cfg, const SeqLayout& layout,
+                           const NsaTensors<float>& in, const Tensor<float>* d_o) {
+  AttentionRun r;
+  auto t0 = std::chrono::steady_clock::now();
+  r.fwd = nsa_forward_cpu(cfg, layout, in);
+  r.fwd_ms = ms_since(t0);
+  if (d_o) {
+    t0 = std::chrono::steady_clock::now();
+    r.grads = std::make_unique<NsaTensors<float>>(nsa_backward_cpu(cfg, layout, in, r.fwd, *d_o));
+    r.bwd_ms = ms_since(t0);
+  }
+  return r;
+}
+
+// N independent CPU decoders, one per sequence.
+DecodeStep decoder_cpu(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
+                       int64_t /*max_len*/) {
+  auto decs = std::make_shared<std::vector<ModelDecoder>>();
+  for (int64_t i = 0; i < batch; ++i) decs->emplace_back(cfg, params);
+  const int64_t V = cfg.vocab_size;
+  return [decs, V](const std::vector<int32_t>& t) {
+    std::vector<float> out;
+    out.reserve(t.size() * static_cast<size_t>(V));
+    for (size_t i = 0; i < t.size(); ++i) {
+      const std::vector<float> l = (*decs)[i].step(t[i]);
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+}
+
+Backend cpu_backend() {
+  Backend b;
+  b.name = "cpu";
+  b.device_count = [] { return 1; };
+  b.describe = [] {
+    const int n = omp_get_max_threads();
+    return "cpu (" + std::to_string(n) + (n == 1 ? " thread)" : " threads)");
+  };
+  b.train_model = make_train_model_cpu;
+  b.logit_rows = logit_rows_cpu;
+  b.decoder = decoder_cpu;
+  b.attention = attention_cpu;
+  return b;
+}
+
+const bool registered = register_backend(cpu_backend());
+
+}  // namespace
+}  // namespace nsa::app

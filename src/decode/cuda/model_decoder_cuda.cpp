@@ -1,0 +1,225 @@
+// Incremental decoding on one GPU (see model_decoder_cuda.h).
+#include "model_decoder_cuda.h"
+
+#include <algorithm>
+
+#include "cuda/common/convert.h"
+#include "cuda/nsa/nsa_decode.h"
+#include "model/cuda/model_cuda.h"
+#include "nsa/error.h"
+
+namespace nsa::cuda {
+namespace {
+
+void upload_f32(DeviceBuffer<float>& dst, const Tensor<float>& src) {
+  dst.upload(src.ptr(), src.numel());
+}
+
+void upload_bf16(DeviceBuffer<bf16>& dst, const Tensor<float>& src) {
+  DeviceBuffer<float> tmp;
+  tmp.upload(src.ptr(), src.numel());
+  dst.resize(src.numel());
+  launch_f32_to_bf16(tmp.get(), dst.get(), src.numel(), nullptr);
+  NSA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
+}  // namespace
+
+ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<float>& params,
+                                   int64_t batch, int64_t max_len, bool dense)
+    : cfg_(checked_for_gpu(cfg)),
+      B_(batch),
+      max_len_(max_len),
+      F_(cfg.ffn_hidden()),
+      dense_(dense) {
+  NSA_CHECK(batch > 0, "decode: the batch must hold at least one sequence, got ", batch);
+  NSA_CHECK(max_len > 0 && max_len < (int64_t{1} << 31), "decode: max length ", max_len,
+            " is outside [1, 2^31)");
+  NSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const NsaConfig& a = cfg.attn;
+  const int64_t D = cfg.dim, H = a.heads, G = a.groups, B = batch;
+  upload_f32(tok_emb_, params.tok_emb);
+  upload_f32(norm_, params.norm);
+  upload_bf16(head_, cfg.tie_embeddings ? params.tok_emb : params.output);
+  // The fused input projection's rows: q, then k and v of every branch with its own K/V (dense:
+  // the selected branch's only), then the gate logits.
+  const auto needed = [&](int c) {
+    return a.kv_index(c) == c && (!dense || c == a.kv_index(kSel));
+  };
+  int64_t width = H * a.dk;
+  for (int c = 0; c < kNumBranches; ++c) {
+    inputs_.k_offset[c] = needed(c) ? width : -1;
+    width += needed(c) ? G * a.dk : 0;
+  }
+  for (int c = 0; c < kNumBranches; ++c) {
+    inputs_.v_offset[c] = needed(c) ? width : -1;
+    width += needed(c) ? G * a.dv : 0;
+  }
+  inputs_.gate_offset = dense ? -1 : width;
+  width += dense ? 0 : 3 * H;
+  inputs_.width = width;
+  for (const LayerParams<float>& p : params.layers) {
+    LayerWeights w;
+    upload_f32(w.attn_norm, p.attn_norm);
+    upload_f32(w.bg, p.bg);
+    upload_f32(w.ffn_norm, p.ffn_norm);
+    Tensor<float> w_in({width, D});
+    const auto put = [&](const Tensor<float>& t, int64_t row) {
+      std::copy(t.data.begin(), t.data.end(), w_in.data.begin() + row * D);
+    };
+    put(p.wq, 0);
+    for (int c = 0; c < kNumBranches; ++c) {
+      if (!needed(c)) continue;
+      put(p.wk[c], inputs_.k_offset[c]);
+      put(p.wv[c], inputs_.v_offset[c]);
+    }
+    if (!dense) put(p.wg, inputs_.gate_offset);
+    upload_bf16(w.w_in, w_in);
+    upload_bf16(w.wo, p.wo);
+    upload_bf16(w.w1, p.w1);
+    upload_bf16(w.w2, p.w2);
+    if (cfg.mlp == "swiglu") upload_bf16(w.w3, p.w3);
+    layers_.push_back(std::move(w));
+    attn_.push_back(std::make_unique<NsaDecodeCuda>(a, B, max_len, dense));
+  }
+  tokens_.resize(B);
+  tokens_.zero();
+  positions_.resize(B);
+  positions_.zero();
+  x_.resize(B * D);
+  proj_.resize(B * width);
+  rstd_.resize(B);
+  logits_.resize(B * cfg.vocab_size);
+  h_.resize(B * D);
+  q_.resize(B * H * a.dk);
+  for (int c = 0; c < kNumBranches; ++c) {
+    k_[c].resize(B * G * a.dk);
+    v_[c].resize(B * G * a.dv);
+    gates_[c].resize(B * H);
+  }
+  o_.resize(B * H * a.dv);
+  u1_.resize(B * F_);
+  u3_.resize(B * F_);
+  m_.resize(B * F_);
+  inputs_.H = H, inputs_.G = G, inputs_.dk = a.dk, inputs_.dv = a.dv;
+  inputs_.softmax = a.gate == GateActivation::kSoftmax;
+  inputs_.q = q_.get();
+  for (int c = 0; c < kNumBranches; ++c) {
+    inputs_.k[c] = needed(c) ? k_[c].get() : nullptr;
+    inputs_.v[c] = needed(c) ? v_[c].get() : nullptr;
+    inputs_.gate[c] = dense ? nullptr : gates_[c].get();
+    inputs_.enabled[c] = cfg.branch_enabled(c);
+  }
+  NSA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+ModelDecoderCuda::~ModelDecoderCuda() {
+  if (graph_) cudaGraphExecDestroy(graph_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void ModelDecoderCuda::record_step() {
+  const NsaConfig& a = cfg_.attn;
+  const int64_t B = B_, D = cfg_.dim, H = a.heads;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  cudaStream_t st = stream_;
+  launch_embedding_forward(tokens_.get(), tok_emb_.get(), x_.get(), B, D, st);
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const LayerWeights& w = layers_[li];
+    launch_rmsnorm_forward(x_.get(), w.attn_norm.get(), eps, h_.get(), rstd_.get(), B, D, st);
+    gemm_.linear_forward(h_.get(), w.w_in.get(), f32(proj_.get()), B, D, inputs_.width, 0.0f, st);
+    launch_decode_inputs(proj_.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base, B, st);
+    const bf16* k[kNumBranches];
+    const bf16* v[kNumBranches];
+    const bf16* gates[kNumBranches];
+    for (int c = 0; c < kNumBranches; ++c) {
+      k[c] = k_[a.kv_index(c)].get();
+      v[c] = v_[a.kv_index(c)].get();
+      gates[c] = gates_[c].get();
+    }
+    attn_[li]->step(q_.get(), k, v, gates, positions_.get(), o_.get(), st);
+    gemm_.linear_forward(o_.get(), w.wo.get(), f32(x_.get()), B, H * a.dv, D, 1.0f, st);
+    launch_rmsnorm_forward(x_.get(), w.ffn_norm.get(), eps, h_.get(), rstd_.get(), B, D, st);
+    const bool swiglu = cfg_.mlp == "swiglu";
+    gemm_.linear_forward(h_.get(), w.w1.get(), b16(u1_.get()), B, D, F_, 0.0f, st);
+    if (swiglu) gemm_.linear_forward(h_.get(), w.w3.get(), b16(u3_.get()), B, D, F_, 0.0f, st);
+    launch_swiglu_forward(u1_.get(), swiglu ? u3_.get() : nullptr, m_.get(), B * F_, st);
+    gemm_.linear_forward(m_.get(), w.w2.get(), f32(x_.get()), B, F_, D, 1.0f, st);
+  }
+  launch_rmsnorm_forward(x_.get(), norm_.get(), eps, h_.get(), rstd_.get(), B, D, st);
+  gemm_.linear_forward(h_.get(), head_.get(), f32(logits_.get()), B, D, cfg_.vocab_size, 0.0f, st);
+  launch_advance_positions(positions_.get(), B, st);
+}
+
+void ModelDecoderCuda::step_async() {
+  NSA_CHECK(pos_ < max_len_, "decode: the caches hold ", max_len_,
+            " tokens per sequence and are full (raise the maximum length)");
+  if (!graph_) {
+    cudaGraph_t g = nullptr;
+    NSA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    record_step();
+    NSA_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    NSA_CUDA_CHECK(cudaGraphInstantiate(&graph_, g, 0));
+    NSA_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  NSA_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+  ++pos_;
+}
+
+std::vector<float> ModelDecoderCuda::step(const std::vector<int32_t>& tokens) {
+  NSA_CHECK(static_cast<int64_t>(tokens.size()) == B_, "decode: ", tokens.size(),
+            " tokens for a batch of ", B_);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    NSA_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "decode: token ", tokens[i],
+              " of sequence ", i, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+  }
+  NSA_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens.data(), tokens.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+  step_async();
+  std::vector<float> out(static_cast<size_t>(B_ * cfg_.vocab_size));
+  NSA_CUDA_CHECK(cudaMemcpyAsync(out.data(), logits_.get(), out.size() * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
+void ModelDecoderCuda::fill_random(int64_t len, uint64_t seed) {
+  NSA_CHECK(len >= 0 && len < max_len_, "decode: fill length ", len, " is outside [0, ", max_len_,
+            ")");
+  for (size_t li = 0; li < attn_.size(); ++li) attn_[li]->fill_random(len, seed + li, stream_);
+  const std::vector<int32_t> pos(static_cast<size_t>(B_), static_cast<int32_t>(len));
+  NSA_CUDA_CHECK(cudaMemcpyAsync(positions_.get(), pos.data(), pos.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  pos_ = len;
+}
+
+std::vector<int32_t> ModelDecoderCuda::selection(int64_t layer) const {
+  NSA_CHECK(!dense_, "decode: dense decoding selects no blocks");
+  NSA_CHECK(layer >= 0 && layer < static_cast<int64_t>(attn_.size()), "decode: layer ", layer,
+            " is outside [0, ", attn_.size(), ")");
+  const NsaConfig& a = cfg_.attn;
+  std::vector<int32_t> out(static_cast<size_t>(B_ * a.groups * a.n_sel));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  NSA_CUDA_CHECK(cudaMemcpy(out.data(), attn_[layer]->selection(), out.size() * sizeof(int32_t),
+                            cudaMemcpyDeviceToHost));
+  return out;
+}
+
+int64_t ModelDecoderCuda::kv_bytes_per_step() const {
+  int64_t total = 0;
+  for (const auto& a : attn_) total += B_ * a->kv_bytes_per_step(pos_);
+  return total;
+}
+
+size_t ModelDecoderCuda::device_bytes() const {
+  size_t total = tok_emb_.bytes() + norm_.bytes() + head_.bytes() + logits_.bytes();
+  for (const LayerWeights& w : layers_) {
+    total += w.attn_norm.bytes() + w.bg.bytes() + w.ffn_norm.bytes() + w.w_in.bytes() +
+             w.wo.bytes() + w.w1.bytes() + w.w2.bytes() + w.w3.bytes();
+  }
+  for (const auto& a : attn_) total += a->bytes();
+  return total;
+}
+
+}  // namespace nsa::cuda

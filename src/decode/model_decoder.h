@@ -1,0 +1,34 @@
+// Incremental decoding of the NSA language model on the CPU: one token in, next-token logits out,
+// with per-layer NSA caches (see nsa_decode.h). Prefill is decoding the prompt token by token, so
+// a prompt of S tokens followed by decoding gives exactly the logits and selected blocks of one
+// full forward over the same tokens (tested).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model_params.h"
+#include "nsa_decode_cache.h"
+
+namespace nsa {
+
+class ModelDecoder {
+ public:
+  ModelDecoder(const ModelConfig& cfg, const ModelParams<float>& params);
+  // Feeds `token` at the next position; returns the logits for the position after it [vocab].
+  std::vector<float> step(int32_t token);
+  int64_t position() const { return pos_; }
+  // Selected blocks of the last step, per layer [G·n_sel].
+  const std::vector<std::vector<int32_t>>& last_selection() const { return sel_; }
+  // K/V bytes the attention read in the last step, summed over layers.
+  int64_t last_step_kv_bytes() const;
+
+ private:
+  ModelConfig cfg_;
+  const ModelParams<float>& p_;
+  std::vector<NsaDecodeCache> caches_;
+  std::vector<std::vector<int32_t>> sel_;
+  int64_t pos_ = 0;
+};
+
+}  // namespace nsa

@@ -1,0 +1,394 @@
+// The NSA language model on one GPU (see model_cuda.h). The forward and backward follow
+// model_cpu.cpp step by step; comments name the CPU counterpart where the order matters.
+#include "model_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "cuda/common/convert.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/device.h"
+#include "cuda/nsa/nsa_cuda_layer.h"
+#include "model/cuda/model_ops.h"
+
+namespace nsa::cuda {
+
+// One layer's activations for its backward.
+struct ModelCuda::Workspace {
+  Workspace(const NsaConfig& attn, const SeqLayout& layout, int64_t T, int64_t D, int64_t F,
+            std::shared_ptr<NsaBackwardBuffers> backward_buffers)
+      : nsa(attn, layout, std::move(backward_buffers)),
+        h1(T * D),
+        h2(T * D),
+        u1(T * F),
+        u3(T * F),
+        rstd1(T),
+        rstd2(T),
+        g_raw(T * 3 * attn.heads),
+        x2(T * D) {}
+  NsaCudaLayer nsa;
+  DeviceBuffer<bf16> h1, h2, u1, u3;
+  DeviceBuffer<float> rstd1, rstd2, g_raw, x2;
+  size_t bytes() const {
+    return nsa.device_bytes(true) + h1.bytes() + h2.bytes() + u1.bytes() + u3.bytes() +
+           rstd1.bytes() + rstd2.bytes() + g_raw.bytes() + x2.bytes();
+  }
+};
+
+namespace {
+
+cudaStream_t new_stream() {
+  cudaStream_t s = nullptr;
+  NSA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+}  // namespace
+
+const ModelConfig& checked_for_gpu(const ModelConfig& cfg) {
+  NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
+  cfg.validate();
+  NSA_CHECK(
+      cfg.attn.phi == Phi::kAvg,
+      "--device cuda: the GPU model supports phi = avg only (phi = mlp runs on --device cpu)");
+  return cfg;
+}
+
+ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recompute)
+    : cfg_(checked_for_gpu(cfg)),
+      recompute_(recompute),
+      n_tokens_(layout.total_tokens()),
+      ffn_dim_(cfg.ffn_hidden()),
+      stream_(new_stream()),
+      params_(cfg_, stream_) {
+  const NsaConfig& a = cfg.attn;
+  const int64_t D = cfg.dim, T = n_tokens_, H = a.heads, Gk = a.groups, L = cfg.n_layers;
+  nsa_backward_ = std::make_shared<NsaBackwardBuffers>();  // one set for every layer
+  for (int64_t i = 0; i < (recompute ? 1 : L); ++i) {
+    workspaces_.push_back(std::make_unique<Workspace>(a, layout, T, D, ffn_dim_, nsa_backward_));
+  }
+  for (int64_t i = 0; i <= L; ++i) layer_inputs_.emplace_back(T * D);
+  tokens_.resize(T);
+  targets_.resize(T);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t n = 0; n < layout.num_seqs(); ++n) {
+    for (int64_t t = 0; t < layout.length(n); ++t)
+      pos[layout.start(n) + t] = static_cast<int32_t>(t);
+  }
+  positions_.upload(pos.data(), T);
+  emb_order_.resize(T);
+  emb_seg_token_.resize(T);
+  emb_seg_start_.resize(T + 1);
+  const int64_t width = std::max({H * a.dk, Gk * a.dk, 3 * H});
+  proj_out_.resize(T * width);
+  residual_grad_.resize(T * D);
+  norm_out_grad_.resize(T * D);
+  mlp_act_grad_.resize(T * ffn_dim_);
+  gate_logit_grad_.resize(T * 3 * H);
+  norm_partial_.resize(
+      std::max(T * D + column_sum_partial_floats(T, D), column_sum_partial_floats(T * H, 3)));
+  sum_partial_.resize(1024);
+  logits_.resize(T * cfg.vocab_size);
+  row_loss_.resize(T);
+  step_scalars_.resize(kNumScalars);
+  final_norm_out_.resize(T * D);
+  final_norm_rstd_.resize(T);
+  logits_grad_bf_.resize(T * cfg.vocab_size);
+  residual_grad_bf_.resize(T * D);
+  up1_grad_bf_.resize(T * ffn_dim_);
+  mlp_act_bf_.resize(T * ffn_dim_);
+  up3_grad_bf_.resize(T * ffn_dim_);
+  gate_logit_grad_bf_.resize(T * 3 * H);
+  q_grad_bf_.resize(T * H * a.dk);
+  kv_grad_bf_.resize(T * Gk * std::max(a.dk, a.dv));
+  for (int64_t i = 0; i < 2 * L; ++i) {
+    fwd_events_.emplace_back();
+    bwd_events_.emplace_back();
+    NSA_CUDA_CHECK(cudaEventCreate(&fwd_events_.back()));
+    NSA_CUDA_CHECK(cudaEventCreate(&bwd_events_.back()));
+  }
+}
+
+ModelCuda::~ModelCuda() {
+  for (cudaEvent_t e : fwd_events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : bwd_events_) cudaEventDestroy(e);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+// model_cpu.cpp's layer forward: norm → q, k, v (RoPE), gates → NSA → wo + residual → norm → MLP
+// + residual.
+void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out) {
+  const NsaConfig& a = cfg_.attn;
+  const ModelParamsCuda::LayerSlots& s = params_.layer(li);
+  const int64_t T = n_tokens_, D = cfg_.dim, H = a.heads, Gk = a.groups;
+  cudaStream_t st = stream_;
+  launch_rmsnorm_forward(x_in, params_.weight(s.attn_norm), static_cast<float>(cfg_.norm_eps),
+                         ws.h1.get(), ws.rstd1.get(), T, D, st);
+  gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wq), f32(proj_out_.get()), T, D, H * a.dk,
+                       0.0f, st);
+  launch_rope_to_bf16(proj_out_.get(), ws.nsa.q_in(), positions_.get(), T, H, a.dk, cfg_.rope_base,
+                      false, st);
+  for (int c = 0; c < kNumBranches; ++c) {
+    if (a.kv_index(c) != c) continue;
+    gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wk[c]), f32(proj_out_.get()), T, D,
+                         Gk * a.dk, 0.0f, st);
+    launch_rope_to_bf16(proj_out_.get(), ws.nsa.k_in(c), positions_.get(), T, Gk, a.dk,
+                        cfg_.rope_base, false, st);
+    gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wv[c]), b16(ws.nsa.v_in(c)), T, D,
+                         Gk * a.dv, 0.0f, st);
+  }
+  gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wg), f32(proj_out_.get()), T, D, 3 * H,
+                       0.0f, st);
+  bool enabled[3];
+  bf16* gates[3];
+  for (int c = 0; c < kNumBranches; ++c) {
+    enabled[c] = cfg_.branch_enabled(c);
+    gates[c] = ws.nsa.gate_in(c);
+  }
+  launch_gate_forward(proj_out_.get(), params_.weight(s.bg), a.gate == GateActivation::kSoftmax,
+                      enabled, ws.g_raw.get(), gates, T, H, st);
+  ws.nsa.forward(st);
+  NSA_CUDA_CHECK(cudaMemcpyAsync(ws.x2.get(), x_in, ws.x2.bytes(), cudaMemcpyDeviceToDevice, st));
+  gemm_.linear_forward(ws.nsa.o_out(), params_.weight_bf16(s.wo), f32(ws.x2.get()), T, H * a.dv, D,
+                       1.0f, st);
+  launch_rmsnorm_forward(ws.x2.get(), params_.weight(s.ffn_norm), static_cast<float>(cfg_.norm_eps),
+                         ws.h2.get(), ws.rstd2.get(), T, D, st);
+  const bool swiglu = cfg_.mlp == "swiglu";
+  gemm_.linear_forward(ws.h2.get(), params_.weight_bf16(s.w1), b16(ws.u1.get()), T, D, ffn_dim_,
+                       0.0f, st);
+  if (swiglu)
+    gemm_.linear_forward(ws.h2.get(), params_.weight_bf16(s.w3), b16(ws.u3.get()), T, D, ffn_dim_,
+                         0.0f, st);
+  // m = silu(u1)·u3 is not kept: the backward recomputes it from u1, u3.
+  launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_bf_.get(),
+                        T * ffn_dim_, st);
+  NSA_CUDA_CHECK(cudaMemcpyAsync(x_out, ws.x2.get(), ws.x2.bytes(), cudaMemcpyDeviceToDevice, st));
+  gemm_.linear_forward(mlp_act_bf_.get(), params_.weight_bf16(s.w2), f32(x_out), T, ffn_dim_, D,
+                       1.0f, st);
+}
+
+// dx: in, the gradient of the layer's output; out, of its input.
+void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx) {
+  const NsaConfig& a = cfg_.attn;
+  const ModelParamsCuda::LayerSlots& s = params_.layer(li);
+  const int64_t T = n_tokens_, D = cfg_.dim, H = a.heads, Gk = a.groups;
+  cudaStream_t st = stream_;
+  const bool swiglu = cfg_.mlp == "swiglu";
+  // MLP.
+  launch_f32_to_bf16(dx, residual_grad_bf_.get(), T * D, st);
+  gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.w2),
+                          f32(mlp_act_grad_.get()), T, ffn_dim_, D, 0.0f, st);
+  launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_bf_.get(),
+                        T * ffn_dim_, st);
+  gemm_.linear_weight_grad(residual_grad_bf_.get(), mlp_act_bf_.get(), params_.grad(s.w2), T,
+                           ffn_dim_, D, st);
+  launch_swiglu_backward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_grad_.get(),
+                         up1_grad_bf_.get(), up3_grad_bf_.get(), T * ffn_dim_, st);
+  gemm_.linear_input_grad(up1_grad_bf_.get(), params_.weight_bf16(s.w1), f32(norm_out_grad_.get()),
+                          T, D, ffn_dim_, 0.0f, st);
+  gemm_.linear_weight_grad(up1_grad_bf_.get(), ws.h2.get(), params_.grad(s.w1), T, D, ffn_dim_, st);
+  if (swiglu) {
+    gemm_.linear_input_grad(up3_grad_bf_.get(), params_.weight_bf16(s.w3),
+                            f32(norm_out_grad_.get()), T, D, ffn_dim_, 1.0f, st);
+    gemm_.linear_weight_grad(up3_grad_bf_.get(), ws.h2.get(), params_.grad(s.w3), T, D, ffn_dim_,
+                             st);
+  }
+  launch_rmsnorm_backward(ws.x2.get(), params_.weight(s.ffn_norm), ws.rstd2.get(),
+                          norm_out_grad_.get(), dx, true, params_.grad(s.ffn_norm),
+                          norm_partial_.get(), T, D, st);
+  // Attention: wo, NSA, gates, projections.
+  launch_f32_to_bf16(dx, residual_grad_bf_.get(), T * D, st);
+  gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.wo), b16(ws.nsa.d_o_in()),
+                          T, H * a.dv, D, 0.0f, st);
+  gemm_.linear_weight_grad(residual_grad_bf_.get(), ws.nsa.o_out(), params_.grad(s.wo), T, H * a.dv,
+                           D, st);
+  ws.nsa.backward(st);
+  bool enabled[3];
+  const float* d_gate[3];
+  for (int c = 0; c < kNumBranches; ++c) {
+    enabled[c] = cfg_.branch_enabled(c);
+    d_gate[c] = ws.nsa.d_gate_out(c);
+  }
+  launch_gate_backward(ws.g_raw.get(), d_gate, a.gate == GateActivation::kSoftmax, enabled,
+                       gate_logit_grad_.get(), T, H, st);
+  launch_column_sum_accumulate(gate_logit_grad_.get(), T, 3 * H, norm_partial_.get(),
+                               params_.grad(s.bg), st);
+  launch_f32_to_bf16(gate_logit_grad_.get(), gate_logit_grad_bf_.get(), T * 3 * H, st);
+  gemm_.linear_input_grad(gate_logit_grad_bf_.get(), params_.weight_bf16(s.wg),
+                          f32(norm_out_grad_.get()), T, D, 3 * H, 0.0f, st);
+  gemm_.linear_weight_grad(gate_logit_grad_bf_.get(), ws.h1.get(), params_.grad(s.wg), T, D, 3 * H,
+                           st);
+  launch_rope_to_bf16(ws.nsa.d_q_out(), q_grad_bf_.get(), positions_.get(), T, H, a.dk,
+                      cfg_.rope_base, true, st);
+  gemm_.linear_input_grad(q_grad_bf_.get(), params_.weight_bf16(s.wq), f32(norm_out_grad_.get()), T,
+                          D, H * a.dk, 1.0f, st);
+  gemm_.linear_weight_grad(q_grad_bf_.get(), ws.h1.get(), params_.grad(s.wq), T, D, H * a.dk, st);
+  for (int c = 0; c < kNumBranches; ++c) {
+    if (a.kv_index(c) != c) continue;
+    launch_rope_to_bf16(ws.nsa.d_k_out(c), kv_grad_bf_.get(), positions_.get(), T, Gk, a.dk,
+                        cfg_.rope_base, true, st);
+    gemm_.linear_input_grad(kv_grad_bf_.get(), params_.weight_bf16(s.wk[c]),
+                            f32(norm_out_grad_.get()), T, D, Gk * a.dk, 1.0f, st);
+    gemm_.linear_weight_grad(kv_grad_bf_.get(), ws.h1.get(), params_.grad(s.wk[c]), T, D, Gk * a.dk,
+                             st);
+    launch_f32_to_bf16(ws.nsa.d_v_out(c), kv_grad_bf_.get(), T * Gk * a.dv, st);
+    gemm_.linear_input_grad(kv_grad_bf_.get(), params_.weight_bf16(s.wv[c]),
+                            f32(norm_out_grad_.get()), T, D, Gk * a.dv, 1.0f, st);
+    gemm_.linear_weight_grad(kv_grad_bf_.get(), ws.h1.get(), params_.grad(s.wv[c]), T, D, Gk * a.dv,
+                             st);
+  }
+  launch_rmsnorm_backward(x_in, params_.weight(s.attn_norm), ws.rstd1.get(), norm_out_grad_.get(),
+                          dx, true, params_.grad(s.attn_norm), norm_partial_.get(), T, D, st);
+}
+
+double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
+                                   const std::vector<int32_t>& targets, bool backward,
+                                   ModelStats* stats) {
+  const int64_t T = n_tokens_, D = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
+  NSA_CHECK(static_cast<int64_t>(tokens.size()) == T && static_cast<int64_t>(targets.size()) == T,
+            "model: ", tokens.size(), " tokens and ", targets.size(), " targets for a layout of ",
+            T);
+  for (int64_t t = 0; t < T; ++t) {
+    NSA_CHECK(tokens[t] >= 0 && tokens[t] < V, "token id ", tokens[t], " at position ", t,
+              " is outside the vocabulary [0, ", V, ")");
+    NSA_CHECK(targets[t] >= 0 && targets[t] < V, "target id ", targets[t], " at position ", t,
+              " is outside the vocabulary [0, ", V, ")");
+  }
+  cudaStream_t st = stream_;
+  NSA_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens.data(), T * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, st));
+  NSA_CUDA_CHECK(cudaMemcpyAsync(targets_.get(), targets.data(), T * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, st));
+  step_scalars_.zero(st);
+  launch_embedding_forward(tokens_.get(), params_.weight(params_.tok_emb_slot()),
+                           layer_inputs_[0].get(), T, D, st);
+  for (int64_t li = 0; li < L; ++li) {
+    Workspace& ws = *workspaces_[recompute_ ? 0 : li];
+    NSA_CUDA_CHECK(cudaEventRecord(fwd_events_[2 * li], st));
+    layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get());
+    NSA_CUDA_CHECK(cudaEventRecord(fwd_events_[2 * li + 1], st));
+    launch_column_sum_accumulate(ws.g_raw.get(), T * cfg_.attn.heads, 3, norm_partial_.get(),
+                                 step_scalars_.get() + kGateSum, st);
+  }
+  launch_rmsnorm_forward(layer_inputs_[L].get(), params_.weight(params_.norm_slot()),
+                         static_cast<float>(cfg_.norm_eps), final_norm_out_.get(),
+                         final_norm_rstd_.get(), T, D, st);
+  gemm_.linear_forward(final_norm_out_.get(), params_.weight_bf16(params_.output_slot()),
+                       f32(logits_.get()), T, D, V, 0.0f, st);
+  launch_cross_entropy(logits_.get(), targets_.get(), T, V, 1.0f / static_cast<float>(T),
+                       row_loss_.get(), backward ? logits_grad_bf_.get() : nullptr, st);
+  launch_sum(row_loss_.get(), T, false, 1.0f / static_cast<float>(T), sum_partial_.get(),
+             step_scalars_.get() + kLoss, st);
+  if (backward) {
+    gemm_.linear_input_grad(logits_grad_bf_.get(), params_.weight_bf16(params_.output_slot()),
+                            f32(norm_out_grad_.get()), T, D, V, 0.0f, st);
+    gemm_.linear_weight_grad(logits_grad_bf_.get(), final_norm_out_.get(),
+                             params_.grad(params_.output_slot()), T, D, V, st);
+    launch_rmsnorm_backward(layer_inputs_[L].get(), params_.weight(params_.norm_slot()),
+                            final_norm_rstd_.get(), norm_out_grad_.get(), residual_grad_.get(),
+                            false, params_.grad(params_.norm_slot()), norm_partial_.get(), T, D,
+                            st);
+    for (int64_t li = L; li-- > 0;) {
+      Workspace& ws = *workspaces_[recompute_ ? 0 : li];
+      // With recompute the workspace still holds the last layer's forward; refill it for the
+      // others (the recomputed output equals layer_inputs_[li + 1] bit for bit).
+      NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li], st));
+      if (recompute_ && li != L - 1)
+        layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get());
+      layer_backward(li, ws, layer_inputs_[li].get(), residual_grad_.get());
+      NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li + 1], st));
+    }
+    // Rows grouped by token (a counting sort), so the embedding gradient sums in a fixed order.
+    std::vector<int32_t> count(static_cast<size_t>(V) + 1, 0), order(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) ++count[tokens[t] + 1];
+    for (int64_t v = 0; v < V; ++v) count[v + 1] += count[v];
+    std::vector<int32_t> next(count.begin(), count.end() - 1), seg_token, seg_start;
+    for (int64_t t = 0; t < T; ++t) order[next[tokens[t]]++] = static_cast<int32_t>(t);
+    for (int64_t v = 0; v < V; ++v) {
+      if (count[v + 1] == count[v]) continue;
+      seg_token.push_back(static_cast<int32_t>(v));
+      seg_start.push_back(count[v]);
+    }
+    seg_start.push_back(static_cast<int32_t>(T));
+    NSA_CUDA_CHECK(cudaMemcpyAsync(emb_order_.get(), order.data(), T * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, st));
+    NSA_CUDA_CHECK(cudaMemcpyAsync(emb_seg_token_.get(), seg_token.data(),
+                                   seg_token.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    NSA_CUDA_CHECK(cudaMemcpyAsync(emb_seg_start_.get(), seg_start.data(),
+                                   seg_start.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    launch_embedding_backward(emb_order_.get(), emb_seg_token_.get(), emb_seg_start_.get(),
+                              static_cast<int64_t>(seg_token.size()), residual_grad_.get(),
+                              params_.grad(params_.tok_emb_slot()), D, st);
+  }
+  float host[4];
+  NSA_CUDA_CHECK(
+      cudaMemcpyAsync(host, step_scalars_.get(), sizeof(host), cudaMemcpyDeviceToHost, st));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(st));
+  if (stats) {
+    stats->layer_forward_ms.assign(static_cast<size_t>(L), 0.0);
+    stats->layer_backward_ms.assign(static_cast<size_t>(L), 0.0);
+    stats->layer_bytes.assign(static_cast<size_t>(L), 0);
+    for (int64_t li = 0; li < L; ++li) {
+      float ms = 0;
+      NSA_CUDA_CHECK(cudaEventElapsedTime(&ms, fwd_events_[2 * li], fwd_events_[2 * li + 1]));
+      stats->layer_forward_ms[li] = ms;
+      if (backward) {
+        NSA_CUDA_CHECK(cudaEventElapsedTime(&ms, bwd_events_[2 * li], bwd_events_[2 * li + 1]));
+        stats->layer_backward_ms[li] = ms;
+      }
+      // What a layer keeps for its backward: its input and its workspace (shared with recompute).
+      stats->layer_bytes[li] = static_cast<int64_t>(
+          layer_inputs_[li].bytes() +
+          (recompute_ && li > 0 ? 0 : workspaces_[recompute_ ? 0 : li]->bytes()));
+    }
+    for (int c = 0; c < kNumBranches; ++c) {
+      stats->gate_mean[c] = cfg_.branch_enabled(c)
+                                ? host[kGateSum + c] / static_cast<double>(T * cfg_.attn.heads * L)
+                                : 0.0;
+    }
+  }
+  return host[kLoss];
+}
+
+void ModelCuda::download_logit_rows(const std::vector<int64_t>& rows, std::vector<float>& out) {
+  const int64_t V = cfg_.vocab_size;
+  out.resize(rows.size() * static_cast<size_t>(V));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    NSA_CHECK(rows[i] >= 0 && rows[i] < n_tokens_, "logit row ", rows[i], " is outside [0, ",
+              n_tokens_, ")");
+    NSA_CUDA_CHECK(cudaMemcpyAsync(out.data() + i * V, logits_.get() + rows[i] * V,
+                                   V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+float ModelCuda::grad_sum_of_squares() {
+  cudaStream_t st = stream_;
+  launch_sum(params_.grads_flat(), params_.flat_size(), true, 1.0f, sum_partial_.get(),
+             step_scalars_.get() + kGradSquares, st);
+  float sq = 0;
+  NSA_CUDA_CHECK(cudaMemcpyAsync(&sq, step_scalars_.get() + kGradSquares, sizeof(float),
+                                 cudaMemcpyDeviceToHost, st));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(st));
+  return sq;
+}
+
+size_t ModelCuda::device_bytes() const {
+  size_t total = params_.device_bytes() + tokens_.bytes() + targets_.bytes() + positions_.bytes() +
+                 emb_order_.bytes() + emb_seg_token_.bytes() + emb_seg_start_.bytes() +
+                 proj_out_.bytes() + residual_grad_.bytes() + norm_out_grad_.bytes() +
+                 mlp_act_grad_.bytes() + gate_logit_grad_.bytes() + norm_partial_.bytes() +
+                 sum_partial_.bytes() + logits_.bytes() + row_loss_.bytes() +
+                 step_scalars_.bytes() + final_norm_out_.bytes() + logits_grad_bf_.bytes() +
+                 residual_grad_bf_.bytes() + mlp_act_bf_.bytes() + up1_grad_bf_.bytes() +
+                 up3_grad_bf_.bytes() + gate_logit_grad_bf_.bytes() + q_grad_bf_.bytes() +
+                 kv_grad_bf_.bytes() + final_norm_rstd_.bytes() +
+                 (32u << 20);  // + the GEMM workspace
+  for (const auto& ws : workspaces_) total += ws->bytes();
+  total += nsa_backward_->bytes();
+  for (const auto& x : layer_inputs_) total += x.bytes();
+  return total;
+}
+
+}  // namespace nsa::cuda

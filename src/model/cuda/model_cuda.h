@@ -1,0 +1,109 @@
+// The NSA language model on one GPU: the model of model/model_cpu.h (same parameters, names and
+// math), with GEMMs on cuBLASLt (bf16 operands, fp32 accumulation), the NSA CUDA kernels, fp32
+// master weights and gradients (model_params_cuda.h), and an fp32 residual stream. The optimizer
+// (AdamW, ZeRO-1) belongs to the training layer: train/cuda/adamw_cuda.h.
+//
+// Activation memory: the input of every layer is kept (fp32 [T, dim] each); the rest of a layer's
+// activations (norms, projections, NSA state, MLP inputs) lives in a workspace – one per layer, or
+// with `recompute` a single one that the backward refills by running each layer's forward again.
+// What a backward needs only while it runs (the NSA gradients and partial sums, the MLP product
+// silu(u1)·u3, recomputed) is one set shared by all layers.
+// Everything is deterministic (no atomics anywhere), so a step is bit-identical across runs and
+// recompute on = off bitwise. One host synchronisation per micro-batch (to read the loss) and one
+// per optimizer step (the gradient norm for clipping).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cuda/common/device_buffer.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/model_ops.h"
+#include "model/cuda/model_params_cuda.h"
+#include "model/model_cpu.h"
+#include "model/model_params.h"
+
+namespace nsa::cuda {
+
+class NsaCudaLayer;
+struct NsaBackwardBuffers;
+
+// The config, validated, when a GPU is present and the GPU model supports it (φ = avg); throws
+// nsa::Error otherwise. GPU classes call it in their first member's initialiser, before anything
+// touches the device.
+const ModelConfig& checked_for_gpu(const ModelConfig& cfg);
+
+class ModelCuda {
+ public:
+  // Throws nsa::Error without a GPU, for φ = mlp (not on the GPU model yet), or for head dims the
+  // attention kernels are not built for.
+  ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recompute);
+  ~ModelCuda();
+  ModelCuda(const ModelCuda&) = delete;
+  ModelCuda& operator=(const ModelCuda&) = delete;
+
+  // The weights, bf16 copies and gradients the passes read and write.
+  ModelParamsCuda& params() { return params_; }
+  // fp32 weights in and out (the order and shapes of ModelParams::named).
+  void set_params(ModelParams<float>& params) { params_.set(params); }
+  void get_params(ModelParams<float>& params) { params_.get(params); }
+  void get_grads(ModelParams<float>& grads) { params_.get_grads(grads); }
+
+  void zero_grads() { params_.zero_grads(); }
+  // The flat fp32 gradient buffer on the device (for collectives) and the model's stream.
+  float* grads_device() { return params_.grads_flat(); }
+  int64_t grads_size() const { return params_.flat_size(); }
+  cudaStream_t stream() const { return stream_; }
+  // One micro-batch laid out as the constructor's layout: returns its mean loss; with `backward`
+  // adds every parameter's gradient into the gradient buffer. stats: gate means (the selection
+  // histogram is not collected on the GPU).
+  double forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
+                          bool backward, ModelStats* stats = nullptr);
+  // The logits of token rows `rows` of the last forward_backward, [rows.size(), vocab] (fp32).
+  void download_logit_rows(const std::vector<int64_t>& rows, std::vector<float>& out);
+  // Σ g² over the whole gradient buffer (fixed-order reduction; synchronises), for the gradient
+  // norm of clipping.
+  float grad_sum_of_squares();
+
+  // The passes' buffers and the parameter state (weights, bf16 copies, gradients); no optimizer.
+  size_t device_bytes() const;
+
+ private:
+  struct Workspace;
+  // step_scalars_ entries: the micro-batch loss, the gate sums of the three branches, Σ g².
+  enum Scalar { kLoss = 0, kGateSum = 1, kGradSquares = 4, kNumScalars = 8 };
+
+  void layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out);
+  void layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx);
+
+  ModelConfig cfg_;
+  bool recompute_;
+  int64_t n_tokens_, ffn_dim_;  // tokens per micro-batch (T), MLP hidden width (F)
+  cudaStream_t stream_ = nullptr;
+  Gemm gemm_;
+  ModelParamsCuda params_;
+  std::shared_ptr<NsaBackwardBuffers> nsa_backward_;  // shared by every layer's NsaCudaLayer
+  std::vector<std::unique_ptr<Workspace>> workspaces_;
+  std::vector<DeviceBuffer<float>> layer_inputs_;  // [L + 1]; [L] = the final norm's input
+  DeviceBuffer<int32_t> tokens_, targets_, positions_;
+  // The embedding backward's rows grouped by token (order, segment tokens, segment starts).
+  DeviceBuffer<int32_t> emb_order_, emb_seg_token_, emb_seg_start_;
+  // Scratch shared by all layers: fp32 [T, ·] projection outputs before RoPE / conversion, the
+  // residual gradient dx, the gradient into a norm's output, the MLP activation's gradient, the
+  // gate logits' gradient, reduction partial sums, logits and per-row losses.
+  DeviceBuffer<float> proj_out_, residual_grad_, norm_out_grad_, mlp_act_grad_, gate_logit_grad_;
+  DeviceBuffer<float> norm_partial_, sum_partial_, logits_, row_loss_;
+  DeviceBuffer<float> step_scalars_;  // [kNumScalars], see Scalar
+  // bf16 [T, ·]: the final norm's output, the logits' gradient, dx, the MLP activation
+  // silu(u1)·u3, the gradients of u1 and u3, of the gate logits, of q and of one branch's k or v.
+  DeviceBuffer<bf16> final_norm_out_, logits_grad_bf_, residual_grad_bf_, mlp_act_bf_;
+  DeviceBuffer<bf16> up1_grad_bf_, up3_grad_bf_, gate_logit_grad_bf_, q_grad_bf_, kv_grad_bf_;
+  DeviceBuffer<float> final_norm_rstd_;
+  // Per-layer telemetry: events around each layer's forward and backward ([2·li], [2·li + 1]).
+  std::vector<cudaEvent_t> fwd_events_, bwd_events_;
+};
+
+}  // namespace nsa::cuda

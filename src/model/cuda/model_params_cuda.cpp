@@ -1,0 +1,129 @@
+// The GPU model's weights, bf16 copies and gradients (see model_params_cuda.h).
+#include "model_params_cuda.h"
+
+#include "cuda/common/convert.h"
+#include "cuda/common/cuda_check.h"
+#include "nsa/error.h"
+
+namespace nsa::cuda {
+namespace {
+
+// Parameter offsets are multiples of this many elements, so every weight handed to cuBLASLt is
+// 256-byte aligned as its default heuristics assume.
+constexpr int64_t kSlotAlign = 128;
+
+}  // namespace
+
+ModelParamsCuda::ModelParamsCuda(const ModelConfig& cfg, cudaStream_t stream)
+    : cfg_(cfg), stream_(stream) {
+  const NsaConfig& a = cfg.attn;
+  // Slots in named order (the checkpoint order), found by address in a host model.
+  ModelParams<float> ref = init_model_params<float>(cfg);
+  const auto named = ref.named(cfg);
+  int64_t total = 0;
+  for (const auto& [name, t] : named) {
+    slots_.push_back(Slot{total, t->numel(), t->shape.size() == 2});
+    total += (t->numel() + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+  }
+  const auto slot_of = [&](const Tensor<float>& t) {
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (named[i].second == &t) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  tok_emb_slot_ = slot_of(ref.tok_emb);
+  norm_slot_ = slot_of(ref.norm);
+  output_slot_ = cfg.tie_embeddings ? tok_emb_slot_ : slot_of(ref.output);
+  for (const LayerParams<float>& lp : ref.layers) {
+    LayerSlots s{};
+    s.attn_norm = slot_of(lp.attn_norm), s.wq = slot_of(lp.wq), s.wg = slot_of(lp.wg);
+    s.bg = slot_of(lp.bg), s.wo = slot_of(lp.wo), s.ffn_norm = slot_of(lp.ffn_norm);
+    s.w1 = slot_of(lp.w1), s.w2 = slot_of(lp.w2), s.w3 = slot_of(lp.w3);
+    for (int c = 0; c < kNumBranches; ++c) {
+      s.wk[c] = slot_of(lp.wk[a.kv_index(c)]);
+      s.wv[c] = slot_of(lp.wv[a.kv_index(c)]);
+    }
+    layer_slots_.push_back(s);
+  }
+  weights_.resize(total);
+  weights_bf16_.resize(total);
+  grads_.resize(total);
+  weights_.zero(stream_);  // the alignment padding too
+  grads_.zero(stream_);
+  set(ref);
+}
+
+// host[i]: slot i's elements on the host. On the model's stream (it is non-blocking, so a plain
+// cudaMemcpy would not be ordered with its kernels), then synchronised.
+void ModelParamsCuda::copy_slots(const std::vector<float*>& host, float* dev, bool upload) {
+  NSA_CHECK(host.size() == slots_.size(), "model parameters: ", host.size(), " tensors, expected ",
+            slots_.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(slots_[i].numel) * sizeof(float);
+    float* d = dev + slots_[i].offset;
+    NSA_CUDA_CHECK(upload ? cudaMemcpyAsync(d, host[i], bytes, cudaMemcpyHostToDevice, stream_)
+                          : cudaMemcpyAsync(host[i], d, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelParamsCuda::copy_named(ModelParams<float>& params, float* dev, bool upload) {
+  std::vector<float*> host;
+  for (const auto& [name, t] : params.named(cfg_)) {
+    NSA_CHECK(host.size() < slots_.size() && t->numel() == slots_[host.size()].numel, "parameter ",
+              name, " has ", t->numel(), " elements, which does not match the model");
+    host.push_back(t->ptr());
+  }
+  copy_slots(host, dev, upload);
+}
+
+void ModelParamsCuda::set(ModelParams<float>& params) {
+  copy_named(params, weights_.get(), true);
+  launch_f32_to_bf16(weights_.get(), weights_bf16_.get(), weights_.size(), stream_);
+}
+void ModelParamsCuda::get(ModelParams<float>& params) {
+  copy_named(params, weights_.get(), false);
+}
+void ModelParamsCuda::get_grads(ModelParams<float>& grads) {
+  copy_named(grads, grads_.get(), false);
+}
+
+void ModelParamsCuda::upload_weights_flat(const std::vector<float>& flat) {
+  NSA_CHECK(static_cast<int64_t>(flat.size()) == weights_.size(), "parameter buffer of ",
+            flat.size(), " floats, expected ", weights_.size());
+  NSA_CUDA_CHECK(cudaMemcpyAsync(weights_.get(), flat.data(), weights_.bytes(),
+                                 cudaMemcpyHostToDevice, stream_));
+  launch_f32_to_bf16(weights_.get(), weights_bf16_.get(), weights_.size(), stream_);
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelParamsCuda::download_weights_range(int64_t lo, int64_t hi, std::vector<float>& flat) {
+  NSA_CHECK(0 <= lo && lo <= hi && hi <= weights_.size(), "weight range [", lo, ", ", hi,
+            ") is outside the ", weights_.size(), " elements");
+  flat.resize(static_cast<size_t>(weights_.size()));
+  NSA_CUDA_CHECK(cudaMemcpyAsync(flat.data() + lo, weights_.get() + lo,
+                                 static_cast<size_t>(hi - lo) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelParamsCuda::zero_grads() {
+  grads_.zero(stream_);
+}
+
+void ModelParamsCuda::download_grads_flat(std::vector<float>& host) {
+  host.resize(static_cast<size_t>(grads_.size()));
+  NSA_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), grads_.get(), grads_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelParamsCuda::upload_grads_flat(const std::vector<float>& host) {
+  NSA_CHECK(static_cast<int64_t>(host.size()) == grads_.size(), "gradient buffer of ", host.size(),
+            " floats, expected ", grads_.size());
+  NSA_CUDA_CHECK(
+      cudaMemcpyAsync(grads_.get(), host.data(), grads_.bytes(), cudaMemcpyHostToDevice, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace nsa::cuda

@@ -1,0 +1,127 @@
+// The GPU training backend (see train_model_cuda.h).
+#include "train_model_cuda.h"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "adamw_cuda.h"
+#include "cuda/device.h"
+#include "model/cuda/model_cuda.h"
+#ifdef NSA_HAVE_NCCL
+#include "dist/nccl/nccl_reducer.h"
+#endif
+
+namespace nsa::cuda {
+namespace {
+
+// NSA_GPU_ALLREDUCE=host reduces through host memory even where NCCL is built in.
+bool host_allreduce() {
+  const char* v = std::getenv("NSA_GPU_ALLREDUCE");
+  const std::string mode = v ? v : "";
+  NSA_CHECK(mode.empty() || mode == "host" || mode == "nccl", "NSA_GPU_ALLREDUCE='", mode,
+            "': use 'host' or 'nccl' (the default where built)");
+  return mode == "host";
+}
+
+class TrainModelCuda : public TrainModel {
+ public:
+  TrainModelCuda(const ModelConfig& cfg, const SeqLayout& layout, const AdamWConfig& adam,
+                 bool recompute)
+      : cfg_(cfg),
+        adam_(adam),
+        model_(cfg, layout, recompute),
+        optimizer_(model_),
+        params_(init_model_params<float>(cfg)) {
+    for (const auto& [name, t] : params_.named(cfg_)) {
+      m_.emplace_back(t->shape);
+      v_.emplace_back(t->shape);
+    }
+    model_.set_params(params_);  // the same seeded initialisation as the CPU backend
+  }
+
+  void zero_grads() override { model_.zero_grads(); }
+  double forward_backward(const Batch& b, bool backward, ModelStats* stats) override {
+    return model_.forward_backward(b.inputs, b.targets, backward, stats);
+  }
+  // GPU to GPU with NCCL when the build has it (NSA_GPU_ALLREDUCE=host forces the other way);
+  // otherwise through host memory and the host communicator.
+  void allreduce_grads(Communicator& comm) override {
+#ifdef NSA_HAVE_NCCL
+    if (!host_allreduce()) {
+      if (!nccl_) nccl_ = std::make_unique<NcclReducer>(comm);
+      nccl_->allreduce_sum(model_.grads_device(), model_.grads_size(), model_.stream());
+      return;
+    }
+#endif
+    model_.params().download_grads_flat(flat_);
+    comm.allreduce_sum(flat_.data(), static_cast<int64_t>(flat_.size()));
+    model_.params().upload_grads_flat(flat_);
+  }
+  // ZeRO-1: rank r keeps the moments of, and updates, the r-th of `world` equal slices of the
+  // flat parameter buffer; after each step the updated weights are put together through host
+  // memory and the host communicator (a GPU all-gather is left for when it shows on a profile).
+  void shard_optimizer_state(Communicator& comm) override {
+    offsets_ = Communicator::even_ranges(optimizer_.flat_size(), comm.world());
+    optimizer_.shard(offsets_[comm.rank()], offsets_[comm.rank() + 1]);
+    zero_comm_ = &comm;
+  }
+  double optimizer_step(int64_t step, double grad_scale) override {
+    const double norm = optimizer_.step(adam_, step, grad_scale);
+    if (zero_comm_) {
+      optimizer_.download_weight_slice(flat_);
+      zero_comm_->allgather_ranges(flat_.data(), offsets_);
+      model_.params().upload_weights_flat(flat_);
+    }
+    return norm;
+  }
+  NamedTensors named_params() override {
+    return params_.named(cfg_);
+  }
+  std::vector<Tensor<float>>& adam_m() override {
+    return m_;
+  }
+  std::vector<Tensor<float>>& adam_v() override {
+    return v_;
+  }
+  void pull() override {  // on every rank: with ZeRO-1 the moments are gathered
+    model_.get_params(params_);
+    optimizer_.get_state(m_, v_, [this](std::vector<float>& flat) {
+      zero_comm_->allgather_ranges(flat.data(), offsets_);
+    });
+  }
+  void push() override {
+    model_.set_params(params_);
+    optimizer_.set_state(m_, v_);
+  }
+  size_t device_bytes() const override {
+    return model_.device_bytes() + optimizer_.device_bytes();
+  }
+  const char* device() const override {
+    return "cuda";
+  }
+
+ private:
+  ModelConfig cfg_;
+  AdamWConfig adam_;
+  ModelCuda model_;
+  AdamWCuda optimizer_;
+  ModelParams<float> params_;
+  std::vector<Tensor<float>> m_, v_;
+  std::vector<float> flat_;
+  Communicator* zero_comm_ = nullptr;  // ZeRO-1
+  std::vector<int64_t> offsets_;       // ZeRO-1: rank r owns flat elements [offsets_[r], +1)
+#ifdef NSA_HAVE_NCCL
+  std::unique_ptr<NcclReducer> nccl_;
+#endif
+};
+
+}  // namespace
+
+std::unique_ptr<TrainModel> make_train_model_cuda(const ModelConfig& cfg, const SeqLayout& layout,
+                                                  const AdamWConfig& adam, bool recompute) {
+  select_local_device();  // one GPU per rank of a node
+  return std::make_unique<TrainModelCuda>(cfg, layout, adam, recompute);
+}
+
+}  // namespace nsa::cuda

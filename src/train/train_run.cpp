@@ -1,0 +1,113 @@
+// The set-up of a training run (see train_run.h).
+#include "train_run.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "checkpoint.h"
+#include "nsa/error.h"
+
+namespace nsa {
+namespace fs = std::filesystem;
+namespace {
+
+// Everything that must agree across ranks, hashed: the model config and the training options.
+uint64_t run_fingerprint(const ModelConfig& cfg, const TrainOptions& o, int64_t S) {
+  std::ostringstream os;
+  for (const auto& [k, v] : model_config_fields(cfg)) os << k << '=' << v << ';';
+  os << "data=" << o.data << ";steps=" << o.steps << ";batch=" << o.batch << ";seq=" << S
+     << ";accum=" << o.grad_accum << ";lr=" << o.adam.lr << ";min_lr=" << o.adam.min_lr
+     << ";warmup=" << o.adam.warmup << ";wd=" << o.adam.weight_decay << ";clip=" << o.adam.clip
+     << ";resume=" << o.resume << ";out=" << o.out_dir << ";zero1=" << o.zero1
+     << ";init=" << o.init_from;
+  return std::hash<std::string>{}(os.str());
+}
+
+// --resume: the newest complete checkpoint of out_dir, if any, into the model, optimizer and
+// loader; returns the step to continue from (0 when there is none).
+int64_t resume(const TrainOptions& o, TrainRun& run) {
+  const std::string ckpt = latest_checkpoint(o.out_dir);
+  if (ckpt.empty()) return 0;
+  const TrainState st = load_checkpoint(ckpt, run.named, run.model->adam_m(), run.model->adam_v());
+  NSA_CHECK(st.model_config == model_config_fields(run.cfg), "checkpoint '", ckpt,
+            "' was written for a different model config; resume with the same config");
+  run.model->push();
+  run.loader->set_position(st.train_position);
+  if (!o.quiet && run.lead)
+    std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(st.step));
+  return st.step;
+}
+
+// --init-from: another run's weights with a fresh optimizer at step 0.
+void init_from(const TrainOptions& o, TrainRun& run) {
+  const std::string ckpt = fs::is_regular_file(fs::path(o.init_from) / "COMPLETE")
+                               ? o.init_from
+                               : latest_checkpoint(o.init_from);
+  NSA_CHECK(!ckpt.empty(), "--init-from '", o.init_from,
+            "' is neither a complete checkpoint nor a run folder that holds one");
+  // The same shapes and attention; `branches` may differ (e.g. a window-only ablation that
+  // starts from the same first stage).
+  auto theirs = read_checkpoint_state(ckpt).model_config;
+  auto ours = model_config_fields(run.cfg);
+  theirs.erase("branches");
+  ours.erase("branches");
+  NSA_CHECK(theirs == ours, "--init-from '", ckpt, "' was written for a different model config; ",
+            "use the same --config and --set fields (only --branches may differ)");
+  load_model_weights(ckpt, run.named);
+  run.model->push();
+  if (!o.quiet && run.lead) std::printf("initialised from %s\n", ckpt.c_str());
+}
+
+}  // namespace
+
+Batch rank_slice(const Batch& global, int rank, int64_t tokens) {
+  Batch b;
+  b.inputs.assign(global.inputs.begin() + rank * tokens,
+                  global.inputs.begin() + (rank + 1) * tokens);
+  b.targets.assign(global.targets.begin() + rank * tokens,
+                   global.targets.begin() + (rank + 1) * tokens);
+  return b;
+}
+
+TrainRun set_up_run(const TrainOptions& o) {
+  TrainRun run;
+  // Ranks.
+  if (!o.comm) run.local = make_local_communicator();
+  run.comm = o.comm ? o.comm : run.local.get();
+  Communicator& comm = *run.comm;
+  run.rank = comm.rank(), run.world = comm.world();
+  run.lead = run.rank == 0;
+  // Config, and the ranks' agreement on it.
+  run.cfg = load_model_config(o.config);
+  for (const auto& [k, v] : o.overrides) set_model_field(run.cfg, k, v);
+  run.cfg.validate();
+  run.seq_len = o.seq_len > 0 ? o.seq_len : run.cfg.seq_len;
+  NSA_CHECK(o.steps > 0 && o.batch > 0 && o.grad_accum > 0,
+            "--steps, --batch and --grad-accum must be positive");
+  const std::vector<uint64_t> prints = comm.allgather(run_fingerprint(run.cfg, o, run.seq_len));
+  for (int r = 1; r < run.world; ++r) {
+    NSA_CHECK(prints[r] == prints[0], "rank ", r, " was started with a different model config or ",
+              "training options than rank 0: every rank must get the same flags and config file");
+  }
+  if (run.lead) fs::create_directories(o.out_dir);
+  comm.barrier();
+  // The model backend and the data.
+  run.adam = o.adam;
+  run.adam.total_steps = o.steps;
+  const SeqLayout layout = SeqLayout::batch(o.batch, run.seq_len);
+  run.model = o.model_factory ? o.model_factory(run.cfg, layout, run.adam, o.recompute)
+                              : make_train_model_cpu(run.cfg, layout, run.adam, o.recompute);
+  run.on_cpu = std::string(run.model->device()) == "cpu";
+  NSA_CHECK(!o.anomaly || run.on_cpu,
+            "--anomaly checks every tensor on the host: use --device cpu");
+  run.named = run.model->named_params();
+  run.loader = std::make_unique<TokenLoader>(o.data, "train", run.cfg.vocab_size, run.cfg.seed);
+  // Where the run starts.
+  if (o.resume) run.start = resume(o, run);
+  if (run.start == 0 && !o.init_from.empty()) init_from(o, run);
+  if (o.zero1 && run.world > 1) run.model->shard_optimizer_state(comm);
+  return run;
+}
+
+}  // namespace nsa
