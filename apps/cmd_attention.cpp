@@ -9,6 +9,7 @@
 #include "io/attention_file.h"
 #include "nsa/attention.h"
 #include "nsa/presets.h"
+#include "nsa/size_limits.h"
 
 namespace nsa::app {
 namespace {
@@ -24,6 +25,8 @@ struct AttentionArgs {
 };
 
 void write_example(const AttentionArgs& a) {
+  NSA_CHECK(a.in.empty() && a.out.empty(), "--write-example FILE only writes an input file: ",
+            "drop --in/--out, or drop --write-example to run on --in");
   const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
   io::make_example_problem(cfg, a.batch, a.seq_len, a.seed).write(a.example);
   std::printf("wrote %s: B=%lld S=%lld %s (inputs, gates and do)\n", a.example.c_str(),
@@ -40,6 +43,9 @@ void run_attention(const AttentionArgs& a) {
   }
   const io::AttentionProblem p =
       io::load_attention_problem(io::SafetensorsFile::read(a.in), a.flags.values);
+  const std::string sel = str("sel_idx [T, G, n_sel] (n_sel = ", p.cfg.n_sel, ")");
+  check_memory(
+      checked_product({p.layout.total_tokens(), p.cfg.groups, p.cfg.n_sel, int64_t{4}}, sel), sel);
   const AttentionRun r = backend(a.device, "nsa attention")
                              .attention(p.cfg, p.layout, p.in, p.has_do ? &p.d_o : nullptr);
   const NsaForward<float>& fwd = r.fwd;

@@ -7,11 +7,27 @@
 #include "commands.h"
 #include "data/needle.h"
 #include "nsa/error.h"
+#include "nsa/size_limits.h"
 #include "train/checkpoint.h"
 #include "train/needle_eval.h"
 #include "train/trainer.h"
 
 namespace nsa::app {
+
+namespace {
+
+// --batches, --batch and --seq-len in range, and a batch's logits within this machine's memory.
+void check_eval_sizes(int64_t batches, int64_t batch, int64_t seq_len) {
+  NSA_CHECK(batches >= 1 && batches <= (1 << 30), "--batches = ", batches,
+            " must be in [1, 1073741824]");
+  NSA_CHECK(batch >= 1 && batch <= (1 << 30), "--batch = ", batch, " must be in [1, 1073741824]");
+  NSA_CHECK(seq_len >= 0 && seq_len <= 2147483647, "--seq-len = ", seq_len,
+            " must be in [0, 2147483647] (0: the checkpoint config's seq_len)");
+  const std::string what = "a batch (--batch × --seq-len tokens)";
+  check_memory(checked_product({batch, seq_len, 8}, what), what);
+}
+
+}  // namespace
 
 void register_eval_command(CLI::App& app) {
   struct Args {
@@ -70,6 +86,7 @@ void register_eval_command(CLI::App& app) {
       return;
     }
     NSA_CHECK(!a->data.empty(), "nsa eval: --data is required for --task loss");
+    check_eval_sizes(a->batches, a->batch, a->seq_len);
     const EvalResult r = evaluate_checkpoint(ckpt, a->data, a->batches, a->batch, a->seq_len);
     std::printf("%s (step %lld): val loss %.4f, perplexity %.3f over %lld tokens\n", ckpt.c_str(),
                 static_cast<long long>(r.step), r.loss, r.ppl, static_cast<long long>(r.tokens));

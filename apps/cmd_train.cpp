@@ -1,4 +1,5 @@
 // `nsa train`: train an NSA language model on the CPU or one GPU (see src/train/trainer.h).
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -19,8 +20,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--config", o->config, "model config (YAML)");
   cmd->add_option("--set", *sets, "override a config field: --set n_sel=8 (repeatable)");
   auto branches = std::make_shared<std::string>();
-  cmd->add_option("--branches", *branches,
-                  "NSA branches that contribute, e.g. sel,win (diagnostics)");
+  CLI::Option* branches_flag = cmd->add_option(
+      "--branches", *branches, "NSA branches that contribute, e.g. sel,win (diagnostics)");
   cmd->add_option(
       "--data", o->data,
       "folder of train_*/val_*.bin shards, 'synthetic', 'repeat', or recall rows: "
@@ -45,6 +46,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--anomaly", o->anomaly,
                 "check every activation and gradient for NaN/Inf and name the first bad tensor");
   cmd->add_flag("--resume", o->resume, "continue from the newest complete checkpoint in --out");
+  cmd->add_flag("--overwrite", o->overwrite,
+                "start afresh in an --out that holds a run (its metrics and checkpoints go)");
   cmd->add_option("--init-from", o->init_from,
                   "start from the weights of this checkpoint (or run folder's newest) with a "
                   "fresh optimizer at step 0: a curriculum's next stage, fine-tuning");
@@ -66,7 +69,7 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--fault", o->fault, "test only: 'exit' or 'stall' at --fault-step")->group("");
   cmd->add_option("--fault-rank", o->fault_rank, "test only: the rank that fails")->group("");
   cmd->add_option("--fault-step", o->fault_step, "test only: the step it fails at")->group("");
-  cmd->callback([o, sets, branches, device, nproc] {
+  cmd->callback([o, sets, branches, branches_flag, device, nproc] {
     // torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): TCP; mpirun, Slurm, PMI: MPI.
     const bool torchrun = launched_by_torchrun();
     const bool parallel = !torchrun && launched_as_parallel_job();
@@ -85,7 +88,7 @@ void register_train_command(CLI::App& app) {
       std::printf("nsa train: device %s\n", b.describe().c_str());
       std::fflush(stdout);
     }
-    if (!branches->empty()) o->overrides["branches"] = *branches;
+    if (branches_flag->count() > 0) o->overrides["branches"] = *branches;  // '' is refused
     for (const std::string& s : *sets) {
       const size_t eq = s.find('=');
       NSA_CHECK(eq != std::string::npos && eq > 0, "--set '", s, "' must look like field=value");
@@ -93,9 +96,11 @@ void register_train_command(CLI::App& app) {
     }
     const TrainResult r = train(*o);
     if (comm && comm->rank() != 0) return;
-    std::printf("trained %lld steps: loss %.4f, val loss %.4f -> %s\n",
-                static_cast<long long>(r.steps_done), r.last_loss, r.last_val_loss,
-                o->out_dir.c_str());
+    char val[48] = "no validation";
+    if (!std::isnan(r.last_val_loss))
+      std::snprintf(val, sizeof val, "val loss %.4f", r.last_val_loss);
+    std::printf("trained %lld steps: loss %.4f, %s -> %s\n", static_cast<long long>(r.steps_done),
+                r.last_loss, val, o->out_dir.c_str());
   });
 }
 

@@ -37,7 +37,7 @@ mkdir -p out
 
 # Training; its first line says where it runs.
 t_train=$(date +%s)
-./build/nsa train --config configs/tiny.yaml --data data/corpus_bytes --out runs/tiny \
+./build/nsa train --config configs/tiny.yaml --data data/corpus_bytes --out runs/tiny --overwrite \
   --steps 300 --batch 8 --lr 1e-2 --min-lr 1e-3 --val-every 50 --device auto | tee out/train.log
 t_trained=$(date +%s)
 ./build/nsa plot runs/tiny

@@ -36,13 +36,20 @@ const char* to_string(GateActivation g) {
 }
 
 void NsaConfig::validate() const {
+  // Token positions and block indices are 32-bit in the kernels; head counts and head dims beyond
+  // 2^16 are no attention anyone runs, and would overflow the products of buffer sizes.
+  constexpr int64_t kPos = 2147483647, kHead = 65536;
   const struct {
     const char* name;
-    int64_t value;
-  } positive[] = {{"heads", heads}, {"groups", groups}, {"dk", dk},       {"dv", dv}, {"l", l},
-                  {"d", d},         {"l_sel", l_sel},   {"n_sel", n_sel}, {"w", w}};
+    int64_t value, max;
+  } positive[] = {{"heads", heads, kHead}, {"groups", groups, kHead},
+                  {"dk", dk, kHead},       {"dv", dv, kHead},
+                  {"l", l, kPos},          {"d", d, kPos},
+                  {"l_sel", l_sel, kPos},  {"n_sel", n_sel, kPos},
+                  {"w", w, kPos}};
   for (const auto& f : positive) {
     NSA_CHECK(f.value > 0, f.name, " = ", f.value, " must be a positive integer");
+    NSA_CHECK(f.value <= f.max, f.name, " = ", f.value, " must be at most ", f.max);
   }
   NSA_CHECK(heads % groups == 0, "heads = ", heads, " must be a multiple of groups = ", groups,
             " (each K/V group serves heads/groups query heads)");
@@ -54,7 +61,8 @@ void NsaConfig::validate() const {
             " must be at least 3 (blocks 0, c-1 and c are always selected)");
   NSA_CHECK(std::isfinite(scale) && scale >= 0.0, "scale = ", scale,
             " must be a finite number > 0 (or 0 for 1/sqrt(dk))");
-  NSA_CHECK(phi_hidden >= 0, "phi_hidden = ", phi_hidden, " must be >= 0 (0 means dk)");
+  NSA_CHECK(phi_hidden >= 0 && phi_hidden <= kHead, "phi_hidden = ", phi_hidden, " must be in [0, ",
+            kHead, "] (0 means dk)");
 }
 
 double NsaConfig::softmax_scale() const {

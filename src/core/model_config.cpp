@@ -3,21 +3,36 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <iomanip>
 
 #include "nsa/error.h"
+#include "nsa/size_limits.h"
 
 namespace nsa {
 void ModelConfig::validate() const {
-  NSA_CHECK(vocab_size > 0, "vocab_size = ", vocab_size, " must be positive");
-  NSA_CHECK(dim > 0, "dim = ", dim, " must be positive");
-  NSA_CHECK(n_layers > 0, "n_layers = ", n_layers, " must be positive");
-  NSA_CHECK(seq_len > 0, "seq_len = ", seq_len, " must be positive");
+  // Tokens and positions are 32-bit; widths and depths far beyond any model's are refused before
+  // a product of them overflows (the weights' size is checked below).
+  const struct {
+    const char* name;
+    int64_t value, max;
+  } sizes[] = {{"vocab_size", vocab_size, 2147483647},
+               {"dim", dim, 1 << 20},
+               {"n_layers", n_layers, 1 << 20},
+               {"seq_len", seq_len, 2147483647}};
+  for (const auto& f : sizes) {
+    NSA_CHECK(f.value > 0, f.name, " = ", f.value, " must be positive");
+    NSA_CHECK(f.value <= f.max, f.name, " = ", f.value, " must be at most ", f.max);
+  }
+  NSA_CHECK(mlp_hidden >= 0 && mlp_hidden <= (1 << 22), "mlp_hidden = ", mlp_hidden,
+            " must be in [0, ", 1 << 22, "] (0 = default)");
   NSA_CHECK(mlp == "swiglu" || mlp == "silu", "mlp = '", mlp, "' is not one of: swiglu, silu");
-  NSA_CHECK(mlp_hidden >= 0, "mlp_hidden = ", mlp_hidden, " must be >= 0 (0 = default)");
-  NSA_CHECK(rope_base > 0, "rope_base = ", rope_base, " must be positive");
-  NSA_CHECK(norm_eps > 0, "norm_eps = ", norm_eps, " must be positive");
-  NSA_CHECK(init_std > 0, "init_std = ", init_std, " must be positive");
+  NSA_CHECK(std::isfinite(rope_base) && rope_base > 0, "rope_base = ", rope_base,
+            " must be a positive number");
+  NSA_CHECK(std::isfinite(norm_eps) && norm_eps > 0, "norm_eps = ", norm_eps,
+            " must be a positive number");
+  NSA_CHECK(std::isfinite(init_std) && init_std > 0, "init_std = ", init_std,
+            " must be a positive number");
   std::string rest = branches;
   NSA_CHECK(!rest.empty(), "branches is empty; list some of: cmp, sel, win");
   while (!rest.empty()) {
@@ -28,6 +43,14 @@ void ModelConfig::validate() const {
   }
   attn.validate();
   NSA_CHECK(attn.dk % 2 == 0, "dk = ", attn.dk, " must be even (RoPE rotates pairs)");
+  // The fp32 weights (a lower bound: embedding, the attention's Q and output projections, the
+  // MLP) must fit in memory before any is allocated.
+  const std::string what = "the model's fp32 weights";
+  const int64_t per_layer = checked_product({dim, attn.heads, attn.dk + attn.dv}, what) +
+                            checked_product({3, dim, ffn_hidden()}, what);
+  const int64_t bytes = checked_product({vocab_size, dim, 4}, what) +  // at most 2^53
+                        checked_product({n_layers, per_layer, 4}, what);
+  check_memory(bytes, str(what, " (", bytes / 4, " parameters)"));
 }
 
 int64_t ModelConfig::ffn_hidden() const {

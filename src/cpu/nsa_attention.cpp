@@ -140,13 +140,16 @@ NsaForward<Real> nsa_forward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
   cpu::compress_forward(cfg, layout, in.v[cfg.kv_index(kCmp)], mlp ? &in.phi_v : nullptr, f.v_cmp);
   const std::vector<int64_t> cmp_offset = layout.compressed_offsets(cfg);
   const int64_t max_len = max_length(layout);
-  const int64_t scratch = std::max({cfg.num_compressed(max_len), n_sel * l_sel, cfg.w, int64_t{1}});
+  // A query sees at most max_len keys in any branch: huge n_sel, l_sel or w never size a buffer.
+  const int64_t scratch = std::max({cfg.num_compressed(max_len), std::min(n_sel * l_sel, max_len),
+                                    std::min(cfg.w, max_len), int64_t{1}});
+  const int64_t max_ranges = std::min(n_sel, cfg.num_selection_blocks(max_len));
 
 #pragma omp parallel
   {
     std::vector<Real> probs(scratch), group_probs(cfg.num_compressed(max_len) + 1);
     std::vector<Real> block_scores(cfg.num_selection_blocks(max_len) + 1);
-    std::vector<cpu::KeyRange> ranges(n_sel);
+    std::vector<cpu::KeyRange> ranges(max_ranges);  // selected blocks are distinct, <= the last
     for (int64_t n = 0; n < layout.num_seqs(); ++n) {
       const int64_t start = layout.start(n), len = layout.length(n);
       const cpu::RowKv<Real> cmp_kv{f.k_cmp.ptr() + cmp_offset[n] * G * dk,
@@ -225,10 +228,11 @@ NsaTensors<Real> nsa_backward_cpu(const NsaConfig& cfg, const SeqLayout& layout,
   const std::vector<int64_t> cmp_offset = layout.compressed_offsets(cfg);
 
   const int64_t items = layout.num_seqs() * G;
+  const int64_t max_ranges = std::min(n_sel, cfg.num_selection_blocks(max_length(layout)));
 #pragma omp parallel
   {
     std::vector<Real> do_branch(dv);
-    std::vector<cpu::KeyRange> ranges(n_sel);
+    std::vector<cpu::KeyRange> ranges(max_ranges);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t n = item / G, g = item % G;

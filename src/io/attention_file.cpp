@@ -6,6 +6,7 @@
 #include <set>
 
 #include "nsa/error.h"
+#include "nsa/size_limits.h"
 
 namespace nsa::io {
 namespace {
@@ -22,6 +23,15 @@ std::string kv_tensor_name(const NsaConfig& cfg, char kind, int branch) {
                                    : std::string(1, kind) + "_" + kBranchNames[branch];
 }
 
+// NaN or Inf in an input would flow silently into some outputs (o all NaN) and not others
+// (gradients that stay 0): such a file is refused, naming the tensor and the first bad element.
+void check_finite(const Tensor<float>& t, const std::string& name, const std::string& file) {
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    NSA_CHECK(std::isfinite(t[i]), "tensor '", name, "' in '", file, "' holds ", t[i],
+              " at flat index ", i, ": NSA inputs must be finite");
+  }
+}
+
 // Reads `name`, checks its rank and leading [B, S] dims, returns it as [B·S, rest...].
 Tensor<float> read_tokens(const SafetensorsFile& f, const std::string& name, int64_t B, int64_t S,
                           size_t rank) {
@@ -30,6 +40,7 @@ Tensor<float> read_tokens(const SafetensorsFile& f, const std::string& name, int
   NSA_CHECK(t.shape.size() == rank && t.shape[0] == B && t.shape[1] == S, "tensor '", name,
             "' has shape ", shape_str(t.shape), ", expected ", rank, " dims starting with [", B,
             ",", S, "]");
+  check_finite(t, name, f.path());
   Shape flat = {B * S};
   flat.insert(flat.end(), t.shape.begin() + 2, t.shape.end());
   t.shape = flat;
@@ -117,6 +128,7 @@ AttentionProblem load_attention_problem(const SafetensorsFile& file,
         const std::string name = std::string(prefix) + kPhiParts[i];
         NSA_CHECK(file.has(name), "phi = mlp needs tensor '", name, "' in '", file.path(), "'");
         *phi_part(*params, i) = file.get_float(name);
+        check_finite(*phi_part(*params, i), name, file.path());
       }
     }
   }
@@ -181,6 +193,13 @@ void save_attention_result(const std::string& path, const AttentionProblem& p,
 
 SafetensorsFile make_example_problem(const NsaConfig& cfg, int64_t B, int64_t S, uint64_t seed) {
   cfg.validate();
+  NSA_CHECK(B >= 1 && B <= (1 << 30), "--batch = ", B, " must be in [1, 1073741824]");
+  NSA_CHECK(S >= 1 && S <= 2147483647, "--seq-len = ", S, " must be in [1, 2147483647]");
+  // Per token: q, three K/V pairs, three gates and do, held twice (tensors and file).
+  const std::string what = str("an example of B = ", B, ", S = ", S);
+  const int64_t per_token = checked_product({cfg.heads, cfg.dk + 2 * cfg.dv + 3}, what) +
+                            checked_product({6, cfg.groups, cfg.dk + cfg.dv}, what);
+  check_memory(checked_product({B, S, per_token, 8}, what), what);
   NsaTensors<float> in = random_nsa_inputs<float>(cfg, B * S, seed);
   SafetensorsFile f;
   f.put("q", unflatten(in.q, B, S));

@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "durable_file.h"
 #include "nsa/error.h"
 
 namespace nsa::io {
@@ -53,6 +56,16 @@ int64_t dtype_size(DType dtype) {
 }
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
+  return read_impl(path, true);
+}
+
+SafetensorsFile SafetensorsFile::read_header(const std::string& path) {
+  return read_impl(path, false);
+}
+
+SafetensorsFile SafetensorsFile::read_impl(const std::string& path, bool with_data) {
+  NSA_CHECK(!std::filesystem::is_directory(path), "safetensors file '", path,
+            "' is a folder; pass a .safetensors file");
   std::ifstream file(path, std::ios::binary | std::ios::ate);
   NSA_CHECK(file, "cannot open safetensors file '", path, "'");
   const int64_t file_size = static_cast<int64_t>(file.tellg());
@@ -115,6 +128,12 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
                 ": shape entries must be non-negative integers");
       t.shape.push_back(s.get<int64_t>());
     }
+    int64_t bytes = dt->size;
+    for (int64_t dim : t.shape) {
+      NSA_CHECK(dim == 0 || bytes <= std::numeric_limits<int64_t>::max() / dim, where, ": shape ",
+                shape_str(t.shape), " of ", dtype, " overflows a 64-bit byte count");
+      bytes *= dim;
+    }
     const auto& offs = entry["data_offsets"];
     NSA_CHECK(offs.is_array() && offs.size() == 2 && offs[0].is_number_integer() &&
                   offs[1].is_number_integer(),
@@ -124,8 +143,8 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
               "] are not ordered");
     NSA_CHECK(end <= data_size, where, ": data ends at byte ", end, " but the file holds only ",
               data_size, " data bytes (truncated file)");
-    NSA_CHECK(end - begin == shape_numel(t.shape) * dt->size, where, ": ", end - begin,
-              " bytes do not match shape ", shape_str(t.shape), " of ", dtype);
+    NSA_CHECK(end - begin == bytes, where, ": ", end - begin, " bytes do not match shape ",
+              shape_str(t.shape), " of ", dtype);
     spans.emplace_back(begin, end);
     pending.push_back({name, begin, end});
     out.tensors_[name] = std::move(t);
@@ -139,6 +158,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
   }
   NSA_CHECK(covered == data_size, "safetensors file '", path, "': ", data_size - covered,
             " trailing bytes after the last tensor");
+  if (!with_data) return out;
   std::vector<uint8_t> data(static_cast<size_t>(data_size));
   file.read(reinterpret_cast<char*>(data.data()), data_size);
   NSA_CHECK(file, "safetensors file '", path, "': read failed");
@@ -149,6 +169,8 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
 }
 
 void SafetensorsFile::write(const std::string& path) const {
+  NSA_CHECK(!std::filesystem::is_directory(path), "cannot write safetensors file '", path,
+            "': it is a folder; pass a file name");
   nlohmann::json json = nlohmann::json::object();
   if (!metadata.empty()) json["__metadata__"] = metadata;
   int64_t offset = 0;
@@ -161,23 +183,23 @@ void SafetensorsFile::write(const std::string& path) const {
   std::string header = json.dump();
   header.append((8 - header.size() % 8) % 8, ' ');  // align the data buffer to 8 bytes
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    NSA_CHECK(file, "cannot write '", tmp, "'");
+  try {
+    DurableFile file(tmp);
     uint64_t len = header.size();
     unsigned char len_bytes[8];
     for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(len >> (8 * i));
-    file.write(reinterpret_cast<const char*>(len_bytes), 8);
-    file.write(header.data(), static_cast<std::streamsize>(header.size()));
+    file.write(len_bytes, 8);
+    file.write(header.data(), static_cast<int64_t>(header.size()));
     for (const auto& [name, t] : tensors_) {
-      file.write(reinterpret_cast<const char*>(t.bytes.data()),
-                 static_cast<std::streamsize>(t.bytes.size()));
+      file.write(t.bytes.data(), static_cast<int64_t>(t.bytes.size()));
     }
-    file.flush();
-    NSA_CHECK(file, "writing '", tmp, "' failed (disk full?)");
+    file.close();
+    NSA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path,
+              "'");
+  } catch (...) {
+    std::remove(tmp.c_str());  // never leave a half-written temporary behind
+    throw;
   }
-  NSA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path,
-            "'");
 }
 
 const StoredTensor& SafetensorsFile::at(const std::string& name) const {

@@ -4,7 +4,8 @@
 // "__metadata__": {string: string}}, then the data buffer. read() validates everything before any
 // tensor is used: header length against file size, JSON syntax, known dtypes, shapes, offsets in
 // range, byte counts equal to numel × dtype size, no overlap, buffer fully covered. Every error
-// names the file and the tensor. write() is atomic: a temporary file renamed over the target.
+// names the file and the tensor. write() is atomic and durable: a temporary file, every write
+// checked, fsynced, renamed over the target.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,9 @@ struct StoredTensor {
 class SafetensorsFile {
  public:
   static SafetensorsFile read(const std::string& path);
+  // The same validation of the header against the file size, without reading the data: tensors
+  // have their dtype and shape but no bytes (checking a file just written, listing a file).
+  static SafetensorsFile read_header(const std::string& path);
   void write(const std::string& path) const;
 
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }
@@ -48,6 +52,7 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata;
 
  private:
+  static SafetensorsFile read_impl(const std::string& path, bool with_data);
   std::map<std::string, StoredTensor> tensors_;
   std::string path_;
 };

@@ -10,6 +10,8 @@
 namespace nsa::io {
 
 TokenShardInfo read_token_shard_info(const std::string& path) {
+  NSA_CHECK(!std::filesystem::is_directory(path), "token shard '", path,
+            "' is a folder, not a shard file");
   std::ifstream f(path, std::ios::binary);
   NSA_CHECK(f, "cannot open token shard '", path, "'");
   int32_t header[256] = {};

@@ -2,11 +2,14 @@
 #include "checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_state.h"
+#include "io/durable_file.h"
 #include "io/safetensors.h"
 #include "nsa/error.h"
 
@@ -33,7 +36,25 @@ void load_into(const io::SafetensorsFile& f, const std::string& name, Tensor<flo
   Tensor<float> t = f.get_float(name);
   NSA_CHECK(t.shape == dst.shape, "checkpoint tensor '", name, "' in '", f.path(), "' has shape ",
             shape_str(t.shape), ", the model expects ", shape_str(dst.shape));
+  const bool moment2 = name.rfind("v.", 0) == 0;  // second moments are squares: never negative
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    NSA_CHECK(std::isfinite(t[i]) && !(moment2 && t[i] < 0), "checkpoint tensor '", name, "' in '",
+              f.path(), "' holds ", t[i], " at index ", i,
+              moment2 ? ": second moments must be finite and >= 0" : ": weights must be finite",
+              " (a damaged checkpoint, or a run that diverged)");
+  }
   dst = std::move(t);
+}
+
+// What a checkpoint just written must pass before older ones are pruned: its state reads back
+// with the step it was written for, and both tensor files are whole (headers against sizes).
+void verify_checkpoint(const std::string& dir, int64_t step) {
+  const TrainState s = read_checkpoint_state(dir);
+  NSA_CHECK(s.step == step, "checkpoint '", dir, "' reads back step ", s.step, ", written as ",
+            step);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    io::SafetensorsFile::read_header((fs::path(dir) / file).string());
+  }
 }
 
 }  // namespace
@@ -54,19 +75,29 @@ std::string save_checkpoint(const std::string& out_dir, const TrainState& state,
     opt.put("v." + params[i].first, adam_v[i]);
   }
   model.metadata = {{"format", "pt"}};
-  model.write((tmp / "model.safetensors").string());
-  opt.write((tmp / "optimizer.safetensors").string());
   const nlohmann::json j = {{"format", 1},
                             {"step", state.step},
                             {"train_position", state.train_position},
                             {"model_config", state.model_config}};
-  std::ofstream(tmp / "state.json") << j.dump(2) << "\n";
-  std::ofstream(tmp / "COMPLETE") << "ok\n";
+  try {  // every file durable before COMPLETE, COMPLETE durable before the rename
+    model.write((tmp / "model.safetensors").string());
+    opt.write((tmp / "optimizer.safetensors").string());
+    io::write_file_durably((tmp / "state.json").string(), j.dump(2) + "\n");
+    io::sync_directory(tmp.string());
+    io::write_file_durably((tmp / "COMPLETE").string(), "ok\n");
+    io::sync_directory(tmp.string());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);  // the previous checkpoints stay as they are
+    throw;
+  }
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
+  io::sync_directory(out_dir);
+  verify_checkpoint(final_dir.string(), state.step);  // only a verified checkpoint prunes others
   const auto all = complete_checkpoints(out_dir);
   for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < all.size(); ++i) {
-    fs::remove_all(all[i]);
+    if (all[i] != final_dir) fs::remove_all(all[i]);
   }
   return final_dir.string();
 }
@@ -85,21 +116,15 @@ std::string resolve_checkpoint(const std::string& checkpoint, const std::string&
 }
 
 TrainState read_checkpoint_state(const std::string& dir) {
+  NSA_CHECK(fs::exists(dir), "checkpoint '", dir, "' does not exist");
+  NSA_CHECK(fs::is_directory(dir), "checkpoint '", dir, "' is not a folder (a ckpt_* folder)");
   NSA_CHECK(fs::exists(fs::path(dir) / "COMPLETE"), "checkpoint '", dir,
             "' is incomplete (no COMPLETE marker): it was interrupted while being written");
-  std::ifstream f(fs::path(dir) / "state.json");
-  NSA_CHECK(f, "checkpoint '", dir, "' has no state.json");
-  try {
-    nlohmann::json j;
-    f >> j;
-    TrainState s;
-    s.step = j.at("step").get<int64_t>();
-    s.train_position = j.at("train_position").get<int64_t>();
-    s.model_config = j.at("model_config").get<std::map<std::string, std::string>>();
-    return s;
-  } catch (const std::exception& e) {
-    throw Error(str("checkpoint '", dir, "': state.json is damaged (", e.what(), ")"));
-  }
+  const fs::path path = fs::path(dir) / "state.json";
+  std::ifstream f(path);
+  NSA_CHECK(f && fs::is_regular_file(path), "checkpoint '", dir, "' has no state.json");
+  const std::string text(std::istreambuf_iterator<char>(f), {});
+  return parse_train_state(path.string(), text);
 }
 
 void load_model_weights(const std::string& dir, const NamedTensors& params) {

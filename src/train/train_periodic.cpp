@@ -125,6 +125,7 @@ bool RunMonitor::after_step(TrainRun& run, int64_t step, const StepResult& s, Tr
   line += "}";
   if (run.lead) {
     metrics_ << line << "\n" << std::flush;
+    NSA_CHECK(metrics_, "writing '", o.out_dir, "/metrics.jsonl' failed (disk full?)");
     std::ofstream(fs::path(o.out_dir) / "heartbeat") << step + 1 << "\n";
   }
   if (!o.quiet && run.lead) {

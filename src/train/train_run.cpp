@@ -6,7 +6,9 @@
 #include <sstream>
 
 #include "checkpoint.h"
+#include "checkpoint_state.h"
 #include "nsa/error.h"
+#include "run_checks.h"
 
 namespace nsa {
 namespace fs = std::filesystem;
@@ -33,7 +35,9 @@ int64_t resume(const TrainOptions& o, TrainRun& run) {
   NSA_CHECK(st.model_config == model_config_fields(run.cfg), "checkpoint '", ckpt,
             "' was written for a different model config; resume with the same config");
   run.model->push();
+  check_resume_position(st, *run.loader, ckpt);
   run.loader->set_position(st.train_position);
+  if (run.lead) truncate_metrics(o.out_dir, st.step);
   if (!o.quiet && run.lead)
     std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(st.step));
   return st.step;
@@ -83,14 +87,13 @@ TrainRun set_up_run(const TrainOptions& o) {
   for (const auto& [k, v] : o.overrides) set_model_field(run.cfg, k, v);
   run.cfg.validate();
   run.seq_len = o.seq_len > 0 ? o.seq_len : run.cfg.seq_len;
-  NSA_CHECK(o.steps > 0 && o.batch > 0 && o.grad_accum > 0,
-            "--steps, --batch and --grad-accum must be positive");
+  check_run_options(o, run.cfg, run.seq_len, run.world);
   const std::vector<uint64_t> prints = comm.allgather(run_fingerprint(run.cfg, o, run.seq_len));
   for (int r = 1; r < run.world; ++r) {
     NSA_CHECK(prints[r] == prints[0], "rank ", r, " was started with a different model config or ",
               "training options than rank 0: every rank must get the same flags and config file");
   }
-  if (run.lead) fs::create_directories(o.out_dir);
+  if (run.lead) run.lock = open_run_folder(o.out_dir, o.resume, o.overwrite);
   comm.barrier();
   // The model backend and the data.
   run.adam = o.adam;
@@ -103,6 +106,7 @@ TrainRun set_up_run(const TrainOptions& o) {
             "--anomaly checks every tensor on the host: use --device cpu");
   run.named = run.model->named_params();
   run.loader = std::make_unique<TokenLoader>(o.data, "train", run.cfg.vocab_size, run.cfg.seed);
+  check_run_data(o, run);
   // Where the run starts.
   if (o.resume) run.start = resume(o, run);
   if (run.start == 0 && !o.init_from.empty()) init_from(o, run);

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "dist/communicator.h"
+#include "run_folder.h"
 #include "token_loader.h"
 #include "train_model.h"
 #include "trainer.h"
@@ -15,6 +16,7 @@
 namespace nsa {
 
 struct TrainRun {
+  RunFolderLock lock;  // rank 0: this run is the folder's one writer (released last)
   std::unique_ptr<Communicator> local;  // set when the options bring no communicator
   Communicator* comm = nullptr;
   int rank = 0, world = 1;

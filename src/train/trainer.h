@@ -8,6 +8,7 @@
 // turns a stalled step into an exit with every thread's stack; SIGUSR1 dumps stacks any time.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -27,6 +28,7 @@ struct TrainOptions {
   AdamWConfig adam;
   int64_t val_every = 50, val_batches = 4, ckpt_every = 100, keep = 3;
   bool resume = false;
+  bool overwrite = false;  // a fresh run may replace the run already in out_dir
   // Start from these weights (a checkpoint folder, or a run folder's newest checkpoint) with a
   // fresh optimizer at step 0 – a second stage of a curriculum, or fine-tuning. The model config
   // must match but for `branches`. Ignored when --resume finds a checkpoint in out_dir (the stage
@@ -53,7 +55,8 @@ struct TrainOptions {
 
 struct TrainResult {
   int64_t steps_done = 0;
-  double last_loss = 0, last_val_loss = 0;
+  double last_loss = 0;
+  double last_val_loss = std::nan("");  // NaN: no validation ran
 };
 
 TrainResult train(const TrainOptions& options);

@@ -146,6 +146,7 @@ TEST(Train, EvalReproducesTheValidationLossAndPlotIsWritten) {
 
 TEST(Train, InitFromStartsAFreshRunFromTheWeights) {
   const fs::path base = fs::temp_directory_path() / "nsa_test_init_from";
+  fs::remove_all(base);  // every run below is a fresh run into its own folder
   TrainOptions first = small_run((base / "first").string());
   first.steps = 2;
   train(first);

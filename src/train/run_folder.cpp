@@ -1,0 +1,101 @@
+// The run folder's lock, its fresh-run check and metrics truncation (see run_folder.h).
+#include "run_folder.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/durable_file.h"
+#include "nsa/error.h"
+
+namespace nsa {
+namespace fs = std::filesystem;
+namespace {
+
+// What a run writes into its folder: another run's traces make the folder "in use".
+bool is_run_output(const std::string& name) {
+  return name == "metrics.jsonl" || name == "loss.svg" || name.rfind("heartbeat", 0) == 0 ||
+         name.rfind("stacks", 0) == 0 || name.rfind("ckpt_", 0) == 0;
+}
+
+}  // namespace
+
+RunFolderLock::RunFolderLock(const std::string& dir) {
+  NSA_CHECK(!fs::exists(dir) || fs::is_directory(dir), "--out '", dir,
+            "' exists and is not a folder; pass a run folder");
+  fs::create_directories(dir);
+  const std::string path = (fs::path(dir) / "run.lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  NSA_CHECK(fd_ >= 0, "cannot open the run folder's lock '", path, "': ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    const std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+    NSA_CHECK(err != EWOULDBLOCK, "run folder '", dir, "' is in use by another nsa train (pid ",
+              holder.substr(0, holder.find('\n')), "): wait for it to end, or pass another --out");
+    throw Error(str("cannot lock the run folder's lock '", path, "': ", std::strerror(err)));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(str("cannot write the run folder's lock '", path, "': ", std::strerror(errno)));
+  }
+}
+
+RunFolderLock::~RunFolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+}
+
+RunFolderLock& RunFolderLock::operator=(RunFolderLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+RunFolderLock open_run_folder(const std::string& dir, bool resume, bool overwrite) {
+  RunFolderLock lock(dir);
+  if (resume) return lock;
+  std::vector<fs::path> old;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (is_run_output(e.path().filename().string())) old.push_back(e.path());
+  }
+  if (old.empty()) return lock;
+  NSA_CHECK(overwrite, "run folder '", dir, "' already holds a run (",
+            old.front().filename().string(),
+            "): pass --resume to continue it, a new --out for a new run, or --overwrite to "
+            "replace it");
+  for (const fs::path& p : old) fs::remove_all(p);
+  return lock;
+}
+
+void truncate_metrics(const std::string& dir, int64_t step) {
+  const fs::path path = fs::path(dir) / "metrics.jsonl";
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") ||
+        !j["step"].is_number_integer() || j["step"].get<int64_t>() > step)
+      break;  // a torn line, or the first step after the checkpoint
+    kept += line + "\n";
+  }
+  io::write_file_durably(path.string(), kept);
+}
+
+}  // namespace nsa

@@ -1,0 +1,36 @@
+// The run folder's contract (docs/training.md): one writer at a time, and a folder holds one run.
+//
+// A run takes an exclusive flock on <out>/run.lock for its whole life; the kernel drops it when
+// the process ends in any way, so a crashed run leaves no stale lock. A fresh run (no --resume)
+// into a folder that holds another run's metrics or checkpoints is refused, unless --overwrite,
+// which clears them first. A resumed run's metrics.jsonl is cut back to its checkpoint's step, so
+// the steps it repeats after a crash are not recorded twice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace nsa {
+
+// The held lock on a run folder; released on destruction (or when the process dies).
+class RunFolderLock {
+ public:
+  RunFolderLock() = default;
+  // Creates the folder when needed and locks it, or fails naming the pid of the run holding it.
+  explicit RunFolderLock(const std::string& dir);
+  ~RunFolderLock();
+  RunFolderLock(RunFolderLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  RunFolderLock& operator=(RunFolderLock&& other) noexcept;
+
+ private:
+  int fd_ = -1;
+};
+
+// Locks `dir` and checks it may take this run: with resume anything goes; otherwise a folder
+// with metrics or checkpoints is refused, or with overwrite cleared of them.
+RunFolderLock open_run_folder(const std::string& dir, bool resume, bool overwrite);
+
+// Drops the lines of metrics.jsonl after `step` (and a torn last line), atomically.
+void truncate_metrics(const std::string& dir, int64_t step);
+
+}  // namespace nsa

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# End-to-end reliability of the CLI (issue 25): nothing a user types or a disk does crashes a run
+# or loses work. Each check is one defect that must not come back: a full disk mid-checkpoint,
+# runs that collide in one folder, damaged or hostile checkpoints, non-finite inputs, sizes that
+# overflow, out-of-range flags. Every bad input exits 1 with one line naming it – never a crash.
+# Usage: cli_reliability_test.sh NSA_BINARY WORK_DIR
+set -u
+nsa=$1
+dir=$2
+cfg="$(dirname "$0")/../../configs/tiny.yaml"
+rm -rf "$dir" && mkdir -p "$dir"
+failures=0
+
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+# expect_ok NAME CMD...: exit 0.
+expect_ok() {
+  local name=$1; shift
+  if "$@" >"$dir/out.txt" 2>&1; then pass "$name"; else fail "$name"; cat "$dir/out.txt"; fi
+}
+# expect_error NAME PATTERN CMD...: exit status 1 (an error, not a crash), stderr matches PATTERN.
+expect_error() {
+  local name=$1 pattern=$2; shift 2
+  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
+  local rc=$?
+  if [ "$rc" -ne 1 ]; then
+    fail "$name (exit $rc: $(tail -c 300 "$dir/err.txt"))"
+  elif ! grep -q -- "$pattern" "$dir/err.txt"; then
+    fail "$name (message: $(cat "$dir/err.txt"))"
+  else
+    pass "$name"
+  fi
+}
+train_base() { "$nsa" train --config "$cfg" --set dim=32 --set n_layers=1 --data synthetic --batch 2 \
+  --watchdog 0 "$@"; }
+train() { train_base --seq-len 48 --val-every 0 "$@"; }
+
+# 1. A full disk while the second checkpoint is written: the run fails, the first checkpoint stays
+# complete (--keep 1 must not prune it), the broken one does not count, and --resume continues.
+for file in state.json COMPLETE model.safetensors; do
+  NSA_TEST_FAIL_WRITE=$file:2 expect_error "disk full at $file" "$file.*failed" \
+    train --steps 2 --ckpt-every 1 --keep 1 --out "$dir/full"
+  check "disk full at $file: previous checkpoint kept" test -f "$dir/full/ckpt_00000001/COMPLETE"
+  check "disk full at $file: no broken checkpoint" test ! -e "$dir/full/ckpt_00000002"
+  expect_ok "disk full at $file: resume" train --steps 2 --ckpt-every 1 --keep 1 --out "$dir/full" --resume
+  check "disk full at $file: resumed to the end" test -f "$dir/full/ckpt_00000002/COMPLETE"
+  # 6. The resumed run's metrics hold step 2 once.
+  check "disk full at $file: metrics once per step" \
+    test "$(grep -c '"step":' "$dir/full/metrics.jsonl")" -eq 2
+  rm -rf "$dir/full"
+done
+
+# 2. A fresh run into an existing run folder is refused (nothing touched), or replaced on request.
+expect_ok "first run" train --steps 1 --out "$dir/run"
+cp "$dir/run/metrics.jsonl" "$dir/metrics_before.jsonl"
+expect_error "fresh run into an old run" "pass --resume to continue it, a new --out" \
+  train --steps 2 --out "$dir/run"
+check "old metrics untouched" cmp -s "$dir/run/metrics.jsonl" "$dir/metrics_before.jsonl"
+expect_ok "--overwrite" train --steps 2 --out "$dir/run" --overwrite
+check "--overwrite: a new run" test "$(grep -c '"step":' "$dir/run/metrics.jsonl")" -eq 2
+echo x >"$dir/a_file"
+expect_error "--out is a file" "exists and is not a folder" train --steps 1 --out "$dir/a_file"
+
+# 3. Two runs into one folder at once: the second names the first's pid.
+"$nsa" train --config "$cfg" --set dim=32 --set n_layers=1 --data synthetic --batch 2 --seq-len 48 \
+  --val-every 0 --steps 100000 --out "$dir/busy" >/dev/null 2>&1 &
+holder=$!
+for _ in $(seq 300); do [ -s "$dir/busy/run.lock" ] && break; sleep 0.1; done
+expect_error "second writer" "in use by another nsa train (pid $holder)" \
+  train --steps 1 --out "$dir/busy" --resume
+kill "$holder"; wait "$holder" 2>/dev/null
+expect_ok "lock released when its holder dies" train --steps 1 --out "$dir/busy" --resume
+
+# 4, 11. A checkpoint is input: a missing one, or a state.json with a field out of range.
+expect_error "missing checkpoint" "checkpoint '$dir/nope' does not exist" \
+  "$nsa" eval --checkpoint "$dir/nope" --data synthetic
+cp -r "$dir/run" "$dir/hostile"
+sed -i 's/"train_position": [0-9]*/"train_position": -1/' "$dir/hostile/ckpt_00000002/state.json"
+expect_error "negative train_position" "hostile/ckpt_00000002/state.json': field 'train_position' = -1" \
+  train --steps 3 --out "$dir/hostile" --resume
+
+# 8, 9. Sizes are bounded before anything is allocated: an error, never an abort or a hang.
+"$nsa" attention --write-example "$dir/in.safetensors" --seq-len 64 >/dev/null 2>&1
+expect_error "--w 1e10" "w = 10000000000 must be at most 2147483647" \
+  "$nsa" attention --in "$dir/in.safetensors" --out "$dir/o.safetensors" --w 10000000000
+expect_error "--l-sel 2^40" "l_sel = 1099511627776 must be at most" \
+  "$nsa" attention --in "$dir/in.safetensors" --out "$dir/o.safetensors" --l-sel 1099511627776
+expect_error "--n-sel 1e12" "n_sel = 1000000000000 must be at most" \
+  "$nsa" attention --in "$dir/in.safetensors" --out "$dir/o.safetensors" --n-sel 1000000000000
+expect_error "--n-sel too big for memory" "sel_idx .* needs .* GiB, limit" \
+  env NSA_MEMORY_LIMIT_GIB=1 "$nsa" attention --in "$dir/in.safetensors" --out "$dir/o.safetensors" --n-sel 2000000000
+expect_ok "--w beyond the sequence" \
+  "$nsa" attention --in "$dir/in.safetensors" --out "$dir/o.safetensors" --w 2147483647 --l-sel 1073741824
+expect_error "vocab_size 2^62" "vocab_size = 4611686018427387904 must be at most" \
+  train --steps 1 --set vocab_size=4611686018427387904 --out "$dir/big"
+expect_error "n_layers 1e8" "n_layers = 100000000 must be at most" \
+  train --steps 1 --set n_layers=100000000 --out "$dir/big"
+expect_error "weights too big for memory" "fp32 weights .* needs .* GiB, limit" \
+  env NSA_MEMORY_LIMIT_GIB=1 "$nsa" train --config "$cfg" --set n_layers=100000 --out "$dir/big"
+expect_error "--seq-len 1e12" "seq-len = 1000000000000 must be in" \
+  train_base --steps 1 --seq-len 1000000000000 --out "$dir/big"
+expect_error "write-example --seq-len 2^62" "seq-len = 4611686018427387904 must be in" \
+  "$nsa" attention --write-example "$dir/big.safetensors" --seq-len 4611686018427387904
+check "no example written" test ! -e "$dir/big.safetensors"
+printf '\x4a\x00\x00\x00\x00\x00\x00\x00{"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}' >"$dir/overflow.safetensors"
+expect_error "inspect: element count overflows" "overflows a 64-bit byte count" "$nsa" inspect "$dir/overflow.safetensors"
+
+# 10. Out-of-range flags name the flag and the allowed range.
+expect_error "--seq-len -7" "seq-len = -7 must be in \[0, " train_base --steps 1 --seq-len -7 --out "$dir/bad"
+expect_error "--val-batches 0" "val-batches = 0 must be in \[1, " train_base --steps 1 --val-every 1 --val-batches 0 --out "$dir/bad"
+expect_error "--val-batches -3" "val-batches = -3" train --steps 1 --val-batches -3 --out "$dir/bad"
+expect_error "--lr -1" "lr = -1 must be a finite number >= 0" train --steps 1 --lr -1 --out "$dir/bad"
+expect_error "--branches ''" "branches is empty" train --steps 1 --branches '' --out "$dir/bad"
+expect_error "eval --seq-len -5" "seq-len = -5 must be in" \
+  "$nsa" eval --run "$dir/run" --data synthetic --seq-len -5
+expect_error "eval --batches -1" "batches = -1 must be in" \
+  "$nsa" eval --run "$dir/run" --data synthetic --batches -1
+check "nothing trained by refused runs" test ! -e "$dir/bad/metrics.jsonl"
+
+# 5. Non-finite inputs are refused, naming the tensor (NaN in q: 0x7fc00000 at its first float).
+python3 - "$dir/in.safetensors" "$dir/nan.safetensors" <<'PY' 2>/dev/null
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+start = 8 + n + json.loads(b[8:8 + n])["q"]["data_offsets"][0]
+open(sys.argv[2], "wb").write(b[:start] + struct.pack("<f", float("nan")) + b[start + 4:])
+PY
+if [ -f "$dir/nan.safetensors" ]; then
+  expect_error "NaN input" "tensor 'q' in .* holds nan at flat index 0" \
+    "$nsa" attention --in "$dir/nan.safetensors" --out "$dir/o.safetensors"
+else
+  echo "skip NaN input (no python3)"
+fi
+
+# 11. Folders where files belong; --write-example with --in/--out; the summary without validation.
+mkdir -p "$dir/a_folder"
+expect_error "folder as input" "is a folder" "$nsa" attention --in "$dir/a_folder" --out "$dir/o.safetensors"
+expect_error "folder as --out" "is a folder" "$nsa" attention --in "$dir/in.safetensors" --out "$dir/a_folder"
+check "no temporary left behind" test ! -e "$dir/a_folder.tmp"
+expect_error "--write-example with --in" "drop --in/--out" \
+  "$nsa" attention --write-example "$dir/ex.safetensors" --in "$dir/in.safetensors"
+expect_ok "summary without validation" train --steps 1 --out "$dir/noval"
+check "summary says no validation" grep -q "loss .*, no validation ->" "$dir/out.txt"
+
+if [ "$failures" -ne 0 ]; then echo "$failures reliability check(s) failed"; exit 1; fi
+echo "all reliability checks passed"
