@@ -53,7 +53,9 @@ struct Backend {
 // Adds a backend to the registry (at static initialisation; returns true).
 bool register_backend(Backend backend);
 // The backend named `device`; "auto" is the GPU when this build has one and a device is usable,
-// else the CPU. Throws nsa::Error naming `command` when this build has no such backend.
+// else the CPU. Throws nsa::Error naming `command` when this build has no such backend. Callers
+// copy the result (a few std::functions) rather than bind a reference: GCC 13 warns
+// (-Wdangling-reference) when a reference is bound to a call whose arguments are temporaries.
 const Backend& backend(const std::string& device, const std::string& command);
 // The backend named `name`, or nullptr when this build has none.
 const Backend* find_backend(const std::string& name);

@@ -66,7 +66,8 @@ Timing time_cpu(const NsaConfig& cfg, const BenchArgs& a, int64_t S) {
 
 void bench_attention(const BenchArgs& a) {
   const bool gpu = a.device == "cuda";
-  const Backend& device = backend(a.device, "nsa bench attention");
+  const Backend device =
+      backend(a.device, "nsa bench attention");  // a copy: no reference to a call on temporaries
   const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
   std::unique_ptr<std::ofstream> json_file;
   if (!a.json_path.empty()) {
@@ -237,7 +238,7 @@ void register_bench_command(CLI::App& app) {
       bench_decode(*dec);
       return;
     }
-    const Backend& gpu = backend(dec->device, "nsa bench decode");
+    const Backend gpu = backend(dec->device, "nsa bench decode");
     if (decode->count("--contexts") > 0) gpu_dec->contexts = dec->contexts;
     if (decode->count("--steps") > 0) gpu_dec->steps = dec->steps;
     gpu_dec->json_path = dec->json_path;

@@ -82,7 +82,7 @@ void register_train_command(CLI::App& app) {
       comm = make_mpi_communicator_if_built();
       o->comm = comm.get();
     }
-    const Backend& b = backend(*device, "nsa train");
+    const Backend b = backend(*device, "nsa train");
     o->model_factory = b.train_model;
     if (!comm || comm->rank() == 0) {
       std::printf("nsa train: device %s\n", b.describe().c_str());

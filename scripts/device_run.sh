@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|model|decode|copy|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|copy|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
-# one forward + backward of both (NCU_SHAPES, config:S pairs).
+# one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
+# `final`: tests, then compare (BASE builds in the background meanwhile).
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
@@ -17,9 +18,16 @@ cd "$(dirname "$0")/.."
 what=${1:-all}
 out=${OUT:-out}
 mkdir -p "$out"
+base=${BASE:-HEAD~1}
+if [ "$what" = compare ] || [ "$what" = final ]; then
+  (rm -rf /tmp/nsa_base && git worktree add -f /tmp/nsa_base "$base" &&
+    cmake -S /tmp/nsa_base -B /tmp/nsa_base/build -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+    ninja -C /tmp/nsa_base/build -j16 nsa) >"$out/build_base.log" 2>&1 &
+  base_pid=$!
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
   ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
-if [ "$what" = tests ] || [ "$what" = all ]; then
+if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = final ]; then
   ./build/tests/nsa_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" | head -40
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
     --gtest_filter='*h2_batch*:*packed*:*short*' >"$out/sanitizer.log" 2>&1
@@ -33,11 +41,8 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
       | tee "$out/dense_$cfg.jsonl"
   done
 fi
-if [ "$what" = compare ]; then
-  base=${BASE:-HEAD~1}
-  rm -rf /tmp/nsa_base && git worktree add -f /tmp/nsa_base "$base" >/dev/null 2>&1 &&
-    cmake -S /tmp/nsa_base -B /tmp/nsa_base/build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null 2>&1 &&
-    ninja -C /tmp/nsa_base/build -j16 nsa >"$out/build_base.log" 2>&1 || { echo "base $base did not build"; exit 1; }
+if [ "$what" = compare ] || [ "$what" = final ]; then
+  wait "$base_pid" || { echo "base $base did not build"; tail -5 "$out/build_base.log"; exit 1; }
   for spec in ${COMPARE_SHAPES:-m7c_125m:8192,16384,65536 paper_attn:16384,65536}; do
     for bin in /tmp/nsa_base/build/nsa ./build/nsa; do
       echo "== $bin"
@@ -46,7 +51,8 @@ if [ "$what" = compare ]; then
     python3 bench/dense_attention.py --config "${spec%%:*}" --seq-lens "${spec##*:}"
   done 2>&1 | tee "$out/compare.txt"
   for spec in ${NCU_SHAPES:-m7c_125m:16384 paper_attn:16384}; do
-    for bin in /tmp/nsa_base/build/nsa ./build/nsa; do
+    bins=(./build/nsa); [ "${NCU_BASE:-1}" = 0 ] || bins=(/tmp/nsa_base/build/nsa ./build/nsa)
+    for bin in "${bins[@]}"; do
       echo "== ncu $bin ${spec%%:*} S=${spec##*:} (ms per launch sequence: totals over 1 warm-up + 2 timed runs, /3)"
       /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv "$bin" bench attention --device cuda \
         --config "${spec%%:*}" --seq-lens "${spec##*:}" --reps 2 >/tmp/ncu.csv 2>/dev/null
