@@ -3,6 +3,7 @@
 // cuBLAS runs in its default fp32 math mode (no TF32) and is deterministic for a fixed problem.
 #include <algorithm>
 
+#include "common/cublas_check.h"
 #include "common/cuda_check.h"
 #include "compress_mlp.h"
 
@@ -15,21 +16,16 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>((n + kThreads - 1) / kThreads);
 }
 
-void check_blas(cublasStatus_t s, const char* what) {
-  NSA_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuBLAS error ", static_cast<int>(s), " in ", what);
-}
-
 // Row-major C[m, n] = op(A)·op(B) with A, B row-major; op = transpose when the flag is set.
 void gemm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A,
           const float* B, float* C, cudaStream_t stream) {
-  check_blas(cublasSetStream(h, stream), "cublasSetStream");
+  NSA_CUBLAS_CHECK(cublasSetStream(h, stream));
   const float one = 1.0f, zero = 0.0f;
   // Column-major view: Cᵀ[n, m] = op(B)ᵀ · op(A)ᵀ.
   const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
-  check_blas(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, B,
-                         ldb, A, lda, &zero, C, static_cast<int>(n)),
-             "cublasSgemm");
+  NSA_CUBLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one,
+                               B, ldb, A, lda, &zero, C, static_cast<int>(n)));
 }
 
 // z[(i·G + g), r·D + c] = raw[(start_i + r)·G + g, c] + pos[r, c].

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "common/convert.h"
+#include "common/cublas_check.h"
 #include "device.h"
 #include "head_dims.h"
 #include "nsa_cuda_layer.h"
@@ -158,7 +159,7 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
     p.gate[c] = gate_[c].get(), p.o_branch[c] = o_branch_[c].get(), p.lse[c] = lse_[c].get();
     p.delta[c] = bw_->delta[c].get(), p.d_gate[c] = bw_->d_gate[c].get();
   }
-  NSA_CHECK(cublasCreate(&blas_) == CUBLAS_STATUS_SUCCESS, "cannot create a cuBLAS handle");
+  NSA_CUBLAS_CHECK(cublasCreate(&blas_));
   if (cfg.phi == Phi::kMlp) {
     mlp_k_ = std::make_unique<CompressMlp>(cfg.l, cfg.dk, cfg.mlp_hidden(), C * G);
     mlp_v_ = std::make_unique<CompressMlp>(cfg.l, cfg.dv, cfg.mlp_hidden(), C * G);
