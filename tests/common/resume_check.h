@@ -13,6 +13,22 @@
 
 namespace nsa::test {
 
+// A seconds-long run of a one-layer tiny model on synthetic tokens in `out` (emptied first):
+// the run-folder and checkpoint tests start from it.
+inline TrainOptions tiny_train_options(const std::filesystem::path& out, int64_t steps) {
+  TrainOptions o;
+  o.config = std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml";
+  o.overrides = {{"dim", "32"}, {"n_layers", "1"}, {"seq_len", "48"}, {"vocab_size", "64"}};
+  o.out_dir = out.string();
+  o.steps = steps;
+  o.batch = 2;
+  o.val_every = 0;
+  o.quiet = true;
+  o.watchdog_s = 0;
+  std::filesystem::remove_all(out);
+  return o;
+}
+
 inline std::string read_file_bytes(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});

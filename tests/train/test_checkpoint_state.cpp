@@ -22,19 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 TrainOptions one_step(const fs::path& out) {
-  TrainOptions o;
-  o.config = std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml";
-  o.overrides = {{"dim", "32"}, {"n_layers", "1"}, {"seq_len", "48"}, {"vocab_size", "64"}};
-  o.out_dir = out.string();
-  o.steps = 1;
-  o.batch = 2;
-  o.val_every = 0;
-  o.quiet = true;
-  o.watchdog_s = 0;
-  fs::remove_all(out);
-  return o;
+  return tiny_train_options(out, 1);
 }
-
 template <typename F>
 std::string error_of(F&& f) {
   try {

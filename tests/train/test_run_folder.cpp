@@ -21,18 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 TrainOptions tiny_run(const fs::path& out) {
-  TrainOptions o;
-  o.config = std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml";
-  o.overrides = {{"dim", "32"}, {"n_layers", "1"}, {"seq_len", "48"}, {"vocab_size", "64"}};
-  o.out_dir = out.string();
-  o.steps = 2;
-  o.batch = 2;
-  o.val_every = 0;
+  TrainOptions o = tiny_train_options(out, 2);
   o.ckpt_every = 1;
   o.keep = 1;
-  o.quiet = true;
-  o.watchdog_s = 0;
-  fs::remove_all(out);
   return o;
 }
 
