@@ -15,7 +15,7 @@ from ._capi import NsaError
 BRANCHES = ("cmp", "sel", "win")
 PHI_FIELDS = ("pos", "w1", "b1", "w2", "b2")
 # Slots of the flat tensor list the Function takes: q, k×3, v×3, g×3, phi_k×5, phi_v×5.
-_K, _V, _G, _PHI_K, _PHI_V, _NUM_SLOTS = 1, 4, 7, 10, 15, 20
+_K, _V, _G, _PHI_K, _PHI_V = 1, 4, 7, 10, 15
 
 
 def _config(q, k, v, phi_k, n_sel, l, d, l_sel, w, scale, shared, mlp):
@@ -23,7 +23,7 @@ def _config(q, k, v, phi_k, n_sel, l, d, l_sel, w, scale, shared, mlp):
     c.heads, c.dk = q.shape[-2], q.shape[-1]
     c.groups, c.dv = k.shape[-2], v.shape[-1]
     c.l, c.d, c.l_sel, c.n_sel, c.w = l, d, l_sel, n_sel, w
-    c.phi_hidden = phi_k[1].shape[1] if mlp else 0
+    c.phi_hidden = phi_k[1].shape[-1] if mlp and phi_k[1].dim() else 0  # w1 [l·dk, Hd]
     c.scale = 0.0 if scale is None else float(scale)
     c.phi, c.kv = int(mlp), int(shared)
     return c
