@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the distribution packages nsa builds with (Debian 12 / Ubuntu 22.04+ names), only those
 # missing. Needs root or sudo. The CUDA toolkit is optional and never installed here: when
-# /usr/local/cuda is present the CUDA backend is built too.
+# /usr/local/cuda is present the CUDA backend is built too. python3-torch and python3-pytest run
+# the Python package's tests (python/tests); OpenBLAS, because without it Debian's torch falls back
+# to the reference BLAS, several times slower.
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config clang-format
           libgtest-dev libgmock-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-          libsentencepiece-dev sentencepiece openmpi-bin libopenmpi-dev)
+          libsentencepiece-dev sentencepiece openmpi-bin libopenmpi-dev
+          python3-torch python3-pytest python3-numpy libopenblas0-pthread)
 
 missing=()
 for p in "${packages[@]}"; do
