@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Installs the distribution packages nsa builds with (Debian 12 / Ubuntu 22.04+ names), only those
 # missing. Needs root or sudo. The CUDA toolkit is optional and never installed here: when
-# /usr/local/cuda is present the CUDA backend is built too. python3-torch and python3-pytest run
-# the Python package's tests (python/tests); OpenBLAS, because without it Debian's torch falls back
-# to the reference BLAS, several times slower.
+# /usr/local/cuda is present the CUDA backend is built too. With --python (the tests and
+# install_python.sh; not the demo): python3-torch and python3-pytest for the Python package and its
+# tests (python/tests), and OpenBLAS, because without it Debian's torch falls back to the reference
+# BLAS, several times slower.
+#   bash scripts/install_deps.sh [--python]
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config clang-format
           libgtest-dev libgmock-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-          libsentencepiece-dev sentencepiece openmpi-bin libopenmpi-dev
-          python3-torch python3-pytest python3-numpy libopenblas0-pthread)
+          libsentencepiece-dev sentencepiece openmpi-bin libopenmpi-dev)
+if [ "${1:-}" = --python ]; then
+  packages+=(python3-torch python3-pytest python3-numpy libopenblas0-pthread)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 
-bash scripts/install_deps.sh
+bash scripts/install_deps.sh --python
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build --target nsa_capi -j "$(nproc)"
 

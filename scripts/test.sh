@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
-bash scripts/install_deps.sh
+bash scripts/install_deps.sh --python
 
 echo "== clang-format =="
 if git rev-parse --git-dir >/dev/null 2>&1; then
