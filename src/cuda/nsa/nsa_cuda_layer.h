@@ -80,12 +80,8 @@ class NsaCudaLayer {
   NsaBackwardBuffers& backward_buffers() { return *bw_; }
   const RowTile* row_tiles() const { return row_tiles_.get(); }
   int64_t num_row_tiles() const { return row_tiles_.size(); }
-  const RowTile* units(Branch b) const {
-    return (b == Branch::kCmp ? cmp_units_ : b == Branch::kSel ? sel_units_ : row_tiles_).get();
-  }
-  int64_t num_units(Branch b) const {
-    return (b == Branch::kCmp ? cmp_units_ : b == Branch::kSel ? sel_units_ : row_tiles_).size();
-  }
+  const RowTile* units(Branch b) const { return unit_table(b).get(); }
+  int64_t num_units(Branch b) const { return unit_table(b).size(); }
 
   NsaForward<float> download_forward() const;
   NsaTensors<float> download_grads() const;
@@ -105,6 +101,9 @@ class NsaCudaLayer {
   // 64-row query tiles (also the window's dK/dV units), compressed-token units, selection-block
   // units (see nsa_backward_dkdv.h).
   DeviceBuffer<RowTile> row_tiles_, cmp_units_, sel_units_;
+  const DeviceBuffer<RowTile>& unit_table(Branch b) const {
+    return b == Branch::kCmp ? cmp_units_ : b == Branch::kSel ? sel_units_ : row_tiles_;
+  }
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<CompressMlp> mlp_k_, mlp_v_;  // φ = mlp only
 };

@@ -1,5 +1,5 @@
-// (query, head) pair tiles: how the key-centric kernels (dK/dV of every branch, the selected
-// branch's forward) walk the queries that see a unit of key rows. The queries – a row range for
+// (query, head) pair tiles: how the key-centric dK/dV kernels of every branch walk the queries
+// that see a unit of key rows. The queries – a row range for
 // the window and compressed branches, the inverted selection index's entry list for the selected
 // branch – are flattened with the group's heads into pairs (ascending rows, then heads) and staged
 // QT at a time in shared memory, double-buffered with cp.async.
