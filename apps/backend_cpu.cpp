@@ -30,9 +30,9 @@ AttentionRun attention_cpu(const NsaConfig& cfg, const SeqLayout& layout,
 
 // N independent CPU decoders, one per sequence.
 DecodeStep decoder_cpu(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
-                       int64_t /*max_len*/) {
+                       int64_t max_len) {
   auto decs = std::make_shared<std::vector<ModelDecoder>>();
-  for (int64_t i = 0; i < batch; ++i) decs->emplace_back(cfg, params);
+  for (int64_t i = 0; i < batch; ++i) decs->emplace_back(cfg, params, max_len);
   const int64_t V = cfg.vocab_size;
   return [decs, V](const std::vector<int32_t>& t) {
     std::vector<float> out;
@@ -55,6 +55,7 @@ Backend cpu_backend() {
   };
   b.train_model = make_train_model_cpu;
   b.logit_rows = logit_rows_cpu;
+  b.token_losses = token_losses_cpu;
   b.decoder = decoder_cpu;
   b.attention = attention_cpu;
   return b;

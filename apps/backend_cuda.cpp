@@ -8,6 +8,7 @@
 #include "cuda/nsa/nsa_cuda_layer.h"
 #include "decode/cuda/model_decoder_cuda.h"
 #include "model/cuda/logit_rows_cuda.h"
+#include "model/cuda/token_losses_cuda.h"
 #include "train/cuda/train_model_cuda.h"
 
 namespace nsa::app {
@@ -52,6 +53,7 @@ Backend gpu_backend() {
   b.describe = [] { return "cuda: " + cuda::device_description(cuda::select_local_device()); };
   b.train_model = cuda::make_train_model_cuda;
   b.logit_rows = cuda::logit_rows_cuda;
+  b.token_losses = cuda::token_losses_cuda;
   b.decoder = decoder_cuda;
   b.attention = attention_cuda;
   b.time_attention = time_attention_cuda;

@@ -16,6 +16,7 @@
 #include "model/model_params.h"
 #include "nsa/attention.h"
 #include "train/needle_eval.h"
+#include "train/position_loss.h"
 #include "train/train_model.h"
 
 namespace nsa::app {
@@ -37,6 +38,7 @@ struct Backend {
   std::function<std::string()> describe;  // "cpu (2 threads)", the GPU's name and memory
   TrainModelFactory train_model;          // nsa train, nsa diagnose --model
   LogitRowsFn logit_rows;                 // nsa eval --task needle
+  TokenLossesFn token_losses;             // nsa eval --by-position
   std::function<DecodeStep(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
                            int64_t max_len)>
       decoder;  // nsa generate

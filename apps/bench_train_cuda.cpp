@@ -78,8 +78,9 @@ void bench_train_cuda(const TrainBenchArgs& a) {
     std::sort(ms.begin(), ms.end());
     const double step_ms = ms[ms.size() / 2];
     const double tokens = static_cast<double>(B * S);
-    const double flops = 6.0 * params * tokens + 3.5 * nsa_forward_flops(cfg.attn, B, S) *
-                                                     static_cast<double>(cfg.n_layers);
+    const double flops =
+        6.0 * params * tokens +
+        3.5 * nsa_forward_flops(cfg.layer_attention(S), B, S) * static_cast<double>(cfg.n_layers);
     const double tflops = flops / (step_ms * 1e-3) / 1e12;
     const double model_mib = static_cast<double>(model->device_bytes()) / (1 << 20);
     std::printf("%7lld %4lld %10.1f %10.0f %9.1f %5.1f%% %11.0f %11.0f\n",

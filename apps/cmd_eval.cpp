@@ -1,6 +1,8 @@
-// `nsa eval`: validation loss and perplexity of a checkpoint (its own config and weights), or its
+// `nsa eval`: validation loss and perplexity of a checkpoint (its own config and weights), the
+// same loss by token-position bucket (--by-position: JSON and SVG, train/position_loss.h), or its
 // needle-retrieval accuracy by context length and depth (--task needle).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "backends.h"
@@ -10,6 +12,7 @@
 #include "nsa/size_limits.h"
 #include "train/checkpoint.h"
 #include "train/needle_eval.h"
+#include "train/position_loss.h"
 #include "train/trainer.h"
 
 namespace nsa::app {
@@ -27,6 +30,37 @@ void check_eval_sizes(int64_t batches, int64_t batch, int64_t seq_len) {
   check_memory(checked_product({batch, seq_len, 8}, what), what);
 }
 
+// --by-position: the buckets' table, the JSON file and its SVG plot.
+void eval_by_position(const std::string& ckpt, const std::string& data, int64_t batches,
+                      int64_t batch, int64_t seq_len, const std::vector<int64_t>& buckets,
+                      const std::string& out, const std::string& device) {
+  namespace fs = std::filesystem;
+  fs::path ckpt_dir(ckpt);
+  if (!ckpt_dir.has_filename()) ckpt_dir = ckpt_dir.parent_path();  // "ckpt_…/"
+  const fs::path run_dir = ckpt_dir.parent_path();
+  const fs::path json = out.empty() ? run_dir / "loss_by_position.json" : fs::path(out);
+  NSA_CHECK(json.extension() == ".json", "--out '", out,
+            "' must name a .json file (the SVG plot is written next to it)");
+  const fs::path svg = fs::path(json).replace_extension(".svg");
+  const Backend b = backend(device, "nsa eval --by-position");
+  const PositionLoss r = evaluate_loss_by_position(ckpt, data, batches, batch, seq_len, buckets,
+                                                   b.token_losses, device);
+  std::printf(
+      "%s (step %lld, attention %s, w = %lld): val loss %.4f over %lld tokens, by position\n",
+      ckpt.c_str(), static_cast<long long>(r.step), r.attention.c_str(),
+      static_cast<long long>(r.w), r.loss, static_cast<long long>(r.tokens));
+  std::printf("%10s %10s %12s %10s\n", "begin", "end", "tokens", "loss");
+  for (const PositionBucket& k : r.buckets) {
+    std::printf("%10lld %10lld %12lld %10.4f\n", static_cast<long long>(k.begin),
+                static_cast<long long>(k.end), static_cast<long long>(k.tokens), k.loss);
+  }
+  if (json.has_parent_path()) fs::create_directories(json.parent_path());
+  write_position_loss_json(r, json.string());
+  const fs::path label = run_dir.has_filename() ? run_dir.filename() : ckpt_dir.filename();
+  write_position_loss_plot({label.string()}, {r}, svg.string());
+  std::printf("wrote %s and %s\n", json.c_str(), svg.c_str());
+}
+
 }  // namespace
 
 void register_eval_command(CLI::App& app) {
@@ -38,6 +72,9 @@ void register_eval_command(CLI::App& app) {
     std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
     int64_t samples = 20;
     std::string filler = "cycle";
+    bool by_position = false;
+    std::vector<int64_t> buckets;
+    std::string out;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("eval", "Validation loss / perplexity of a checkpoint");
@@ -51,12 +88,30 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--samples", a->samples, "needle: sequences per (length, depth)");
   cmd->add_option("--filler", a->filler,
                   "needle: the haystack, cycle (16 tokens repeating) or random symbols");
-  cmd->add_option("--device", a->device, "needle: cpu (the reference) or cuda (one GPU)")
+  cmd->add_option("--device", a->device,
+                  "needle and --by-position: cpu (the reference) or cuda (one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  CLI::Option* by_position = cmd->add_flag(
+      "--by-position", a->by_position,
+      "mean validation loss per token-position bucket: JSON and SVG (docs/quality.md)");
+  CLI::Option* buckets =
+      cmd->add_option("--buckets", a->buckets,
+                      "--by-position: bucket edges, e.g. 0,256,1024 (0 and S are added; default "
+                      "0,512,1024,2048,... up to S)")
+          ->delimiter(',');
+  CLI::Option* out = cmd->add_option(
+      "--out", a->out,
+      "--by-position: the JSON file (default: <run>/loss_by_position.json); the SVG goes next "
+      "to it");
   cmd->add_option("--batches", a->batches, "validation batches");
   cmd->add_option("--batch", a->batch, "sequences per batch");
   cmd->add_option("--seq-len", a->seq_len, "tokens per sequence (default: the config's)");
-  cmd->callback([a] {
+  cmd->callback([a, by_position, buckets, out] {
+    NSA_CHECK(by_position->count() > 0 || (buckets->count() == 0 && out->count() == 0),
+              "nsa eval: --buckets and --out belong to --by-position");
+    NSA_CHECK(!a->by_position || a->task == "loss",
+              "nsa eval: --by-position is a loss evaluation; it cannot be combined with --task ",
+              a->task);
     const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
     if (a->task == "needle") {
       const LogitRowsFn logit_rows = backend(a->device, "nsa eval").logit_rows;
@@ -87,6 +142,11 @@ void register_eval_command(CLI::App& app) {
     }
     NSA_CHECK(!a->data.empty(), "nsa eval: --data is required for --task loss");
     check_eval_sizes(a->batches, a->batch, a->seq_len);
+    if (a->by_position) {
+      eval_by_position(ckpt, a->data, a->batches, a->batch, a->seq_len, a->buckets, a->out,
+                       a->device);
+      return;
+    }
     const EvalResult r = evaluate_checkpoint(ckpt, a->data, a->batches, a->batch, a->seq_len);
     std::printf("%s (step %lld): val loss %.4f, perplexity %.3f over %lld tokens\n", ckpt.c_str(),
                 static_cast<long long>(r.step), r.loss, r.ppl, static_cast<long long>(r.tokens));

@@ -22,6 +22,11 @@ void register_train_command(CLI::App& app) {
   auto branches = std::make_shared<std::string>();
   CLI::Option* branches_flag = cmd->add_option(
       "--branches", *branches, "NSA branches that contribute, e.g. sel,win (diagnostics)");
+  auto attention = std::make_shared<std::string>();
+  CLI::Option* attention_flag = cmd->add_option(
+      "--attention", *attention,
+      "nsa (default), full (causal dense attention: the window branch alone with w >= S) or "
+      "window (the window branch alone at the config's w); also the config field `attention`");
   cmd->add_option(
       "--data", o->data,
       "folder of train_*/val_*.bin shards, 'synthetic', 'repeat', or recall rows: "
@@ -69,7 +74,14 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--fault", o->fault, "test only: 'exit' or 'stall' at --fault-step")->group("");
   cmd->add_option("--fault-rank", o->fault_rank, "test only: the rank that fails")->group("");
   cmd->add_option("--fault-step", o->fault_step, "test only: the step it fails at")->group("");
-  cmd->callback([o, sets, branches, branches_flag, device, nproc] {
+  cmd->callback([o, sets, branches, branches_flag, attention, attention_flag, device, nproc] {
+    // Checked before anything starts, so the message names the flag (the config field's own
+    // check names `attention`).
+    NSA_CHECK(attention_flag->count() == 0 || *attention == "nsa" || *attention == "full" ||
+                  *attention == "window",
+              "--attention '", *attention, "' is not one of: ", kAttentionModes,
+              " (nsa: all three branches; full: causal dense attention; window: the window "
+              "branch alone)");
     // torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): TCP; mpirun, Slurm, PMI: MPI.
     const bool torchrun = launched_by_torchrun();
     const bool parallel = !torchrun && launched_as_parallel_job();
@@ -89,6 +101,7 @@ void register_train_command(CLI::App& app) {
       std::fflush(stdout);
     }
     if (branches_flag->count() > 0) o->overrides["branches"] = *branches;  // '' is refused
+    if (attention_flag->count() > 0) o->overrides["attention"] = *attention;
     for (const std::string& s : *sets) {
       const size_t eq = s.find('=');
       NSA_CHECK(eq != std::string::npos && eq > 0, "--set '", s, "' must look like field=value");

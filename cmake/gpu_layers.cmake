@@ -2,7 +2,8 @@
 # Each links its own layer and the GPU rooms below it; included when NSA_HAVE_CUDA.
 set(nsa_cuda_flags $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
 
-# model/cuda: cuBLASLt GEMMs, one .cu per model op, the parameter state, ModelCuda, logit rows.
+# model/cuda: cuBLASLt GEMMs, one .cu per model op, the parameter state, ModelCuda, logit rows,
+# token losses.
 add_library(nsa_model_cuda STATIC
   src/model/cuda/gemm.cpp
   src/model/cuda/embedding.cu
@@ -15,7 +16,8 @@ add_library(nsa_model_cuda STATIC
   src/model/cuda/cross_entropy.cu
   src/model/cuda/model_params_cuda.cpp
   src/model/cuda/model_cuda.cpp
-  src/model/cuda/logit_rows_cuda.cpp)
+  src/model/cuda/logit_rows_cuda.cpp
+  src/model/cuda/token_losses_cuda.cpp)
 target_link_libraries(nsa_model_cuda PUBLIC nsa_model nsa_kernels_cuda PRIVATE nsa_warnings)
 target_compile_options(nsa_model_cuda PRIVATE ${nsa_cuda_flags})
 

@@ -84,6 +84,7 @@ struct SeqLayout {
   int64_t total_tokens() const { return cu_seqlens.back(); }
   int64_t start(int64_t n) const { return cu_seqlens[n]; }
   int64_t length(int64_t n) const { return cu_seqlens[n + 1] - cu_seqlens[n]; }
+  int64_t max_length() const;  // of the longest sequence (0 when there is none)
   // Prefix sums of compressed-token counts, [N + 1], for indexing packed compressed K/V.
   std::vector<int64_t> compressed_offsets(const NsaConfig& cfg) const;
 };

@@ -26,6 +26,11 @@ struct ModelConfig {
   // Which NSA branches contribute (docs/training.md, "Diagnostics"): a listed subset of cmp, sel,
   // win; the gates of the others are forced to 0.
   std::string branches = "cmp,sel,win";
+  // The attention of every layer (docs/quality.md): nsa (all three branches); full (causal dense
+  // attention: the window branch alone, its window widened to cover every sequence); window (the
+  // window branch alone at w). The single-branch modes keep every parameter and the window
+  // branch's own gate; the other gates are forced to 0, as with branches = win.
+  std::string attention = "nsa";
   double rope_base = 10000.0;
   double norm_eps = 1e-5;
   double init_std = 0.02;
@@ -33,8 +38,16 @@ struct ModelConfig {
 
   void validate() const;  // throws nsa::Error naming the field
   int64_t ffn_hidden() const;
+  // Whether a branch contributes: listed in `branches`, and the window alone unless attention is
+  // nsa.
   bool branch_enabled(int branch) const;
+  // The attention each layer runs over sequences of at most max_len tokens: attn, except that
+  // attention = full widens the window to w = max(w, max_len), so that it covers every position.
+  NsaConfig layer_attention(int64_t max_len) const;
 };
+
+// The values of ModelConfig::attention, for messages: "nsa, full, window".
+extern const char* const kAttentionModes;
 
 // Sets one field by name from text; attention fields (heads, l, n_sel, ...) are accepted too.
 void set_model_field(ModelConfig& cfg, const std::string& field, const std::string& value);

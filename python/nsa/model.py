@@ -40,6 +40,7 @@ class ModelConfig:
     mlp_hidden: int = 0
     tie_embeddings: bool = True
     branches: str = "cmp,sel,win"
+    attention: str = "nsa"
     rope_base: float = 10000.0
     norm_eps: float = 1e-5
     init_std: float = 0.02
@@ -47,7 +48,8 @@ class ModelConfig:
 
     @classmethod
     def from_fields(cls, values):
-        """From the text fields a checkpoint's state.json holds (model_config_fields)."""
+        """From the text fields a checkpoint's state.json holds (model_config_fields); checkpoints
+        written before `attention` existed are nsa."""
         kinds = {f.name: f.type for f in fields(cls)}
         out = {}
         for k, v in values.items():
@@ -120,16 +122,23 @@ class NativeSparseAttention(nn.Module):
     """Projections, RoPE, gates, NSA, output projection: `layers.{i}.attention` of our model.
 
     forward(x [B, S, dim] or packed [T, dim] with cu_seqlens) → [same leading dims, dim].
+    attention: nsa (all branches), full (the window branch alone, its window covering every
+    position: causal dense attention) or window (the window branch alone), as in
+    include/nsa/model_config.h; the other branches' gates are 0.
     """
 
     def __init__(self, dim, heads, groups, dk, dv, *, l, d, l_sel, n_sel, w, scale=0.0,
                  phi="avg", kv="separate", gate="sigmoid", phi_hidden=0, rope_base=10000.0,
-                 branches="cmp,sel,win"):
+                 branches="cmp,sel,win", attention="nsa"):
         super().__init__()
+        if attention not in ("nsa", "full", "window"):
+            raise ValueError("attention = '%s' is not one of: nsa, full, window" % attention)
         self.heads, self.groups, self.dk, self.dv = heads, groups, dk, dv
         self.hp = dict(l=l, d=d, l_sel=l_sel, n_sel=n_sel, w=w, scale=scale or None)
         self.phi, self.kv, self.gate, self.rope_base = phi, kv, gate, rope_base
-        self.enabled = [c in branches.split(",") for c in BRANCHES]
+        self.mode = attention
+        self.enabled = [c in branches.split(",") if attention == "nsa" else c == "win"
+                        for c in BRANCHES]
         self.wq = nn.Linear(dim, heads * dk, bias=False)
         for c in ("",) if kv == "shared" else ("_cmp", "_sel", "_win"):
             setattr(self, "wk" + c, nn.Linear(dim, groups * dk, bias=False))
@@ -145,7 +154,7 @@ class NativeSparseAttention(nn.Module):
         return cls(cfg.dim, cfg.heads, cfg.groups, cfg.dk, cfg.dv, l=cfg.l, d=cfg.d,
                    l_sel=cfg.l_sel, n_sel=cfg.n_sel, w=cfg.w, scale=cfg.scale, phi=cfg.phi,
                    kv=cfg.kv, gate=cfg.gate, phi_hidden=cfg.phi_hidden, rope_base=cfg.rope_base,
-                   branches=cfg.branches)
+                   branches=cfg.branches, attention=cfg.attention)
 
     def reset_parameters(self, std=0.02, residual_std=None):
         """model_params.cpp's initialisation: N(0, std) matrices, wo at residual_std, zero bias."""
@@ -181,8 +190,11 @@ class NativeSparseAttention(nn.Module):
         if self.phi == "mlp":
             phi = dict(phi_k=self.phi_k.params(), phi_v=self.phi_v.params())
         cu = torch.arange(0, T + 1, S) if cu_seqlens is None else cu_seqlens
+        hp = dict(self.hp)
+        if self.mode == "full":  # the window covers every sequence (ModelConfig::layer_attention)
+            hp["w"] = max(hp["w"], int(T))
         o, sel = attention(q, kv.pop("k_cmp"), kv.pop("v_cmp"), **kv, **g, cu_seqlens=cu,
-                           kv=self.kv, phi=self.phi, **phi, return_sel_idx=True, **self.hp)
+                           kv=self.kv, phi=self.phi, **phi, return_sel_idx=True, **hp)
         out = self.wo(o.reshape(T, self.heads * self.dv)).reshape(*lead, -1)
         return (out, sel.reshape(*lead, self.groups, -1)) if return_sel_idx else out
 

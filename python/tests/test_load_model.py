@@ -30,7 +30,8 @@ def make_data(folder):
 
 @pytest.mark.parametrize("sets", [["phi=mlp"],
                                   ["kv=shared", "gate=softmax", "mlp=silu", "tie_embeddings=false",
-                                   "branches=sel,win"]])
+                                   "branches=sel,win"],
+                                  ["attention=full"], ["attention=window"]])
 def test_load_model_reproduces_nsa_eval(tmp_path, sets):
     make_data(tmp_path)
     run = tmp_path / "run"

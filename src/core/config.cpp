@@ -1,6 +1,7 @@
 // Validation and parsing of NSA hyper-parameters (see include/nsa/config.h).
 #include "nsa/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "nsa/error.h"
@@ -138,6 +139,12 @@ SeqLayout SeqLayout::batch(int64_t B, int64_t S) {
   SeqLayout layout;
   for (int64_t b = 0; b <= B; ++b) layout.cu_seqlens.push_back(b * S);
   return layout;
+}
+
+int64_t SeqLayout::max_length() const {
+  int64_t m = 0;
+  for (int64_t n = 0; n < num_seqs(); ++n) m = std::max(m, length(n));
+  return m;
 }
 
 SeqLayout SeqLayout::packed(const std::vector<int64_t>& cu, int64_t total_tokens) {

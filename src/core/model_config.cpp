@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 
@@ -41,6 +42,11 @@ void ModelConfig::validate() const {
     NSA_CHECK(name == "cmp" || name == "sel" || name == "win", "branches: '", name,
               "' is not a branch; allowed: cmp, sel, win (comma-separated)");
   }
+  NSA_CHECK(attention == "nsa" || attention == "full" || attention == "window", "attention = '",
+            attention, "' is not one of: ", kAttentionModes);
+  NSA_CHECK(attention == "nsa" || branches == "cmp,sel,win" || branches == "win", "attention = ",
+            attention, " runs the window branch alone; it cannot be combined with branches = '",
+            branches, "' (leave branches at cmp,sel,win)");
   attn.validate();
   NSA_CHECK(attn.dk % 2 == 0, "dk = ", attn.dk, " must be even (RoPE rotates pairs)");
   // The fp32 weights (a lower bound: embedding, the attention's Q and output projections, the
@@ -60,9 +66,18 @@ int64_t ModelConfig::ffn_hidden() const {
   return (h + 63) / 64 * 64;
 }
 
+const char* const kAttentionModes = "nsa, full, window";
+
 bool ModelConfig::branch_enabled(int branch) const {
+  if (attention != "nsa") return branch == kWin;
   const std::string list = "," + branches + ",";
   return list.find(std::string(",") + kBranchNames[branch] + ",") != std::string::npos;
+}
+
+NsaConfig ModelConfig::layer_attention(int64_t max_len) const {
+  NsaConfig a = attn;
+  if (attention == "full") a.w = std::max(a.w, max_len);
+  return a;
 }
 
 void set_model_field(ModelConfig& cfg, const std::string& field, const std::string& value) {
@@ -84,6 +99,8 @@ void set_model_field(ModelConfig& cfg, const std::string& field, const std::stri
     cfg.tie_embeddings = value == "true";
   } else if (field == "branches") {
     cfg.branches = value;
+  } else if (field == "attention") {
+    cfg.attention = value;
   } else if (field == "rope_base") {
     cfg.rope_base = parse_double_field(field, value);
   } else if (field == "norm_eps") {
@@ -107,6 +124,7 @@ std::map<std::string, std::string> model_config_fields(const ModelConfig& c) {
           {"mlp_hidden", std::to_string(c.mlp_hidden)},
           {"tie_embeddings", c.tie_embeddings ? "true" : "false"},
           {"branches", c.branches},
+          {"attention", c.attention},
           {"rope_base", num(c.rope_base)},
           {"norm_eps", num(c.norm_eps)},
           {"init_std", num(c.init_std)},

@@ -10,10 +10,15 @@
 
 namespace nsa {
 
-ModelDecoder::ModelDecoder(const ModelConfig& cfg, const ModelParams<float>& params)
-    : cfg_(cfg), p_(params) {
+ModelDecoder::ModelDecoder(const ModelConfig& cfg, const ModelParams<float>& params,
+                           int64_t max_len)
+    : cfg_(cfg), p_(params), max_len_(max_len) {
   cfg.validate();
-  for (int64_t i = 0; i < cfg.n_layers; ++i) caches_.emplace_back(cfg.attn);
+  NSA_CHECK(max_len >= 0, "decode: max length ", max_len, " must be >= 0 (0: unbounded)");
+  NSA_CHECK(cfg.attention != "full" || max_len > 0,
+            "decode: attention = full needs the decoder's maximum length (its window covers every "
+            "position)");
+  for (int64_t i = 0; i < cfg.n_layers; ++i) caches_.emplace_back(cfg.layer_attention(max_len));
   sel_.assign(static_cast<size_t>(cfg.n_layers), {});
 }
 
@@ -24,6 +29,8 @@ int64_t ModelDecoder::last_step_kv_bytes() const {
 }
 
 std::vector<float> ModelDecoder::step(int32_t token) {
+  NSA_CHECK(max_len_ == 0 || pos_ < max_len_, "decode: the caches hold ", max_len_,
+            " tokens; position ", pos_, " is beyond them");
   const NsaConfig& a = cfg_.attn;
   const int64_t H = a.heads, G = a.groups;
   const SeqLayout one = SeqLayout::batch(1, 1);

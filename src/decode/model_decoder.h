@@ -14,7 +14,9 @@ namespace nsa {
 
 class ModelDecoder {
  public:
-  ModelDecoder(const ModelConfig& cfg, const ModelParams<float>& params);
+  // max_len: the most tokens this decoder will see (0: unbounded). attention = full needs it: its
+  // window covers every position, so the window cache holds max_len tokens.
+  ModelDecoder(const ModelConfig& cfg, const ModelParams<float>& params, int64_t max_len = 0);
   // Feeds `token` at the next position; returns the logits for the position after it [vocab].
   std::vector<float> step(int32_t token);
   int64_t position() const { return pos_; }
@@ -28,7 +30,7 @@ class ModelDecoder {
   const ModelParams<float>& p_;
   std::vector<NsaDecodeCache> caches_;
   std::vector<std::vector<int32_t>> sel_;
-  int64_t pos_ = 0;
+  int64_t max_len_ = 0, pos_ = 0;
 };
 
 }  // namespace nsa

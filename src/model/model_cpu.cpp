@@ -20,9 +20,11 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
   cfg.validate();
   if (stats) {
     const bool keep = stats->keep_outputs, check = stats->check_finite;
+    const bool keep_losses = stats->keep_token_losses;
     *stats = ModelStats{};
     stats->keep_outputs = keep;
     stats->check_finite = check;
+    stats->keep_token_losses = keep_losses;
   }
   const FiniteCheck<Real> check{stats};
   const int64_t T = layout.total_tokens();
@@ -49,7 +51,9 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
   check(logits, "the logits");
   if (stats && stats->keep_outputs) stats->logits = logits.template cast<float>();
   Tensor<Real> dlogits;
-  const double loss = cpu::cross_entropy(logits, targets, G_ ? &dlogits : nullptr);
+  const double loss =
+      cpu::cross_entropy(logits, targets, G_ ? &dlogits : nullptr,
+                         stats && stats->keep_token_losses ? &stats->token_loss : nullptr);
   if (!G_) return loss;
 
   // Backward.

@@ -34,6 +34,8 @@ struct ModelStats {
   bool keep_outputs = false;             // set to also keep the two below (tests, tools)
   Tensor<float> logits;                  // [T, vocab]
   std::vector<Tensor<int32_t>> sel_idx;  // per layer [T, G, n_sel]
+  bool keep_token_losses = false;        // set to keep the one below (loss by position)
+  std::vector<double> token_loss;        // [T]: each token's cross-entropy, the loss's terms
 };
 
 // tokens, targets [T] laid out by `layout` (positions restart in each sequence). Returns the mean

@@ -43,7 +43,7 @@ template <typename Real>
 void layer_forward_cpu(const ModelConfig& cfg, const LayerParams<Real>& L, const SeqLayout& layout,
                        size_t li, Tensor<Real>& x, LayerActivations<Real>& A, ModelStats* stats,
                        const FiniteCheck<Real>& check) {
-  const NsaConfig& a = cfg.attn;
+  const NsaConfig a = cfg.layer_attention(layout.max_length());  // attention = full: w >= S
   const int64_t T = layout.total_tokens(), H = a.heads, Gk = a.groups;
   const bool swiglu = cfg.mlp == "swiglu";
   const auto t_layer = Clock::now();
@@ -130,7 +130,7 @@ template <typename Real>
 void layer_backward_cpu(const ModelConfig& cfg, const LayerParams<Real>& L, LayerParams<Real>& GL,
                         const SeqLayout& layout, size_t li, LayerActivations<Real>& A,
                         Tensor<Real>& dx, ModelStats* stats, const FiniteCheck<Real>& check) {
-  const NsaConfig& a = cfg.attn;
+  const NsaConfig a = cfg.layer_attention(layout.max_length());  // as in the forward
   const int64_t T = layout.total_tokens(), H = a.heads, Gk = a.groups;
   const bool swiglu = cfg.mlp == "swiglu";
   const auto t_layer = Clock::now();

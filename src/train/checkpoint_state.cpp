@@ -53,6 +53,9 @@ TrainState parse_train_state(const std::string& path, const std::string& text) {
     }
     s.model_config[key] = value.get<std::string>();
   }
+  // Checkpoints written before `attention` existed are NSA models: the one field that may be
+  // missing, filled in so that every reader sees the complete config.
+  if (!s.model_config.count("attention")) s.model_config["attention"] = cfg.attention;
   for (const auto& [key, value] : model_config_fields(cfg)) {
     NSA_CHECK(s.model_config.count(key), where, ": model_config lacks field '", key, "'");
   }

@@ -22,6 +22,7 @@ namespace {
 // What a run writes into its folder: another run's traces make the folder "in use".
 bool is_run_output(const std::string& name) {
   return name == "metrics.jsonl" || name == "loss.svg" || name.rfind("heartbeat", 0) == 0 ||
+         name.rfind("loss_by_position.", 0) == 0 ||  // nsa eval --by-position
          name.rfind("stacks", 0) == 0 || name.rfind("ckpt_", 0) == 0;
 }
 

@@ -88,6 +88,14 @@ TrainRun set_up_run(const TrainOptions& o) {
   run.cfg.validate();
   run.seq_len = o.seq_len > 0 ? o.seq_len : run.cfg.seq_len;
   check_run_options(o, run.cfg, run.seq_len, run.world);
+  if (run.lead && !o.quiet) {
+    const std::string& at = run.cfg.attention;
+    const std::string what =
+        at == "nsa"    ? "branches " + run.cfg.branches
+        : at == "full" ? std::string("causal dense: the window branch alone, covering all S")
+                       : str("the window branch alone, w = ", run.cfg.attn.w);
+    std::printf("attention: %s (%s)\n", at.c_str(), what.c_str());
+  }
   const std::vector<uint64_t> prints = comm.allgather(run_fingerprint(run.cfg, o, run.seq_len));
   for (int r = 1; r < run.world; ++r) {
     NSA_CHECK(prints[r] == prints[0], "rank ", r, " was started with a different model config or ",

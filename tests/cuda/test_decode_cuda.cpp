@@ -261,7 +261,7 @@ TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
   const int64_t B = 3, steps = 200, V = cfg.vocab_size, G = cfg.attn.groups;
   cuda::ModelDecoderCuda gpu(cfg, params, B, steps, false);
   std::vector<ModelDecoder> cpu;
-  for (int64_t b = 0; b < B; ++b) cpu.emplace_back(cfg, params);
+  for (int64_t b = 0; b < B; ++b) cpu.emplace_back(cfg, params, steps);
   std::mt19937 rng(5);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
   int64_t sets = 0, differ = 0;
@@ -307,12 +307,13 @@ TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
   EXPECT_THROW(small.step({0}), Error);                           // wrong batch
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CudaDecoder,
-                         ::testing::Values(std::map<std::string, std::string>{},
-                                           std::map<std::string, std::string>{{"kv", "shared"},
-                                                                              {"gate", "softmax"}},
-                                           std::map<std::string, std::string>{
-                                               {"branches", "sel,win"}, {"mlp", "silu"}}));
+INSTANTIATE_TEST_SUITE_P(
+    Variants, CudaDecoder,
+    ::testing::Values(std::map<std::string, std::string>{},
+                      std::map<std::string, std::string>{{"kv", "shared"}, {"gate", "softmax"}},
+                      std::map<std::string, std::string>{{"branches", "sel,win"}, {"mlp", "silu"}},
+                      std::map<std::string, std::string>{{"attention", "full"}},
+                      std::map<std::string, std::string>{{"attention", "window"}, {"w", "32"}}));
 
 }  // namespace
 }  // namespace nsa::test

@@ -8,6 +8,7 @@
 // check prints its error. Recompute on = off and run-to-run determinism are bitwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,10 +18,12 @@
 
 #include "io/token_shard.h"
 #include "model/cuda/model_cuda.h"
+#include "model/cuda/token_losses_cuda.h"
 #include "resume_check.h"
 #include "run_command.h"
 #include "train/cuda/adamw_cuda.h"
 #include "train/cuda/train_model_cuda.h"
+#include "train/position_loss.h"
 #include "train/trainer.h"
 
 namespace nsa::test {
@@ -101,6 +104,9 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"silu_untied_b1_s517", {{"mlp", "silu"}, {"tie_embeddings", "false"}}, 1, 517},
         ModelCase{"shared_kv_softmax_gate", {{"kv", "shared"}, {"gate", "softmax"}}, 3, 130},
         ModelCase{"branches_sel_win", {{"branches", "sel,win"}}, 2, 257},
+        // The attention modes (docs/quality.md): full widens the window to S = 300.
+        ModelCase{"attention_full", {{"attention", "full"}}, 2, 300},
+        ModelCase{"attention_window", {{"attention", "window"}, {"w", "32"}}, 2, 300},
         ModelCase{"small_dims_h8",
                   {{"heads", "8"}, {"groups", "2"}, {"dk", "32"}, {"dv", "32"}, {"dim", "128"}},
                   1,
@@ -126,6 +132,33 @@ std::vector<float> grads_of(cuda::ModelCuda& m, const ModelConfig& cfg, ModelPar
   ModelParams<float> g = zeros_like(cfg, like);
   m.get_grads(g);
   return flat_of(g.named(cfg));
+}
+
+// nsa eval --by-position on the GPU: every token's loss near the CPU model's (bf16 GEMMs), and
+// their mean is the GPU model's loss.
+TEST(CudaModel, TokenLossesMatchTheCpuInEveryAttention) {
+  for (const char* mode : {"nsa", "full", "window"}) {
+    const ModelConfig cfg = tiny({{"attention", mode}, {"w", "32"}});
+    const SeqLayout layout = SeqLayout::batch(2, 200);
+    std::vector<int32_t> tokens, targets;
+    random_tokens(layout.total_tokens(), cfg.vocab_size, 13, tokens, targets);
+    const ModelParams<float> params = init_model_params<float>(cfg);
+    const std::vector<double> cpu = token_losses_cpu(cfg, params, layout, tokens, targets);
+    const std::vector<double> gpu = cuda::token_losses_cuda(cfg, params, layout, tokens, targets);
+    ASSERT_EQ(cpu.size(), gpu.size());
+    double worst = 0, mean_gpu = 0;
+    for (size_t t = 0; t < cpu.size(); ++t) {
+      worst = std::max(worst, std::abs(cpu[t] - gpu[t]));
+      mean_gpu += gpu[t] / static_cast<double>(gpu.size());
+    }
+    std::printf("  %s: worst |token loss cpu - gpu| %.2e (limit 5e-2)\n", mode, worst);
+    EXPECT_LT(worst, 5e-2) << mode;
+    cuda::ModelCuda model(cfg, layout, true);
+    ModelParams<float> copy = params;
+    model.set_params(copy);
+    const double loss = model.forward_backward(tokens, targets, false);
+    EXPECT_NEAR(mean_gpu, loss, 1e-5 * loss) << mode;
+  }
 }
 
 TEST(CudaModel, RecomputeEqualsStoredAndRunsAreBitIdentical) {

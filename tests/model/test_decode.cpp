@@ -71,6 +71,39 @@ TEST_P(DecodeEqualsForward, LogitsAndSelectionsBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, DecodeEqualsForward, ::testing::Values(false, true));
 
+// The single-branch attention modes decode as they train: attention = full keeps a window as long
+// as the decoder's maximum length (longer than the sequence here: any w ≥ S is the same
+// attention), window keeps w; logits equal the full forward's bit for bit.
+TEST(DecodeEqualsForward, AttentionFullAndWindow) {
+  for (const char* mode : {"full", "window"}) {
+    ModelConfig cfg = decode_config(false);
+    set_model_field(cfg, "attention", mode);
+    const ModelParams<float> params = init_model_params<float>(cfg);
+    const int64_t S = 60, V = cfg.vocab_size;
+    std::mt19937 rng(4);
+    std::vector<int32_t> tokens(S), targets(S, 0);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % V);
+    ModelStats full;
+    full.keep_outputs = true;
+    model_loss_cpu<float>(cfg, params, SeqLayout::batch(1, S), tokens, targets, nullptr, &full);
+    ModelDecoder dec(cfg, params, S + 7);
+    for (int64_t t = 0; t < S; ++t) {
+      const std::vector<float> logits = dec.step(tokens[t]);
+      for (int64_t v = 0; v < V; ++v) {
+        ASSERT_EQ(logits[v], full.logits[t * V + v]) << mode << ": logit " << v << " at " << t;
+      }
+    }
+  }
+  ModelConfig cfg = decode_config(false);
+  set_model_field(cfg, "attention", "full");
+  const ModelParams<float> params = init_model_params<float>(cfg);
+  EXPECT_THROW(ModelDecoder(cfg, params), Error) << "full attention needs the maximum length";
+  ModelDecoder dec(cfg, params, 2);
+  dec.step(1);
+  dec.step(2);
+  EXPECT_THROW(dec.step(3), Error) << "a step beyond the maximum length";
+}
+
 }  // namespace
 }  // namespace nsa::test
 

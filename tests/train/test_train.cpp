@@ -6,11 +6,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "io/token_shard.h"
 #include "nsa/error.h"
 #include "resume_check.h"
 #include "train/adamw.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace nsa::test {
@@ -187,6 +189,44 @@ TEST(Train, InitFromStartsAFreshRunFromTheWeights) {
   second.overrides.erase("dim");
   second.init_from = (base / "nothing").string();
   EXPECT_THROW(train(second), Error);
+}
+
+// The three attentions train on the same data; each checkpoint records its attention, and eval
+// rebuilds the same model from it (the trainer's validation loss, exactly). A checkpoint written
+// before the field existed reads as nsa.
+TEST(Train, AttentionModesTrainAndEvalRebuildsThem) {
+  const fs::path base = fs::temp_directory_path() / "nsa_test_attention_modes";
+  std::map<std::string, double> val;
+  for (const char* mode : {"nsa", "full", "window"}) {
+    TrainOptions o = small_run((base / mode).string());
+    o.overrides["w"] = "8";  // well below S = 48, so window and full differ
+    o.overrides["attention"] = mode;
+    const TrainResult r = train(o);
+    ASSERT_TRUE(std::isfinite(r.last_loss)) << mode;
+    const std::string ckpt = (base / mode / "ckpt_00000006").string();
+    EXPECT_EQ(read_checkpoint_state(ckpt).model_config.at("attention"), mode);
+    const EvalResult e = evaluate_checkpoint(ckpt, o.data, o.val_batches, o.batch, 0);
+    EXPECT_EQ(e.loss, r.last_val_loss) << mode << ": eval must rebuild the same model";
+    val[mode] = r.last_val_loss;
+  }
+  EXPECT_NE(val["nsa"], val["full"]);
+  EXPECT_NE(val["full"], val["window"]);
+  // Resuming or initialising with another attention is another model config.
+  TrainOptions other = small_run((base / "other").string());
+  other.overrides["w"] = "8";
+  other.overrides["attention"] = "full";
+  other.init_from = (base / "window").string();
+  EXPECT_THROW(train(other), Error);
+  // An older checkpoint: state.json without the field.
+  const fs::path state = base / "nsa" / "ckpt_00000006" / "state.json";
+  std::string text = read_file_bytes(state);
+  const std::string field = "\"attention\": \"nsa\",";
+  ASSERT_NE(text.find(field), std::string::npos) << text;
+  text.erase(text.find(field), field.size());
+  std::ofstream(state) << text;
+  EXPECT_EQ(read_checkpoint_state(state.parent_path().string()).model_config.at("attention"),
+            "nsa");
+  EXPECT_EQ(evaluate_checkpoint(state.parent_path().string(), "synthetic", 1, 2, 0).step, 6);
 }
 
 TEST(Train, RefusesOutOfVocabularyData) {

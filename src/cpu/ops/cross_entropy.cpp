@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "nsa/error.h"
 
@@ -10,7 +11,7 @@ namespace nsa::cpu {
 
 template <typename Real>
 double cross_entropy(const Tensor<Real>& logits, const std::vector<int32_t>& targets,
-                     Tensor<Real>* dlogits) {
+                     Tensor<Real>* dlogits, std::vector<double>* row_losses) {
   const int64_t T = logits.dim(0), V = logits.dim(1);
   NSA_CHECK(static_cast<int64_t>(targets.size()) == T, "cross_entropy: ", targets.size(),
             " targets for ", T, " rows of logits");
@@ -39,12 +40,13 @@ double cross_entropy(const Tensor<Real>& logits, const std::vector<int32_t>& tar
   }
   double loss = 0;
   for (int64_t t = 0; t < T; ++t) loss += row_loss[t];
+  if (row_losses) *row_losses = std::move(row_loss);
   return loss / static_cast<double>(T);
 }
 
 template double cross_entropy<float>(const Tensor<float>&, const std::vector<int32_t>&,
-                                     Tensor<float>*);
+                                     Tensor<float>*, std::vector<double>*);
 template double cross_entropy<double>(const Tensor<double>&, const std::vector<int32_t>&,
-                                      Tensor<double>*);
+                                      Tensor<double>*, std::vector<double>*);
 
 }  // namespace nsa::cpu

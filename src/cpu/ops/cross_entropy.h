@@ -9,9 +9,10 @@
 
 namespace nsa::cpu {
 
-// logits [T, V], targets [T] (each in [0, V)) → mean loss in double; dlogits [T, V] when non-null.
+// logits [T, V], targets [T] (each in [0, V)) → mean loss in double; dlogits [T, V] when non-null;
+// row_losses [T] (each row's loss, the terms of the mean) when non-null.
 template <typename Real>
 double cross_entropy(const Tensor<Real>& logits, const std::vector<int32_t>& targets,
-                     Tensor<Real>* dlogits);
+                     Tensor<Real>* dlogits, std::vector<double>* row_losses = nullptr);
 
 }  // namespace nsa::cpu

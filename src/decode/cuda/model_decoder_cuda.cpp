@@ -80,7 +80,9 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
     upload_bf16(w.w2, p.w2);
     if (cfg.mlp == "swiglu") upload_bf16(w.w3, p.w3);
     layers_.push_back(std::move(w));
-    attn_.push_back(std::make_unique<NsaDecodeCuda>(a, B, max_len, dense));
+    // attention = full: a window as long as the caches (model_config.h).
+    attn_.push_back(
+        std::make_unique<NsaDecodeCuda>(cfg.layer_attention(max_len), B, max_len, dense));
   }
   tokens_.resize(B);
   tokens_.zero();

@@ -65,8 +65,12 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   const NsaConfig& a = cfg.attn;
   const int64_t D = cfg.dim, T = n_tokens_, H = a.heads, Gk = a.groups, L = cfg.n_layers;
   nsa_backward_ = std::make_shared<NsaBackwardBuffers>();  // one set for every layer
+  // attention = full: the window widened to the longest sequence (model_config.h); the branch
+  // masks of the gates (branch_enabled) do the rest, as on the CPU.
+  const NsaConfig layer_attn = cfg.layer_attention(layout.max_length());
   for (int64_t i = 0; i < (recompute ? 1 : L); ++i) {
-    workspaces_.push_back(std::make_unique<Workspace>(a, layout, T, D, ffn_dim_, nsa_backward_));
+    workspaces_.push_back(
+        std::make_unique<Workspace>(layer_attn, layout, T, D, ffn_dim_, nsa_backward_));
   }
   for (int64_t i = 0; i <= L; ++i) layer_inputs_.emplace_back(T * D);
   tokens_.resize(T);
@@ -360,6 +364,13 @@ void ModelCuda::download_logit_rows(const std::vector<int64_t>& rows, std::vecto
     NSA_CUDA_CHECK(cudaMemcpyAsync(out.data() + i * V, logits_.get() + rows[i] * V,
                                    V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelCuda::download_token_losses(std::vector<float>& out) {
+  out.resize(static_cast<size_t>(n_tokens_));
+  NSA_CUDA_CHECK(cudaMemcpyAsync(out.data(), row_loss_.get(), n_tokens_ * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
   NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

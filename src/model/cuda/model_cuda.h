@@ -64,6 +64,8 @@ class ModelCuda {
                           bool backward, ModelStats* stats = nullptr);
   // The logits of token rows `rows` of the last forward_backward, [rows.size(), vocab] (fp32).
   void download_logit_rows(const std::vector<int64_t>& rows, std::vector<float>& out);
+  // Each token's loss of the last forward_backward, [T] (fp32; their mean is its loss).
+  void download_token_losses(std::vector<float>& out);
   // Σ g² over the whole gradient buffer (fixed-order reduction; synchronises), for the gradient
   // norm of clipping.
   float grad_sum_of_squares();
