@@ -44,9 +44,10 @@ void ModelConfig::validate() const {
   }
   NSA_CHECK(attention == "nsa" || attention == "full" || attention == "window", "attention = '",
             attention, "' is not one of: ", kAttentionModes);
-  NSA_CHECK(attention == "nsa" || branches == "cmp,sel,win" || branches == "win", "attention = ",
-            attention, " runs the window branch alone; it cannot be combined with branches = '",
-            branches, "' (leave branches at cmp,sel,win)");
+  NSA_CHECK(attention == "nsa" || branches == "cmp,sel,win" || branches == "win",
+            "attention = ", attention,
+            " runs the window branch alone; it cannot be combined with branches = '", branches,
+            "' (leave branches at cmp,sel,win)");
   attn.validate();
   NSA_CHECK(attn.dk % 2 == 0, "dk = ", attn.dk, " must be even (RoPE rotates pairs)");
   // The fp32 weights (a lower bound: embedding, the attention's Q and output projections, the
