@@ -10,7 +10,8 @@
 #   BATCH [8]  STEPS [1000]  LR [2e-3]  MIN_LR [2e-4]  WARMUP [100]  SEED [1337]
 #   VAL_EVERY [100]  VAL_BATCHES [4]  CKPT_EVERY [250]
 #   DATA [data/corpus_bytes: made here from the default corpus when missing]  RUNS [runs/quality]
-#   MODES ["nsa full window"]  EVAL_BATCHES [13]  EVAL_BATCH [8]  BUCKETS [default: 0, 512, 1k, …, S]
+#   MODES ["nsa full window"]  EVAL_BATCHES [13]  EVAL_BATCH [8]
+#   BUCKETS [W, then 512, 1k, 2k, … above W and below S: edges 0, 256, 512, 1k, 2k, 4096]
 #   PARALLEL [0; 1: the runs train side by side on one device, faster in all, slower each]
 #   TRAIN_S [0; > 0: stop each run after this many seconds – a later `train` resumes it]
 #   OUT [out]: logs, the JSON files, the plots, the metrics and a summary table are copied here.
@@ -102,9 +103,18 @@ train_all() {
   return "$rc"
 }
 
+# Bucket edges: w itself (so that "beyond w" is whole buckets), then the powers of two from 512.
+default_buckets() {
+  local e=512 list=$w
+  while [ "$e" -lt "$seq" ]; do
+    [ "$e" -gt "$w" ] && list="$list,$e"
+    e=$((e * 2))
+  done
+  echo "$list"
+}
+
 evaluate() {
-  local mode buckets=()
-  [ -n "${BUCKETS:-}" ] && buckets=(--buckets "$BUCKETS")
+  local mode buckets=(--buckets "${BUCKETS:-$(default_buckets)}")
   for mode in $modes; do
     local cmd=("$nsa" eval --run "$runs/$mode" --data "$data" --device "$device" --by-position
       --batches "${EVAL_BATCHES:-13}" --batch "${EVAL_BATCH:-8}" "${buckets[@]}")
