@@ -154,7 +154,7 @@ PositionLoss read_position_loss_json(const std::string& path) {
             ": field 'buckets' must be a non-empty array");
   int64_t next = 0;
   for (size_t i = 0; i < j["buckets"].size(); ++i) {
-    const nlohmann::json& b = j["buckets"][i];
+    const nlohmann::json b = j["buckets"][i];  // a copy: GCC 13 -Wdangling-reference
     const std::string at = str("buckets[", i, "].");
     NSA_CHECK(b.is_object() && b.contains("begin") && b["begin"].is_number_integer() &&
                   b.contains("end") && b["end"].is_number_integer() && b.contains("tokens") &&
