@@ -64,7 +64,7 @@ fi
 if [ "$what" = workshop ] || [ "$what" = all ]; then
   for spec in ${WORKSHOP_SHAPES:-m7c_125m:8192 m7c_125m:16384 m7c_125m:65536 paper_attn:16384}; do
     ./build/nsa_workshop --config "${spec%%:*}" --seq-len "${spec##*:}" \
-      ${WORKSHOP_KERNELS:-sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block} 2>&1 |
+      ${WORKSHOP_KERNELS:-sel_fwd_query sel_fwd_block sel_dq_query dkdv_sel:16 sel_bwd_block} 2>&1 |
       tee -a "$out/workshop.txt"
   done
 fi

@@ -87,7 +87,11 @@ int run(int argc, char** argv) {
       {"sel_fwd_query", [&](cudaStream_t s) { nsa::cuda::launch_selected_forward(p, s); }},
       {"sel_fwd_block", [&](cudaStream_t s) { bw.sel_block_major.forward(p, s); }},
       {"sel_dq_query", [&](cudaStream_t s) { nsa::cuda::launch_selected_dq(p, s); }},
-      {"sel_dq_block", [&](cudaStream_t s) { bw.sel_block_major.backward_dq(p, s); }},
+      {"sel_bwd_block",  // the selected dK/dV with the fused dq and its merge
+       [&](cudaStream_t s) {
+         bw.sel_block_major.backward(p, layer.units(Branch::kSel), layer.num_units(Branch::kSel),
+                                     16, false, bw.partial.get(), s);
+       }},
       {"cmp_fwd",
        [&](cudaStream_t s) { nsa::cuda::launch_compressed_forward(p, tiles, n_tiles, s); }},
       {"win_fwd", [&](cudaStream_t s) { nsa::cuda::launch_window_forward(p, tiles, n_tiles, s); }},

@@ -1,8 +1,10 @@
 // NsaCudaLayer: buffers, layout tables and the launch sequence (see nsa_cuda_layer.h).
 //
 // φ = avg runs the compress_avg kernels; φ = mlp the CompressMlp pair (cuBLAS).
-// Backward order (one stream, so every accumulation happens in a fixed order): preprocess → dq →
-// selection index → dK/dV window (writes) → selected (writes, or adds when K/V are shared) →
+// Backward order (one stream, so every accumulation happens in a fixed order): preprocess → dq of
+// the compressed branch (writes d_q), then of the window (adds; query-major: the selected branch's
+// before it) → selection index → dK/dV window (writes) → selected (writes, or adds when K/V are
+// shared; block-major: with its dq, added to d_q) →
 // compressed (into the compressed-key gradient) → φ backward into the raw cmp K/V gradient
 // (writes, or adds when shared).
 #include <algorithm>
@@ -222,12 +224,9 @@ void NsaCudaLayer::forward(cudaStream_t stream) {
 void NsaCudaLayer::backward(cudaStream_t stream) {
   const bool shared = cfg_.kv == KvMode::kShared;
   launch_nsa_backward_preprocess(p_, stream);
+  const bool block_major = sel_kernel_ == SelectedKernel::kBlockMajor;
   launch_compressed_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
-  if (sel_kernel_ == SelectedKernel::kBlockMajor) {
-    bw_->sel_block_major.backward_dq(p_, stream);
-  } else {
-    launch_selected_dq(p_, stream);
-  }
+  if (!block_major) launch_selected_dq(p_, stream);
   launch_window_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
   bw_->sel_index.build(p_, stream);
   bw_->sel_index.attach(p_);
@@ -235,8 +234,13 @@ void NsaCudaLayer::backward(cudaStream_t stream) {
   launch_nsa_backward_dkdv(p_, Branch::kWin, row_tiles_.get(), row_tiles_.size(), kWinChunks, false,
                            partial, stream);
   // With shared K/V the window wrote the gradient first; the selected branch adds to it.
-  launch_nsa_backward_dkdv(p_, Branch::kSel, sel_units_.get(), sel_units_.size(), kSelChunks,
-                           shared, partial, stream);
+  if (block_major) {  // its dq too, in the same pass
+    bw_->sel_block_major.backward(p_, sel_units_.get(), sel_units_.size(), kSelChunks, shared,
+                                  partial, stream);
+  } else {
+    launch_nsa_backward_dkdv(p_, Branch::kSel, sel_units_.get(), sel_units_.size(), kSelChunks,
+                             shared, partial, stream);
+  }
   launch_nsa_backward_dkdv(p_, Branch::kCmp, cmp_units_.get(), cmp_units_.size(), kCmpChunks, false,
                            partial, stream);
   if (mlp_k_) {

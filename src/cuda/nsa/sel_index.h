@@ -1,5 +1,5 @@
-// Inverted selection index: for each (group, selection block), the query rows that selected it,
-// ascending (see sel_index.cu). Owns its device buffers; rebuilt by each backward.
+// Inverted selection index: for each (group, selection block), the (query row, slot) entries that
+// selected it, ascending (see sel_index.cu). Owns its device buffers; rebuilt by each backward.
 #pragma once
 
 #include <cuda_runtime.h>
