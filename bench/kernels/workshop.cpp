@@ -90,7 +90,7 @@ int run(int argc, char** argv) {
       {"sel_bwd_block",  // the selected dK/dV with the fused dq and its merge
        [&](cudaStream_t s) {
          bw.sel_block_major.backward(p, layer.units(Branch::kSel), layer.num_units(Branch::kSel),
-                                     16, false, bw.partial.get(), s);
+                                     false, s);
        }},
       {"cmp_fwd",
        [&](cudaStream_t s) { nsa::cuda::launch_compressed_forward(p, tiles, n_tiles, s); }},

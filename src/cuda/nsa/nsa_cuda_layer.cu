@@ -235,8 +235,7 @@ void NsaCudaLayer::backward(cudaStream_t stream) {
                            partial, stream);
   // With shared K/V the window wrote the gradient first; the selected branch adds to it.
   if (block_major) {  // its dq too, in the same pass
-    bw_->sel_block_major.backward(p_, sel_units_.get(), sel_units_.size(), kSelChunks, shared,
-                                  partial, stream);
+    bw_->sel_block_major.backward(p_, sel_units_.get(), sel_units_.size(), shared, stream);
   } else {
     launch_nsa_backward_dkdv(p_, Branch::kSel, sel_units_.get(), sel_units_.size(), kSelChunks,
                              shared, partial, stream);

@@ -352,26 +352,31 @@ void SelBlockMajor::forward(const NsaParams& p, cudaStream_t stream) {
 }
 
 void SelBlockMajor::backward(const NsaParams& p, const RowTile* units, int64_t n_units,
-                             int64_t chunks, bool accumulate, float* dkdv_partial,
-                             cudaStream_t stream) {
+                             bool accumulate, cudaStream_t stream) {
   if (p.T == 0) return;
-  const int64_t rows = chunk_rows(p), passes = (p.T + rows - 1) / rows;
-  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  if (!accumulate) {
+    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_k[1], 0, p.T * p.G * p.dk * sizeof(float), stream));
+    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_v[1], 0, p.T * p.G * p.dv * sizeof(float), stream));
+  }
+  const int64_t rows = chunk_rows(p);
+  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows, U = n_units * p.G;
   part_.resize(rows * p.H * p.n_sel * upb * p.dk);
-  // CTAs per unit per pass: the passes share the `chunks` partial slots of the dK/dV.
-  const int64_t per_pass = std::max<int64_t>(1, chunks / passes);
+  counts_.resize(U);
+  item_end_.resize(U);
+  const size_t temp_bytes = sel_scan_temp_bytes(U);
+  if (static_cast<int64_t>(temp_bytes) > temp_.size()) temp_.resize(temp_bytes);
+  item_part_.resize(sel_items_bound(p, n_units, rows) * kDkdvUnitRows * (p.dk + p.dv));
+  const SelItemScratch scratch{counts_.get(), item_end_.get(), temp_.get(), temp_bytes,
+                               item_part_.get()};
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto) {
-    for (int64_t r = 0; r < passes; ++r) {
-      const int64_t r0 = r * rows, nr = std::min(rows, p.T - r0);
-      const SelDqPass pass{r0, r0 + nr, part_.get(), r * per_pass, chunks};
-      launch_sel_dkdv_dq(p, units, n_units, per_pass, pass, dkdv_partial, stream);
+    for (int64_t r0 = 0; r0 < p.T; r0 += rows) {
+      const int64_t nr = std::min(rows, p.T - r0);
+      launch_sel_dkdv_dq(p, units, n_units, SelDqPass{r0, r0 + nr, part_.get()}, scratch, stream);
       const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair
       merge_dq_kernel<DK()><<<merge_ctas, 256, 0, stream>>>(p, r0, nr, part_.get());
       NSA_CUDA_LAUNCH_CHECK();
     }
   });
-  launch_sum_dkdv_partials(p, Branch::kSel, std::min(chunks, passes * per_pass), accumulate,
-                           dkdv_partial, stream);
 }
 
 }  // namespace nsa::cuda

@@ -45,14 +45,14 @@ class SelBlockMajor {
   // o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
   void forward(const NsaParams& p, cudaStream_t stream);
   // The selected branch's dK/dV (= or, with `accumulate`, += into p.d_k[1] / p.d_v[1]) over the
-  // selection units, `chunks` partial slots in dkdv_partial (launch_nsa_backward_dkdv's layout),
-  // and d_q += its dq. Needs the inverted selection index attached to p.
-  void backward(const NsaParams& p, const RowTile* units, int64_t n_units, int64_t chunks,
-                bool accumulate, float* dkdv_partial, cudaStream_t stream);
+  // selection units, and d_q += its dq. Needs the inverted selection index attached to p.
+  void backward(const NsaParams& p, const RowTile* units, int64_t n_units, bool accumulate,
+                cudaStream_t stream);
   // Tests: a smaller budget forces many row chunks.
   void set_partial_budget(int64_t bytes) { budget_ = bytes; }
   size_t device_bytes() const {
-    return keys_in_.bytes() + keys_out_.bytes() + temp_.bytes() + part_.bytes() + part_lse_.bytes();
+    return keys_in_.bytes() + keys_out_.bytes() + temp_.bytes() + part_.bytes() +
+           part_lse_.bytes() + counts_.bytes() + item_end_.bytes() + item_part_.bytes();
   }
 
  private:
@@ -64,6 +64,8 @@ class SelBlockMajor {
   DeviceBuffer<uint8_t> temp_;
   DeviceBuffer<bf16> part_;  // forward o partials, or the backward's dq partials
   DeviceBuffer<float> part_lse_;
+  DeviceBuffer<int64_t> counts_, item_end_;  // the backward's work items per (unit, group)
+  DeviceBuffer<float> item_part_;            // dK/dV partials of the items of multi-item units
   int64_t budget_ = kSelPartialBudgetBytes;
 };
 
