@@ -315,7 +315,10 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
   }
 }
 
-// d_k[1] / d_v[1] += Σ items of each multi-item (unit, group), in item order: a CTA per ug.
+// d_k[1] / d_v[1] += Σ items of each multi-item (unit, group), in item order (four running sums
+// so that four loads are in flight, added in a fixed order): CTA (ug, y) takes unit rows
+// y·kReduceRows.. of ug.
+constexpr int kReduceRows = 8;
 template <int DK, int DV>
 __global__ void reduce_items_kernel(const NsaParams p, const SelItems it) {
   const int64_t ug = blockIdx.x, first = ug > 0 ? it.item_end[ug - 1] : 0;
@@ -324,11 +327,19 @@ __global__ void reduce_items_kernel(const NsaParams p, const SelItems it) {
   const RowTile unit = it.units[ug % it.n_units];
   const int64_t g = ug / it.n_units, row0 = p.cu_seqlens[unit.seq] + unit.first;
   constexpr int W = DK + DV;
-  for (int idx = threadIdx.x; idx < unit.rows * W; idx += blockDim.x) {
+  constexpr int64_t kItem = kDkdvUnitRows * W;
+  const int r_end = min(unit.rows, static_cast<int>(blockIdx.y + 1) * kReduceRows);
+  for (int idx = blockIdx.y * kReduceRows * W + threadIdx.x; idx < r_end * W; idx += blockDim.x) {
     const int jl = idx / W, col = idx % W;
-    const float* src = it.part + first * kDkdvUnitRows * W + jl * W + col;
-    float acc = 0.0f;
-    for (int64_t k = 0; k < n_items; ++k) acc += src[k * kDkdvUnitRows * W];
+    const float* src = it.part + first * kItem + idx;
+    float a[4] = {};
+    int64_t k = 0;
+    for (; k + 4 <= n_items; k += 4) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) a[u] += src[(k + u) * kItem];
+    }
+    for (; k < n_items; ++k) a[0] += src[k * kItem];
+    const float acc = (a[0] + a[1]) + (a[2] + a[3]);
     float* dst = col < DK ? p.d_k[1] + ((row0 + jl) * p.G + g) * DK + col
                           : p.d_v[1] + ((row0 + jl) * p.G + g) * DV + (col - DK);
     *dst += acc;
@@ -438,7 +449,8 @@ void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_unit
     set_kernel_smem(kernel, smem);
     kernel<<<static_cast<unsigned>(bound), kThreads, smem, stream>>>(p, it, dq);
     NSA_CUDA_LAUNCH_CHECK();
-    reduce_items_kernel<DK(), DV()><<<static_cast<unsigned>(U), 256, 0, stream>>>(p, it);
+    const dim3 reduce_grid(static_cast<unsigned>(U), kDkdvUnitRows / kReduceRows);
+    reduce_items_kernel<DK(), DV()><<<reduce_grid, 256, 0, stream>>>(p, it);
     NSA_CUDA_LAUNCH_CHECK();
   });
 }

@@ -248,6 +248,7 @@ __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows
   }
   float acc[kPer] = {}, sum = 0.0f;
   const int col = lane * kPer;
+#pragma unroll 4
   for (int64_t k = 0; k < p.n_sel; ++k) {
     if (sel[k] < 0) continue;
     const float wk = exp2f((pl[k] - m) * kLog2e);
@@ -263,7 +264,8 @@ __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows
 }
 
 // One warp per (row, head): d_q += scale · Σ partials over the valid slots and, within a slot's
-// block, the units up to the row's own position (later units saw no key of it).
+// block, the units up to the row's own position (later units saw no key of it). The (slot, unit)
+// pairs are walked flat, four at a time so that their loads are in flight together.
 template <int DK>
 __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
                                 const bf16* __restrict__ part) {
@@ -274,14 +276,17 @@ __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
   const int64_t row = r0 + w / p.H, h = w % p.H, g = h / p.hpg, th = row * p.H + h;
   const int64_t t = row - p.cu_seqlens[p.seq_of_row[row]];
   const int32_t* sel = p.sel_idx + (row * p.G + g) * p.n_sel;
-  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  const int upb = static_cast<int>((p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows);
+  const int n = static_cast<int>(p.n_sel) * upb;
   const int col = lane * kPer;
   if (col >= DK) return;
+  const bf16* src = part + w * n * DK + col;
   float acc[kPer] = {};
-  for (int64_t k = 0; k < p.n_sel; ++k) {
-    if (sel[k] < 0) continue;
-    for (int64_t ub = 0; ub < upb && sel[k] * p.l_sel + ub * kDkdvUnitRows <= t; ++ub) {
-      add_bf16<kPer>(acc, part + ((w * p.n_sel + k) * upb + ub) * DK + col, 1.0f);
+#pragma unroll 4
+  for (int i = 0; i < n; ++i) {
+    const int32_t b = sel[i / upb];
+    if (b >= 0 && b * p.l_sel + (i % upb) * kDkdvUnitRows <= t) {
+      add_bf16<kPer>(acc, src + static_cast<int64_t>(i) * DK, 1.0f);
     }
   }
   float* dst = p.d_q + th * DK + col;
