@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
   const int hpg = static_cast<int>(p.hpg);
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
   const RowTile unit = units[blockIdx.x];
+  if (unit.rows == 0) return;  // padding of a device-built table (device_layout.h)
   const UnitQueries u = unit_queries<B>(p, unit, g);
   const KvRows kv = branch_rows<B>(p, unit.seq, g);
   load_tile<DK>(

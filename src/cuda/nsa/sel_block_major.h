@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "common/device_buffer.h"
+#include "common/workspace.h"
 #include "nsa_params.h"
 
 namespace nsa::cuda {
@@ -32,29 +33,43 @@ enum class SelectedKernel {
 // The largest selection block the block-major kernels stage whole in shared memory.
 constexpr int64_t kSelBlockMajorMaxLsel = 256;
 
-// Scratch of the block-major kernels: sort keys, cub's temporary storage, partial results. Used
-// only while one forward or backward call runs, so layers can share one.
+// Scratch of the block-major kernels – sort keys, cub's temporary storage, partial results –
+// carved from a Workspace for one shape: `rows` query rows per chunk, so that the partials stay
+// within the budget. Used only while one forward or backward call runs.
+struct SelBlockMajorView {
+  int64_t rows = 0;
+  uint64_t* keys_in = nullptr;
+  uint64_t* keys_out = nullptr;
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+  float* part = nullptr;
+  float* part_lse = nullptr;
+};
+
+SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budget_bytes,
+                                        Workspace& ws);
+// grad = false: o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
+// grad = true: d_q += the selected branch's dq (p.d_q already holds the compressed branch's).
+void run_sel_block_major(const NsaParams& p, const SelBlockMajorView& v, bool grad,
+                         cudaStream_t stream);
+
+// The scratch in memory of its own that grows to the largest shape seen (layers of one model
+// share one).
 class SelBlockMajor {
  public:
-  // o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
-  void forward(const NsaParams& p, cudaStream_t stream) { run(p, false, stream); }
-  // d_q += the selected branch's dq (p.d_q already holds the compressed branch's).
-  void backward_dq(const NsaParams& p, cudaStream_t stream) { run(p, true, stream); }
+  void forward(const NsaParams& p, cudaStream_t stream) { run_sel_block_major(p, view(p), false, stream); }
+  void backward_dq(const NsaParams& p, cudaStream_t stream) {
+    run_sel_block_major(p, view(p), true, stream);
+  }
   // Tests: a smaller budget forces many row chunks.
   void set_partial_budget(int64_t bytes) { budget_ = bytes; }
-  size_t device_bytes() const {
-    return keys_in_.bytes() + keys_out_.bytes() + temp_.bytes() + part_.bytes() + part_lse_.bytes();
-  }
+  int64_t partial_budget() const { return budget_; }
+  // The scratch for p, growing the memory when p needs more.
+  SelBlockMajorView view(const NsaParams& p);
+  size_t device_bytes() const { return mem_.bytes(); }
 
  private:
-  void run(const NsaParams& p, bool grad, cudaStream_t stream);
-  int64_t chunk_rows(const NsaParams& p) const;
-  // Sorted keys of rows [r0, r0 + rows) in keys_out_; returns their count (padding included).
-  int64_t sort_chunk(const NsaParams& p, int64_t r0, int64_t rows, cudaStream_t stream);
-
-  DeviceBuffer<uint64_t> keys_in_, keys_out_;
-  DeviceBuffer<uint8_t> temp_;
-  DeviceBuffer<float> part_, part_lse_;
+  DeviceBuffer<unsigned char> mem_;
   int64_t budget_ = kSelPartialBudgetBytes;
 };
 
