@@ -55,9 +55,10 @@ def _new_outputs(q, cfg):
                new(torch.int32, T, G, f["n_sel"])])
 
 
-def _aligned(t):
-    """t, or a fresh copy when its data pointer is not 16-byte aligned (the kernels' vector
-    loads; a tensor that is a view at an odd offset)."""
+def _ready(t):
+    """t as the library takes it: contiguous, and 16-byte aligned (the kernels' vector loads) –
+    a copy only where it is not (a view at an odd offset, strides a compiler chose)."""
+    t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
@@ -89,7 +90,7 @@ def forward_impl(xs, cu_seqlens, num_seqs, cfg, scale):
     outs = _new_outputs(xs[0], cfg)
     if xs[0].shape[0] == 0:
         return outs
-    xs = [_aligned(x) for x in xs]
+    xs = [_ready(x) for x in xs]
     o, o_br, lse, (k_cmp, v_cmp, sel_idx) = outs[0], outs[1:4], outs[4:7], outs[7:]
     ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, False)
     _capi.call(_capi.LIB.nsa_attention_forward_cuda, ctypes.byref(attn_config(cfg, scale)),
@@ -107,14 +108,14 @@ def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
         for g in grads:
             g.zero_()
         return grads
-    xs = [_aligned(x) for x in xs]
+    xs, saved = [_ready(x) for x in xs], [_ready(t) for t in saved]
     o_br, lse, (k_cmp, v_cmp, sel_idx) = saved[0:3], saved[3:6], saved[6:9]
     ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, True)
     _capi.call(_capi.LIB.nsa_attention_backward_cuda, ctypes.byref(attn_config(cfg, scale)),
                None if cu_seqlens is None else cu_seqlens.data_ptr(), num_seqs,
                ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, xs), "cuda")),
                ctypes.byref(saved_refs(None, o_br, lse, k_cmp, v_cmp, sel_idx, "cuda")),
-               ctypes.byref(_capi.ref(_aligned(d_o.contiguous()), "cuda")),
+               ctypes.byref(_capi.ref(_ready(d_o), "cuda")),
                ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, grads), "cuda")),
                ws.data_ptr(), ws.numel(), device, stream)
     return grads
@@ -153,6 +154,8 @@ if HAS_CUSTOM_OP:
     def _backward(ctx, grads):
         saved = ctx.saved_tensors
         xs, outs, cu_seqlens = list(saved[:ctx.n]), list(saved[ctx.n:ctx.n + 9]), saved[-1]
+        if grads[0] is None:  # o did not reach the loss
+            return [None] * ctx.n, None, None, None, None
         g32 = torch.ops.nsa.attention_bwd(xs, outs, grads[0].contiguous(), cu_seqlens,
                                           ctx.num_seqs, ctx.cfg, ctx.scale)
         return _input_grads(xs, g32, ctx.needs_input_grad[0]), None, None, None, None

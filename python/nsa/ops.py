@@ -201,7 +201,7 @@ def attention(q, k_cmp, v_cmp, k_sel=None, v_sel=None, k_win=None, v_win=None, g
     dtypes, phi_dtypes, why = _dtype_rules(q)
     separate = (k_sel, v_sel, k_win, v_win)
     if kv is None:
-        kv = "shared" if all(t is None for t in separate) else "separate"
+        kv = "shared" if all([t is None for t in separate]) else "separate"
     if kv not in ("separate", "shared"):
         raise NsaError("kv = %r must be 'separate' or 'shared'" % (kv,))
     shared = kv == "shared"

@@ -15,8 +15,11 @@ Also: a CUDA graph capture of forward + backward (anything that allocates, frees
 host or synchronises inside would make the capture fail) replayed on new inputs; torch.compile
 (fullgraph) of NativeSparseAttention with the op inside; determinism; float32 inputs.
 """
+import contextlib
+import io
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -24,7 +27,7 @@ import torch
 import nsa
 from nsa import _capi, _cuda
 from nsa.ops import attn_config, cpu_backward, cpu_forward, _PHI_K, NUM_SLOTS
-from conftest import random_problem
+from conftest import REPO, random_problem
 
 U = 2.0 ** -8  # bf16 unit roundoff: one rounding of a tensor-core operand
 
@@ -383,3 +386,16 @@ def test_torch_compile_of_a_module(mlp):
     for name, a, b in zip(names, *outs):
         assert a is not None and b is not None and a.shape == b.shape, name
         _mostly_close(a, b, name)
+
+
+def test_readme_cuda_example_runs():
+    """The README's CUDA usage example (the block after the readme-example-cuda mark) runs."""
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- readme-example-cuda[^>]*-->\s*```python\n(.*?)```", text, re.S)
+    assert block, "README.md has no readme-example-cuda block"
+    code = block.group(1)
+    assert len(code.strip().splitlines()) == 5
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    assert "torch.Size([1, 4096, 12, 64]) torch.bfloat16" in out.getvalue()

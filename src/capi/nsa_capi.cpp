@@ -1,5 +1,6 @@
-// The C ABI's CPU entry points over the CPU reference (see nsa_capi.h): buffers in, nsa::Tensor copies, the
-// reference's forward/backward, buffers out. Every exception becomes a status and a message.
+// The C ABI's CPU entry points over the CPU reference (see nsa_capi.h): buffers in, nsa::Tensor
+// copies, the reference's forward/backward, buffers out. Every exception becomes a status and a
+// message.
 #include <cstring>
 #include <string>
 #include <tuple>

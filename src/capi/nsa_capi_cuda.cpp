@@ -74,8 +74,10 @@ void read_io(const NsaConfig& cfg, int64_t T, int64_t N, const NsaAttnTensors& i
   io.d_q = device_tensor<float>(grads->q, {T, H, dk}, "dq");
   for (int c = 0; c < kNumBranches; ++c) {
     if (cfg.kv_index(c) == c) {
-      io.d_k[c] = device_tensor<float>(grads->k[c], {T, G, dk}, "d" + capi::branch_name("k", c, cfg));
-      io.d_v[c] = device_tensor<float>(grads->v[c], {T, G, dv}, "d" + capi::branch_name("v", c, cfg));
+      io.d_k[c] =
+          device_tensor<float>(grads->k[c], {T, G, dk}, "d" + capi::branch_name("k", c, cfg));
+      io.d_v[c] =
+          device_tensor<float>(grads->v[c], {T, G, dv}, "d" + capi::branch_name("v", c, cfg));
     }
     io.d_gate[c] = device_tensor<float>(grads->g[c], {T, H}, "d" + gname(c));
   }
@@ -92,8 +94,8 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(int32_t device) {
     const int n = cuda::device_count();
-    NSA_CHECK(device >= 0 && device < n, "device = ", device, " is not a usable CUDA device (",
-              n, " present)");
+    NSA_CHECK(device >= 0 && device < n, "device = ", device, " is not a usable CUDA device (", n,
+              " present)");
     NSA_CUDA_CHECK(cudaGetDevice(&previous_));
     if (previous_ != device) NSA_CUDA_CHECK(cudaSetDevice(device));
   }
@@ -167,8 +169,8 @@ int32_t nsa_attention_backward_cuda(const NsaAttnConfig* cfg, const int64_t* cu_
                                     int64_t num_seqs, const NsaAttnTensors* in,
                                     const NsaAttnSaved* saved, const NsaTensorRef* d_o,
                                     const NsaAttnTensors* grads, void* workspace,
-                                    size_t workspace_bytes, int32_t device, void* stream,
-                                    char* err, size_t err_size) {
+                                    size_t workspace_bytes, int32_t device, void* stream, char* err,
+                                    size_t err_size) {
   return nsa::capi::guarded(err, err_size, [&] {
     const nsa::NsaConfig c = nsa::capi::make_config(cfg);
     const int64_t T = nsa::capi::tokens_of(in);

@@ -21,8 +21,8 @@ int32_t nsa_cuda_compressed_rows(const NsaAttnConfig*, int64_t, int64_t, int64_t
   return nsa::capi::unavailable(kNoCuda, err, err_size);
 }
 
-int32_t nsa_cuda_workspace_bytes(const NsaAttnConfig*, int64_t, int64_t, int32_t, int32_t,
-                                 size_t*, char* err, size_t err_size) {
+int32_t nsa_cuda_workspace_bytes(const NsaAttnConfig*, int64_t, int64_t, int32_t, int32_t, size_t*,
+                                 char* err, size_t err_size) {
   return nsa::capi::unavailable(kNoCuda, err, err_size);
 }
 
@@ -34,8 +34,8 @@ int32_t nsa_attention_forward_cuda(const NsaAttnConfig*, const int64_t*, int64_t
 
 int32_t nsa_attention_backward_cuda(const NsaAttnConfig*, const int64_t*, int64_t,
                                     const NsaAttnTensors*, const NsaAttnSaved*, const NsaTensorRef*,
-                                    const NsaAttnTensors*, void*, size_t, int32_t, void*,
-                                    char* err, size_t err_size) {
+                                    const NsaAttnTensors*, void*, size_t, int32_t, void*, char* err,
+                                    size_t err_size) {
   return nsa::capi::unavailable(kNoCuda, err, err_size);
 }
 

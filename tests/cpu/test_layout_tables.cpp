@@ -31,7 +31,8 @@ HostTables host_tables(const layout::Hyper& h, const std::vector<int64_t>& cu) {
     for (int64_t r = 0; r < len; ++r) t.seq_of_row.push_back(seq);
     const int64_t nc = len < h.l ? 0 : (len - h.l) / h.d + 1;
     for (int64_t i = 0; i < nc; ++i) t.cmp_raw_start.push_back(start + i * h.d);
-    for (int64_t r = 0; r < len; r += rows) t.row_tiles.push_back({seq, std::min(rows, len - r), r});
+    for (int64_t r = 0; r < len; r += rows)
+      t.row_tiles.push_back({seq, std::min(rows, len - r), r});
     for (int64_t b = 0; b < len; b += h.l_sel) {
       const int64_t block_end = std::min(len, b + h.l_sel);
       for (int64_t r = b; r < block_end; r += rows) {
@@ -76,8 +77,8 @@ void expect_table(const std::vector<Tile>& host, int64_t cap,
 
 void check_layout(const layout::Hyper& h, const std::vector<int64_t>& cu) {
   const int64_t N = static_cast<int64_t>(cu.size()) - 1, T = cu.back();
-  SCOPED_TRACE(::testing::Message() << "l=" << h.l << " d=" << h.d << " l_sel=" << h.l_sel
-                                    << " N=" << N << " T=" << T);
+  SCOPED_TRACE(::testing::Message()
+               << "l=" << h.l << " d=" << h.d << " l_sel=" << h.l_sel << " N=" << N << " T=" << T);
   const HostTables host = host_tables(h, cu);
   const Offsets off = offsets(h, cu);
   const layout::Capacities caps = layout::capacities(h, T, N);
@@ -88,19 +89,22 @@ void check_layout(const layout::Hyper& h, const std::vector<int64_t>& cu) {
   }());
   EXPECT_LE(off.blocks.back(), caps.blocks);
   EXPECT_EQ(off.cmp.back(), static_cast<int64_t>(host.cmp_raw_start.size()));
-  expect_table(host.row_tiles, caps.row_tiles,
-               [&](int64_t i) { return layout::row_tile_entry(cu.data(), off.tiles.data(), N, i); },
-               "row_tiles");
-  expect_table(host.sel_units, caps.sel_units, [&](int64_t i) {
-    return layout::sel_unit_entry(h, cu.data(), off.sel_units.data(), N, i);
-  }, "sel_units");
-  expect_table(host.cmp_units, caps.cmp_units, [&](int64_t i) {
-    return layout::cmp_unit_entry(off.cmp.data(), off.cmp_units.data(), N, i);
-  }, "cmp_units");
+  expect_table(
+      host.row_tiles, caps.row_tiles,
+      [&](int64_t i) { return layout::row_tile_entry(cu.data(), off.tiles.data(), N, i); },
+      "row_tiles");
+  expect_table(
+      host.sel_units, caps.sel_units,
+      [&](int64_t i) { return layout::sel_unit_entry(h, cu.data(), off.sel_units.data(), N, i); },
+      "sel_units");
+  expect_table(
+      host.cmp_units, caps.cmp_units,
+      [&](int64_t i) { return layout::cmp_unit_entry(off.cmp.data(), off.cmp_units.data(), N, i); },
+      "cmp_units");
   ASSERT_LE(static_cast<int64_t>(host.cmp_raw_start.size()), caps.cmp);
   for (int64_t i = 0; i < caps.cmp; ++i) {
-    const int64_t want = i < static_cast<int64_t>(host.cmp_raw_start.size()) ? host.cmp_raw_start[i]
-                                                                            : -1;
+    const int64_t want =
+        i < static_cast<int64_t>(host.cmp_raw_start.size()) ? host.cmp_raw_start[i] : -1;
     EXPECT_EQ(layout::cmp_raw_start_entry(h, cu.data(), off.cmp.data(), N, i), want) << i;
   }
   for (int64_t r = 0; r < T; ++r) {
@@ -109,7 +113,7 @@ void check_layout(const layout::Hyper& h, const std::vector<int64_t>& cu) {
 }
 
 TEST(LayoutTables, DeviceEntriesMatchTheHostTables) {
-  const layout::Hyper hypers[] = {{16, 8, 32}, {32, 16, 64}, {8, 4, 16}, {32, 16, 96},
+  const layout::Hyper hypers[] = {{16, 8, 32},   {32, 16, 64},  {8, 4, 16}, {32, 16, 96},
                                   {32, 16, 128}, {16, 16, 256}, {4, 2, 4}};
   std::mt19937_64 rng(23);
   for (const layout::Hyper& h : hypers) {
@@ -121,9 +125,10 @@ TEST(LayoutTables, DeviceEntriesMatchTheHostTables) {
       std::vector<int64_t> cu = {0};
       for (int64_t n = 0; n < N; ++n) {
         const int64_t kind = static_cast<int64_t>(rng() % 4);  // empty, short, medium, long
-        const int64_t len = kind == 0 ? 0 : kind == 1 ? static_cast<int64_t>(rng() % (h.l + 2))
-                                        : kind == 2 ? static_cast<int64_t>(rng() % 300)
-                                                    : 300 + static_cast<int64_t>(rng() % 700);
+        const int64_t len = kind == 0   ? 0
+                            : kind == 1 ? static_cast<int64_t>(rng() % (h.l + 2))
+                            : kind == 2 ? static_cast<int64_t>(rng() % 300)
+                                        : 300 + static_cast<int64_t>(rng() % 700);
         cu.push_back(cu.back() + len);
       }
       check_layout(h, cu);

@@ -34,7 +34,8 @@ void round_bf16(Tensor<float>& t) {
 NsaTensors<float> bf16_inputs(const NsaConfig& cfg, int64_t T, uint64_t seed) {
   NsaTensors<float> in = random_nsa_inputs<float>(cfg, T, seed);
   round_bf16(in.q);
-  for (int c = 0; c < kNumBranches; ++c) round_bf16(in.k[c]), round_bf16(in.v[c]), round_bf16(in.gate[c]);
+  for (int c = 0; c < kNumBranches; ++c)
+    round_bf16(in.k[c]), round_bf16(in.v[c]), round_bf16(in.gate[c]);
   return in;
 }
 
@@ -240,14 +241,30 @@ INSTANTIATE_TEST_SUITE_P(
                  KvMode::kSeparate,
                  {0, 5, 200, 200, 331, 600},
                  true},
-        CallCase{"h6_m7c_like", {12, 2, 64, 64}, {32, 16, 64, 16, 512}, KvMode::kSeparate,
-                 {0, 1500}, true},
-        CallCase{"h16_paper_like", {16, 1, 192, 128}, {32, 16, 64, 6, 100}, KvMode::kSeparate,
-                 {0, 701}, true},
-        CallCase{"h3_shared_batch_no_cu", {6, 2, 32, 16}, {8, 4, 16, 6, 33}, KvMode::kShared,
-                 {0, 257, 514}, false},
-        CallCase{"l_sel_128_packed", {4, 2, 32, 32}, {32, 16, 128, 4, 100}, KvMode::kSeparate,
-                 {0, 70, 400, 401, 900}, true},
+        CallCase{"h6_m7c_like",
+                 {12, 2, 64, 64},
+                 {32, 16, 64, 16, 512},
+                 KvMode::kSeparate,
+                 {0, 1500},
+                 true},
+        CallCase{"h16_paper_like",
+                 {16, 1, 192, 128},
+                 {32, 16, 64, 6, 100},
+                 KvMode::kSeparate,
+                 {0, 701},
+                 true},
+        CallCase{"h3_shared_batch_no_cu",
+                 {6, 2, 32, 16},
+                 {8, 4, 16, 6, 33},
+                 KvMode::kShared,
+                 {0, 257, 514},
+                 false},
+        CallCase{"l_sel_128_packed",
+                 {4, 2, 32, 32},
+                 {32, 16, 128, 4, 100},
+                 KvMode::kSeparate,
+                 {0, 70, 400, 401, 900},
+                 true},
         CallCase{"short", {4, 1, 16, 16}, {32, 16, 64, 4, 64}, KvMode::kSeparate, {0, 20}, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -295,7 +312,8 @@ TEST(CudaCall, PhiMlpMatchesTheLayer) {
 }
 
 // A device cu_seqlens cannot be checked on the host without a synchronisation: entries out of
-// order are clamped into a valid layout (running maximum, first 0, last T), here {0, 300, 300, 600}.
+// order are clamped into a valid layout (running maximum, first 0, last T), here {0, 300, 300,
+// 600}.
 TEST(CudaCall, ClampsACuSeqlensOutOfOrder) {
   const NsaConfig cfg = make_config({4, 2, 32, 32}, {16, 8, 32, 4, 64});
   const std::vector<int64_t> broken = {0, 300, 100, 600}, clamped = {0, 300, 300, 600};

@@ -21,8 +21,8 @@ class Workspace {
   // Counts bytes only: take() returns null pointers.
   static Workspace sizing() { return Workspace(nullptr, SIZE_MAX); }
   Workspace(void* base, size_t bytes) : base_(static_cast<char*>(base)), capacity_(bytes) {
-    NSA_CHECK(reinterpret_cast<uintptr_t>(base) % kAlign == 0, "workspace: the base address must be ",
-              kAlign, "-byte aligned");
+    NSA_CHECK(reinterpret_cast<uintptr_t>(base) % kAlign == 0,
+              "workspace: the base address must be ", kAlign, "-byte aligned");
   }
 
   // n elements of T (n >= 0); throws nsa::Error when the workspace is too small.

@@ -149,8 +149,9 @@ void compress_mlp_backward(cublasHandle_t blas, const NsaParams& p, const Compre
                            const float* d_out, float* d_raw, bool accumulate, cudaStream_t stream) {
   const int64_t in = a.l * a.D, hid = a.hidden, rows = a.rows, D = a.D;
   if (rows == 0) {  // no compressed token: zero parameter gradients, nothing reaches raw rows
-    for (auto [ptr, n] : {std::pair{a.d_pos, in}, std::pair{a.d_w1, in * hid}, std::pair{a.d_b1, hid},
-                          std::pair{a.d_w2, hid * D}, std::pair{a.d_b2, D}}) {
+    for (auto [ptr, n] :
+         {std::pair{a.d_pos, in}, std::pair{a.d_w1, in * hid}, std::pair{a.d_b1, hid},
+          std::pair{a.d_w2, hid * D}, std::pair{a.d_b2, D}}) {
       NSA_CUDA_CHECK(cudaMemsetAsync(ptr, 0, sizeof(float) * n, stream));
     }
     if (!accumulate && p.T > 0) {
@@ -166,8 +167,8 @@ void compress_mlp_backward(cublasHandle_t blas, const NsaParams& p, const Compre
   NSA_CUDA_LAUNCH_CHECK();
   column_sum_kernel<<<blocks_for(hid), kThreads, 0, stream>>>(a.dh, a.d_b1, rows, hid);
   NSA_CUDA_LAUNCH_CHECK();
-  gemm(blas, a, true, false, in, hid, rows, a.z, a.dh, a.d_w1, stream);   // zᵀ·du
-  gemm(blas, a, false, true, rows, in, hid, a.dh, a.w1, a.dz, stream);    // du·W1ᵀ
+  gemm(blas, a, true, false, in, hid, rows, a.z, a.dh, a.d_w1, stream);  // zᵀ·du
+  gemm(blas, a, false, true, rows, in, hid, a.dh, a.w1, a.dz, stream);   // du·W1ᵀ
   column_sum_kernel<<<blocks_for(in), kThreads, 0, stream>>>(a.dz, a.d_pos, rows, in);
   NSA_CUDA_LAUNCH_CHECK();
   if (p.T == 0) return;

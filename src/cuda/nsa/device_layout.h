@@ -23,9 +23,9 @@ namespace nsa::cuda {
 struct DeviceLayout {
   int64_t T = 0, N = 0;
   layout::Capacities caps{};
-  int64_t* cu_seqlens = nullptr;   // [N + 1], sanitised (layout::sanitized_cu_entry)
-  int64_t* cmp_offsets = nullptr;  // [N + 1]
-  int64_t* blk_offsets = nullptr;  // [N + 1]
+  int64_t* cu_seqlens = nullptr;        // [N + 1], sanitised (layout::sanitized_cu_entry)
+  int64_t* cmp_offsets = nullptr;       // [N + 1]
+  int64_t* blk_offsets = nullptr;       // [N + 1]
   int64_t* tile_offsets = nullptr;      // [N + 1] per-sequence prefix sums of the row tiles,
   int64_t* sel_unit_offsets = nullptr;  // the selected branch's units
   int64_t* cmp_unit_offsets = nullptr;  // and the compressed branch's units

@@ -66,7 +66,7 @@ void lay_out(Call& c, const NsaConfig& cfg, int64_t T, int64_t N, const NsaCudaI
   p.v_cmp_bf16 = ws.take<bf16>(C * G * cfg.dv);
 
   const layout::Capacities& caps = c.layout.caps;
-  c.tables = {c.layout.row_tiles, caps.row_tiles, c.layout.sel_units,
+  c.tables = {c.layout.row_tiles, caps.row_tiles,     c.layout.sel_units,
               caps.sel_units,     c.layout.cmp_units, caps.cmp_units};
   NsaScratch& s = c.scratch;
   s.sel_kernel = default_selected_kernel(cfg);
@@ -123,8 +123,8 @@ int64_t nsa_cuda_compressed_rows(const NsaConfig& cfg, int64_t T, int64_t N) {
 
 void nsa_cuda_check_supported(const NsaConfig& cfg) {
   NSA_CHECK(head_dims_supported(cfg.dk, cfg.dv), "CUDA NSA attention: head dims (dk, dv) = (",
-            cfg.dk, ", ", cfg.dv, ") are not built for the CUDA kernels; supported: ",
-            supported_head_dims());
+            cfg.dk, ", ", cfg.dv,
+            ") are not built for the CUDA kernels; supported: ", supported_head_dims());
   NSA_CHECK(device_count() > 0, "CUDA NSA attention: no usable CUDA device (no GPU or no driver)");
   int device = 0;
   NSA_CUDA_CHECK(cudaGetDevice(&device));
@@ -158,6 +158,7 @@ void nsa_cuda_forward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t*
   Workspace ws(workspace, workspace_bytes);
   Call c;
   lay_out(c, cfg, T, N, io, false, ws);
+  NSA_CHECK(workspace || ws.used() == 0, "CUDA NSA attention: the workspace is NULL");
   if (T == 0) return;
   if (cfg.phi == Phi::kMlp) c.scratch.blas = blas_handle();
   launch_build_device_layout(cfg, c.layout, cu_seqlens, stream);
@@ -172,6 +173,7 @@ void nsa_cuda_backward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t
   Workspace ws(workspace, workspace_bytes);
   Call c;
   lay_out(c, cfg, T, N, io, true, ws);
+  NSA_CHECK(workspace || ws.used() == 0, "CUDA NSA attention: the workspace is NULL");
   if (cfg.phi == Phi::kMlp) c.scratch.blas = blas_handle();
   if (T == 0) {  // nothing to attend to: only the φ parameters have (zero) gradients
     if (cfg.phi == Phi::kMlp) {

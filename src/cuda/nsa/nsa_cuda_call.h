@@ -25,20 +25,20 @@ namespace nsa::cuda {
 // order pos, w1, b1, w2, b2 (φ = mlp only).
 struct NsaCudaIo {
   // Inputs.
-  const bf16* q = nullptr;  // [T, H, dk]
-  const bf16* k[3] = {};    // [T, G, dk]
-  const bf16* v[3] = {};    // [T, G, dv]
+  const bf16* q = nullptr;   // [T, H, dk]
+  const bf16* k[3] = {};     // [T, G, dk]
+  const bf16* v[3] = {};     // [T, G, dv]
   const bf16* gate[3] = {};  // [T, H], gate values
   const float* phi_k[5] = {};
   const float* phi_v[5] = {};
   // Forward outputs, which the backward reads (o excepted). k_cmp / v_cmp have
   // nsa_cuda_compressed_rows(cfg, T, N) rows; the rows past the real count are padding.
-  bf16* o = nullptr;            // [T, H, dv]
-  bf16* o_branch[3] = {};       // [T, H, dv]
-  float* lse[3] = {};           // [T, H]
-  float* k_cmp = nullptr;       // [C, G, dk]
-  float* v_cmp = nullptr;       // [C, G, dv]
-  int32_t* sel_idx = nullptr;   // [T, G, n_sel]
+  bf16* o = nullptr;           // [T, H, dv]
+  bf16* o_branch[3] = {};      // [T, H, dv]
+  float* lse[3] = {};          // [T, H]
+  float* k_cmp = nullptr;      // [C, G, dk]
+  float* v_cmp = nullptr;      // [C, G, dv]
+  int32_t* sel_idx = nullptr;  // [T, G, n_sel]
   // Backward: dO in, gradients out (overwritten).
   const bf16* d_o = nullptr;  // [T, H, dv]
   float* d_q = nullptr;

@@ -190,8 +190,8 @@ void NsaCudaLayer::set_output_grad(const Tensor<float>& d_o) {
 }
 
 NsaTables NsaCudaLayer::tables() const {
-  return {row_tiles_.get(), row_tiles_.size(), sel_units_.get(),
-          sel_units_.size(), cmp_units_.get(),   cmp_units_.size()};
+  return {row_tiles_.get(),  row_tiles_.size(), sel_units_.get(),
+          sel_units_.size(), cmp_units_.get(),  cmp_units_.size()};
 }
 
 NsaScratch NsaCudaLayer::scratch(bool backward) {

@@ -1,6 +1,7 @@
 // The launch order of one NSA forward and one backward on one stream (docs/cuda.md), shared by
-// NsaCudaLayer (tables and scratch in buffers of its own) and the C ABI (tables built on the device,
-// scratch in the caller's workspace), so that both run exactly the same kernels in the same order.
+// NsaCudaLayer (tables and scratch in buffers of its own) and the C ABI (tables built on the
+// device, scratch in the caller's workspace), so that both run exactly the same kernels in the same
+// order.
 #pragma once
 
 #include <cublas_v2.h>
@@ -40,9 +41,9 @@ struct NsaTables {
 // Everything else a launch sequence uses besides NsaParams.
 struct NsaScratch {
   SelectedKernel sel_kernel = SelectedKernel::kBlockMajor;
-  SelBlockMajorView sel_block_major;  // the block-major kernel's scratch
-  SelIndexView sel_index;             // backward: the inverted selection index
-  float* partial = nullptr;           // backward: dkdv_partial_floats(p) floats
+  SelBlockMajorView sel_block_major;       // the block-major kernel's scratch
+  SelIndexView sel_index;                  // backward: the inverted selection index
+  float* partial = nullptr;                // backward: dkdv_partial_floats(p) floats
   const CompressMlpArgs* mlp_k = nullptr;  // φ = mlp: both set
   const CompressMlpArgs* mlp_v = nullptr;
   cublasHandle_t blas = nullptr;  // φ = mlp

@@ -57,7 +57,9 @@ void run_sel_block_major(const NsaParams& p, const SelBlockMajorView& v, bool gr
 // share one).
 class SelBlockMajor {
  public:
-  void forward(const NsaParams& p, cudaStream_t stream) { run_sel_block_major(p, view(p), false, stream); }
+  void forward(const NsaParams& p, cudaStream_t stream) {
+    run_sel_block_major(p, view(p), false, stream);
+  }
   void backward_dq(const NsaParams& p, cudaStream_t stream) {
     run_sel_block_major(p, view(p), true, stream);
   }
