@@ -94,3 +94,34 @@ def test_errors_name_the_argument():
         phi = {"pos": torch.zeros(4, 4), "w1": torch.zeros(15, 4), "b1": torch.zeros(4),
                "w2": torch.zeros(4, 4), "b2": torch.zeros(4)}
         run(x, phi_k=phi, phi_v=phi, **HP)
+
+
+def test_forward_on_given_selection():
+    """The reference's forward on given selected blocks (what test_cuda.py compares the GPU with):
+    its own choice given back gives the same bits; another valid choice for one row changes that
+    row only; a selection without the forced blocks is rejected."""
+    from nsa.ops import attn_config, cpu_forward
+    x = random_problem(40, 4, 2, 4, 4, mlp=True, dtype=torch.float32, seed=8)
+    slots = [x["q"], x["k_cmp"], x["k_sel"], x["k_win"], x["v_cmp"], x["v_sel"], x["v_win"],
+             x["g_cmp"], x["g_sel"], x["g_win"]]
+    slots += [x[p][f] for p in ("phi_k", "phi_v") for f in ("pos", "w1", "b1", "w2", "b2")]
+    hp = dict(HP, n_sel=4)
+    cfg = attn_config([4, 2, 4, 4, hp["l"], hp["d"], hp["l_sel"], hp["n_sel"], hp["w"], 4, 1, 0],
+                      None)
+    cu = torch.tensor([0, 17, 40])
+    own = cpu_forward(cfg, cu, slots)
+    again = cpu_forward(cfg, cu, slots, sel_idx=own[5])
+    assert torch.equal(own[0], again[0]) and torch.equal(own[5], again[5])
+    row = 37  # sequence 1, t = 20: block 5 with 4 and 0 forced, one of 1..3 chosen
+    chosen = set(own[5][row, 0].tolist()) - {0, 4, 5}
+    other = ({1, 2, 3} - chosen).pop()
+    given = own[5].clone()
+    given[row, 0] = torch.tensor(sorted({0, 4, 5, other}), dtype=torch.int32)
+    moved = cpu_forward(cfg, cu, slots, sel_idx=given)
+    assert torch.equal(moved[5], given)
+    differs = (moved[0] != own[0]).any(-1).any(-1).nonzero().flatten().tolist()
+    assert differs == [row]
+    bad = own[5].clone()
+    bad[row, 0] = torch.tensor([1, 2, 3, -1], dtype=torch.int32)  # lacks the forced blocks
+    with pytest.raises(nsa.NsaError, match="selection"):
+        cpu_forward(cfg, cu, slots, sel_idx=bad)

@@ -26,7 +26,7 @@ import torch
 
 import nsa
 from nsa import _capi, _cuda
-from nsa.ops import attn_config, cpu_backward, cpu_forward, _PHI_K, NUM_SLOTS
+from nsa.ops import attn_config, cpu_backward, cpu_forward, _PHI_K
 from conftest import REPO, random_problem
 
 U = 2.0 ** -8  # bf16 unit roundoff: one rounding of a tensor-core operand
@@ -244,11 +244,15 @@ def _run(x, case, cu=None):
                          cu_seqlens=cu, return_sel_idx=True, **case.hp)
 
 
-def _grads(x):
+def _leaf_list(x):
     out = []
     for v in x.values():
-        out += [t.grad for t in v.values()] if isinstance(v, dict) else [v.grad]
+        out += list(v.values()) if isinstance(v, dict) else [v]
     return out
+
+
+def _grads(x):
+    return [t.grad for t in _leaf_list(x)]
 
 
 def _grad_slots(x, case):
@@ -331,7 +335,7 @@ def test_cuda_graph_capture_of_forward_and_backward(case):
             o, _ = _run(static, case, cu)
             o.backward(d_o)
     torch.cuda.current_stream().wait_stream(side)
-    for t in _grads(static):
+    for t in _leaf_list(static):
         t.grad = None
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
