@@ -15,21 +15,23 @@ using capi::branch_name;
 using capi::kPhiNames;
 using capi::ref_shape;
 
+// A present tensor may have no elements (compressed K/V of sequences shorter than l), and then
+// its pointer may be NULL (an empty PyTorch tensor's is); absent tensors have ndim 0 and NULL.
 template <typename T>
 Tensor<T> to_tensor(const NsaTensorRef& r, const std::string& name) {
-  if (!r.data) return Tensor<T>();
+  if (!r.data && (r.ndim == 0 || shape_numel(ref_shape(r, name)) != 0)) return Tensor<T>();
   Tensor<T> t(ref_shape(r, name));
-  std::memcpy(t.ptr(), r.data, sizeof(T) * static_cast<size_t>(t.numel()));
+  if (t.numel() > 0) std::memcpy(t.ptr(), r.data, sizeof(T) * static_cast<size_t>(t.numel()));
   return t;
 }
 
 // Copies t into the caller's buffer after checking that the buffer has t's shape.
 template <typename T>
 void from_tensor(const Tensor<T>& t, const NsaTensorRef& r, const std::string& name) {
-  NSA_CHECK(r.data, "output '", name, "' has no buffer");
+  NSA_CHECK(r.data || (r.ndim > 0 && t.numel() == 0), "output '", name, "' has no buffer");
   NSA_CHECK(ref_shape(r, name) == t.shape, "output '", name, "' has shape ",
             shape_str(ref_shape(r, name)), ", expected ", shape_str(t.shape));
-  std::memcpy(r.data, t.ptr(), sizeof(T) * static_cast<size_t>(t.numel()));
+  if (t.numel() > 0) std::memcpy(r.data, t.ptr(), sizeof(T) * static_cast<size_t>(t.numel()));
 }
 
 SeqLayout make_layout(const int64_t* cu_seqlens, int64_t num_seqs, int64_t total_tokens) {

@@ -18,10 +18,11 @@ namespace {
 
 using cuda::bf16;
 
-// The device pointer of a present tensor of shape `expected`, 16-byte aligned.
+// The device pointer of a present tensor of shape `expected`, 16-byte aligned (NULL allowed when
+// the shape has no elements, as an empty PyTorch tensor's is).
 template <typename T>
 T* device_tensor(const NsaTensorRef& r, const Shape& expected, const std::string& name) {
-  NSA_CHECK(r.data, "tensor '", name, "' is missing");
+  NSA_CHECK(r.data || (r.ndim > 0 && shape_numel(expected) == 0), "tensor '", name, "' is missing");
   const Shape got = capi::ref_shape(r, name);
   NSA_CHECK(got == expected, "tensor '", name, "' has shape ", shape_str(got), ", expected ",
             shape_str(expected));

@@ -21,6 +21,10 @@ void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch
     compress_mlp_output(s.blas, *s.mlp_k, p.k_cmp, stream);
     compress_mlp_hidden(s.blas, p, *s.mlp_v, p.v[0], stream);
     compress_mlp_output(s.blas, *s.mlp_v, p.v_cmp, stream);
+    if (s.device_layout) {  // padding rows hold W2ᵀ·silu(b1) + b2: make them zeros, as with avg
+      launch_zero_compressed_padding(p, *s.device_layout, p.k_cmp, p.dk, stream);
+      launch_zero_compressed_padding(p, *s.device_layout, p.v_cmp, p.dv, stream);
+    }
   } else {
     launch_compress_avg_forward(p, stream);
   }
