@@ -67,8 +67,8 @@ class Case:
         return self.cu[-1]
 
 
-# Group sizes (heads per group) 1, 2, 6 and 16; separate and shared K/V; φ avg and mlp; one
-# sequence, packed documents (an empty one included) and a padded batch.
+# Group sizes (heads per group) 1, 2, 3, 4, 6 and 16; separate and shared K/V; φ avg and mlp; one
+# sequence, packed documents (an empty one included), a padded batch, sequences shorter than l.
 CASES = [
     Case("h1", 2, 2, 32, 32, (16, 8, 32, 4, 64), [0, 333]),
     Case("h2_varlen", 4, 2, 16, 16, (16, 8, 32, 5, 50), [0, 5, 200, 200, 331, 600]),
@@ -77,6 +77,9 @@ CASES = [
     Case("h2_shared_mlp_varlen", 4, 2, 32, 16, (16, 8, 32, 4, 40), [0, 10, 310, 555],
          shared=True, mlp=True),
     Case("h3_shared_batch", 6, 2, 32, 16, (8, 4, 16, 6, 33), [0, 257, 514], shared=True, batch=2),
+    # Shorter than l (no compressed token; one padding row) and than d (no row at all).
+    Case("h4_short", 4, 1, 16, 16, (32, 16, 64, 4, 64), [0, 20], mlp=True),
+    Case("h2_shorter_than_d", 2, 1, 16, 16, (32, 16, 64, 4, 64), [0, 7]),
 ]
 
 
