@@ -238,6 +238,7 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
   const DkdvSmem<DK, DV, false> sm(smem);
   const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G;
   const RowTile unit = units[blockIdx.x];
+  if (unit.rows == 0) return;  // padding of a device-built table (device_layout.h)
   const UnitQueries u = unit_queries<B>(p, unit, g);
   const PairList pairs =
       chunk_pairs(u, z, chunks, static_cast<int>(p.hpg), static_cast<int>(p.n_sel));
@@ -273,6 +274,10 @@ __global__ void count_items_kernel(const NsaParams p, const SelItems it, const S
                                    int64_t* __restrict__ counts) {
   const int64_t ug = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ug >= it.n_units * p.G) return;
+  if (it.units[ug % it.n_units].rows == 0) {  // padding of a device-built table
+    counts[ug] = 0;
+    return;
+  }
   const UnitQueries u = sel_unit_entries(p, it, dq, ug);
   counts[ug] = (u.q_end - u.q_begin + it.per_item - 1) / it.per_item;
 }

@@ -294,6 +294,30 @@ __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
   for (int c = 0; c < kPer; ++c) dst[c] += p.scale * acc[c];
 }
 
+// Sort on the bits in use: the padding key's are all ones there, above every valid segment.
+int sort_end_bit(const NsaParams& p) {
+  int end_bit = 32;
+  while ((uint64_t{1} << (end_bit - 32)) <= static_cast<uint64_t>(p.G * p.TB)) ++end_bit;
+  return end_bit;
+}
+
+// Sorted keys of rows [r0, r0 + rows) in v.keys_out; returns their count (padding included).
+int64_t sort_chunk(const NsaParams& p, const SelBlockMajorView& v, int64_t r0, int64_t rows,
+                   cudaStream_t stream) {
+  const int64_t n = rows * p.G * p.n_sel;
+  chunk_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, r0, n,
+                                                                                v.keys_in);
+  NSA_CUDA_LAUNCH_CHECK();
+  size_t temp_bytes = 0;
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, v.keys_in, v.keys_out,
+                                                static_cast<int>(n), 0, sort_end_bit(p), stream));
+  NSA_CHECK(temp_bytes <= v.temp_bytes, "selected branch (block-major): the sort needs ",
+            temp_bytes, " bytes of temporary storage, the workspace holds ", v.temp_bytes);
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(v.temp, temp_bytes, v.keys_in, v.keys_out,
+                                                static_cast<int>(n), 0, sort_end_bit(p), stream));
+  return n;
+}
+
 }  // namespace
 
 int64_t sel_partial_bytes_per_row(int64_t H, int64_t n_sel, int64_t l_sel, int64_t dk, int64_t dv) {
@@ -303,40 +327,48 @@ int64_t sel_partial_bytes_per_row(int64_t H, int64_t n_sel, int64_t l_sel, int64
   return std::max(fwd, bwd);
 }
 
-int64_t SelBlockMajor::chunk_rows(const NsaParams& p) const {
+SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budget_bytes,
+                                        int64_t n_sel_units, Workspace& ws) {
+  SelBlockMajorView v;
+  if (p.T == 0) return v;
   const int64_t per_row = sel_partial_bytes_per_row(p.H, p.n_sel, p.l_sel, p.dk, p.dv);
-  return std::min(p.T, std::max<int64_t>(1, budget_ / per_row));
+  v.rows = std::min(p.T, std::max<int64_t>(1, partial_budget_bytes / per_row));
+  const int64_t n = v.rows * p.G * p.n_sel;
+  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  v.keys_in = ws.take<uint64_t>(n);
+  v.keys_out = ws.take<uint64_t>(n);
+  v.part = ws.take<bf16>(v.rows * p.H * p.n_sel * std::max(p.dv, upb * p.dk));
+  v.part_lse = ws.take<float>(v.rows * p.H * p.n_sel);
+  // A host-side query for the largest chunk (the last one may be shorter and need less).
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, v.temp_bytes, v.keys_in, v.keys_out,
+                                                static_cast<int>(n), 0, sort_end_bit(p)));
+  v.temp = ws.take_bytes(v.temp_bytes);
+  // The backward's work items.
+  const int64_t U = n_sel_units * p.G;
+  v.n_units = n_sel_units;
+  v.counts = ws.take<int64_t>(U);
+  v.item_end = ws.take<int64_t>(U);
+  v.scan_temp_bytes = sel_scan_temp_bytes(U);
+  v.scan_temp = ws.take_bytes(v.scan_temp_bytes);
+  v.item_part =
+      ws.take<float>(sel_items_bound(p, n_sel_units, v.rows) * kDkdvUnitRows * (p.dk + p.dv));
+  return v;
 }
 
-int64_t SelBlockMajor::sort_chunk(const NsaParams& p, int64_t r0, int64_t rows,
-                                  cudaStream_t stream) {
-  const int64_t n = rows * p.G * p.n_sel;
-  chunk_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, r0, n,
-                                                                                keys_in_.get());
-  NSA_CUDA_LAUNCH_CHECK();
-  // Sort on the bits in use: the padding key's are all ones there, above every valid segment.
-  int end_bit = 32;
-  while ((uint64_t{1} << (end_bit - 32)) <= static_cast<uint64_t>(p.G * p.TB)) ++end_bit;
-  size_t temp_bytes = 0;
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys_in_.get(),
-                                                keys_out_.get(), static_cast<int>(n), 0, end_bit,
-                                                stream));
-  if (static_cast<int64_t>(temp_bytes) > temp_.size()) temp_.resize(temp_bytes);
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp_.get(), temp_bytes, keys_in_.get(),
-                                                keys_out_.get(), static_cast<int>(n), 0, end_bit,
-                                                stream));
-  return n;
+SelBlockMajorView SelBlockMajor::view(const NsaParams& p, int64_t n_sel_units) {
+  Workspace sizing = Workspace::sizing();
+  carve_sel_block_major(p, budget_, n_sel_units, sizing);
+  if (static_cast<int64_t>(sizing.used()) > mem_.size()) mem_.resize(sizing.used());
+  Workspace ws(mem_.get(), mem_.bytes());
+  return carve_sel_block_major(p, budget_, n_sel_units, ws);
 }
 
-void SelBlockMajor::forward(const NsaParams& p, cudaStream_t stream) {
+void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
+                                 cudaStream_t stream) {
   if (p.T == 0) return;
   NSA_CHECK(p.l_sel <= kSelBlockMajorMaxLsel, "selected branch (block-major): l_sel ", p.l_sel,
             " > ", kSelBlockMajorMaxLsel);
-  const int64_t rows = chunk_rows(p);
-  keys_in_.resize(rows * p.G * p.n_sel);
-  keys_out_.resize(rows * p.G * p.n_sel);
-  part_.resize(rows * p.H * p.n_sel * p.dv);
-  part_lse_.resize(rows * p.H * p.n_sel);
+  const int64_t rows = v.rows;
   const int ne = entries_per_cta(p.hpg);
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = sel_block_major_kernel<DK(), DV()>;
@@ -344,41 +376,34 @@ void SelBlockMajor::forward(const NsaParams& p, cudaStream_t stream) {
     set_kernel_smem(kernel, smem);
     for (int64_t r0 = 0; r0 < p.T; r0 += rows) {
       const int64_t nr = std::min(rows, p.T - r0);
-      const int64_t n = sort_chunk(p, r0, nr, stream);
-      const ChunkArgs a{keys_out_.get(), n, r0, ne, part_.get(), part_lse_.get()};
+      const int64_t n = sort_chunk(p, v, r0, nr, stream);
+      const ChunkArgs a{v.keys_out, n, r0, ne, v.part, v.part_lse};
       kernel<<<static_cast<unsigned>((n + ne - 1) / ne), kThreads, smem, stream>>>(p, a);
       NSA_CUDA_LAUNCH_CHECK();
       const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair
-      merge_forward_kernel<DV()>
-          <<<merge_ctas, 256, 0, stream>>>(p, r0, nr, part_.get(), part_lse_.get());
+      merge_forward_kernel<DV()><<<merge_ctas, 256, 0, stream>>>(p, r0, nr, v.part, v.part_lse);
       NSA_CUDA_LAUNCH_CHECK();
     }
   });
 }
 
-void SelBlockMajor::backward(const NsaParams& p, const RowTile* units, int64_t n_units,
-                             bool accumulate, cudaStream_t stream) {
+void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
+                                  const RowTile* units, int64_t n_units, bool accumulate,
+                                  cudaStream_t stream) {
   if (p.T == 0) return;
+  NSA_CHECK(n_units <= v.n_units, "selected branch (block-major): ", n_units,
+            " units, the scratch was carved for ", v.n_units);
   if (!accumulate) {
     NSA_CUDA_CHECK(cudaMemsetAsync(p.d_k[1], 0, p.T * p.G * p.dk * sizeof(float), stream));
     NSA_CUDA_CHECK(cudaMemsetAsync(p.d_v[1], 0, p.T * p.G * p.dv * sizeof(float), stream));
   }
-  const int64_t rows = chunk_rows(p);
-  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows, U = n_units * p.G;
-  part_.resize(rows * p.H * p.n_sel * upb * p.dk);
-  counts_.resize(U);
-  item_end_.resize(U);
-  const size_t temp_bytes = sel_scan_temp_bytes(U);
-  if (static_cast<int64_t>(temp_bytes) > temp_.size()) temp_.resize(temp_bytes);
-  item_part_.resize(sel_items_bound(p, n_units, rows) * kDkdvUnitRows * (p.dk + p.dv));
-  const SelItemScratch scratch{counts_.get(), item_end_.get(), temp_.get(), temp_bytes,
-                               item_part_.get()};
+  const SelItemScratch scratch{v.counts, v.item_end, v.scan_temp, v.scan_temp_bytes, v.item_part};
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto) {
-    for (int64_t r0 = 0; r0 < p.T; r0 += rows) {
-      const int64_t nr = std::min(rows, p.T - r0);
-      launch_sel_dkdv_dq(p, units, n_units, SelDqPass{r0, r0 + nr, part_.get()}, scratch, stream);
+    for (int64_t r0 = 0; r0 < p.T; r0 += v.rows) {
+      const int64_t nr = std::min(v.rows, p.T - r0);
+      launch_sel_dkdv_dq(p, units, n_units, SelDqPass{r0, r0 + nr, v.part}, scratch, stream);
       const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair
-      merge_dq_kernel<DK()><<<merge_ctas, 256, 0, stream>>>(p, r0, nr, part_.get());
+      merge_dq_kernel<DK()><<<merge_ctas, 256, 0, stream>>>(p, r0, nr, v.part);
       NSA_CUDA_LAUNCH_CHECK();
     }
   });

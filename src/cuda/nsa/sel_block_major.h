@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "common/device_buffer.h"
+#include "common/workspace.h"
 #include "nsa_params.h"
 
 namespace nsa::cuda {
@@ -38,34 +39,50 @@ enum class SelectedKernel {
 // The largest selection block the block-major kernels stage whole in shared memory.
 constexpr int64_t kSelBlockMajorMaxLsel = 256;
 
-// Scratch of the block-major kernels: sort keys, cub's temporary storage, partial results. Used
-// only while one forward or backward call runs, so layers can share one.
+// Scratch of the block-major kernels – sort keys, cub's temporary storage, partial results, the
+// backward's work items – carved from a Workspace for one shape: `rows` query rows per chunk, so
+// that the partials stay within the budget. Used only while one forward or backward call runs.
+struct SelBlockMajorView {
+  int64_t rows = 0;
+  uint64_t* keys_in = nullptr;
+  uint64_t* keys_out = nullptr;
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+  bf16* part = nullptr;  // forward o partials, or the backward's dq partials
+  float* part_lse = nullptr;
+  int64_t n_units = 0;  // selection units the backward's item arrays were carved for
+  int64_t* counts = nullptr;
+  int64_t* item_end = nullptr;
+  void* scan_temp = nullptr;
+  size_t scan_temp_bytes = 0;
+  float* item_part = nullptr;
+};
+
+// n_sel_units: the selected branch's dK/dV units (table entries, padding included).
+SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budget_bytes,
+                                        int64_t n_sel_units, Workspace& ws);
+// o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
+void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
+                                 cudaStream_t stream);
+// The selected branch's dK/dV (= or, with `accumulate`, += into p.d_k[1] / p.d_v[1]) over the
+// selection units, and d_q += its dq. Needs the inverted selection index attached to p.
+void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
+                                  const RowTile* units, int64_t n_units, bool accumulate,
+                                  cudaStream_t stream);
+
+// The scratch in memory of its own that grows to the largest shape seen (layers of one model
+// share one).
 class SelBlockMajor {
  public:
-  // o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
-  void forward(const NsaParams& p, cudaStream_t stream);
-  // The selected branch's dK/dV (= or, with `accumulate`, += into p.d_k[1] / p.d_v[1]) over the
-  // selection units, and d_q += its dq. Needs the inverted selection index attached to p.
-  void backward(const NsaParams& p, const RowTile* units, int64_t n_units, bool accumulate,
-                cudaStream_t stream);
   // Tests: a smaller budget forces many row chunks.
   void set_partial_budget(int64_t bytes) { budget_ = bytes; }
-  size_t device_bytes() const {
-    return keys_in_.bytes() + keys_out_.bytes() + temp_.bytes() + part_.bytes() +
-           part_lse_.bytes() + counts_.bytes() + item_end_.bytes() + item_part_.bytes();
-  }
+  int64_t partial_budget() const { return budget_; }
+  // The scratch for p, growing the memory when p needs more.
+  SelBlockMajorView view(const NsaParams& p, int64_t n_sel_units);
+  size_t device_bytes() const { return mem_.bytes(); }
 
  private:
-  int64_t chunk_rows(const NsaParams& p) const;
-  // Sorted keys of rows [r0, r0 + rows) in keys_out_; returns their count (padding included).
-  int64_t sort_chunk(const NsaParams& p, int64_t r0, int64_t rows, cudaStream_t stream);
-
-  DeviceBuffer<uint64_t> keys_in_, keys_out_;
-  DeviceBuffer<uint8_t> temp_;
-  DeviceBuffer<bf16> part_;  // forward o partials, or the backward's dq partials
-  DeviceBuffer<float> part_lse_;
-  DeviceBuffer<int64_t> counts_, item_end_;  // the backward's work items per (unit, group)
-  DeviceBuffer<float> item_part_;            // dK/dV partials of the items of multi-item units
+  DeviceBuffer<unsigned char> mem_;
   int64_t budget_ = kSelPartialBudgetBytes;
 };
 
