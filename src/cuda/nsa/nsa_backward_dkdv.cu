@@ -13,7 +13,7 @@
 // The selected branch's dq rides along (v3, kDq): each tile's dSᵀ is also staged in shared memory
 // (bf16) and dq_pair = dS · K_unit is written per (query, head, slot, unit of the block) for the
 // merge in sel_block_major.cu, so S and dP are computed once for dK, dV and dq. The partials are
-// bounded by processing query rows in passes (SelBlockMajor::backward).
+// bounded by processing query rows in passes (run_sel_block_major_backward).
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
