@@ -174,7 +174,7 @@ def main():
                              torch=torch.__version__))
     head = ("config", "S", "C++ fwd", "C++ bwd", "C++ total", "op fwd", "op bwd", "op total",
             "overhead", "op b2b", "overhead", "SDPA", "backend", "op/SDPA")
-    print(("%-11s %6s" + " %9s" * 8 + " %8s %9s %8s") % head)
+    print(("%-11s %6s" + " %9s" * 10 + " %8s %8s") % head)
     for r in rows:
         cpp, op = r["cpp_fwd_ms"] + r["cpp_bwd_ms"], r["op_fwd_ms"] + r["op_bwd_ms"]
         sd = r["sdpa_ms"]

@@ -318,8 +318,9 @@ def test_errors_name_the_argument():
         _run(x, case, cu=[0, 100, 300])
     with pytest.raises(nsa.NsaError, match="head dims"):
         y = random_problem(64, 2, 2, 48, 48, dtype=torch.float32, seed=1)
-        nsa.attention(*(y.pop(n).to(DEV, torch.bfloat16) for n in ("q", "k_cmp", "v_cmp")),
-                      **{k: v.to(DEV, torch.bfloat16) for k, v in y.items()}, **case.hp)
+        pos = [y.pop(n).to(DEV, torch.bfloat16) for n in ("q", "k_cmp", "v_cmp")]
+        kw = {k: v.to(DEV, torch.bfloat16) for k, v in y.items()}
+        nsa.attention(*pos, **kw, **case.hp)
 
 
 @pytest.mark.parametrize("case", [CASES[1], CASES[4]], ids=lambda c: c.name)
