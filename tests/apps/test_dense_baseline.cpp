@@ -64,7 +64,7 @@ TEST(DenseBaseline, FindsTheScriptBesideTheBuild) {
   fs::current_path(root / "build");  // no bench/ here: found through the binary's folder
   EXPECT_EQ(fs::path(find_dense_decode_script("auto", (root / "build").string())),
             root / "bench" / "dense_decode.py");
-  EXPECT_EQ(find_dense_decode_script("auto", (root / "nowhere").string()), "");
+  EXPECT_EQ(find_dense_decode_script("auto", (root / "build" / "bin").string()), "");
   fs::current_path(root);  // found under the working directory
   EXPECT_EQ(find_dense_decode_script("auto", ""), "bench/dense_decode.py");
   fs::current_path(saved);
