@@ -28,7 +28,7 @@ const char* kOutput =
 TEST(DenseBaseline, ParsesTheBestLinesAndKeepsEveryRecord) {
   const SdpaBaseline b = parse_dense_decode(kOutput);
   ASSERT_EQ(b.best.size(), 2u);
-  const SdpaResult& one = b.best.at({65536, 1});
+  const SdpaResult one = b.best.at({65536, 1});  // a copy: GCC 13 -Wdangling-reference
   EXPECT_DOUBLE_EQ(one.ms, 0.31);
   EXPECT_EQ(one.backend, "cudnn");
   EXPECT_EQ(one.layout, "packed");
