@@ -9,7 +9,9 @@
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
-# `decode` (also in `all`): the GPU decoding tests and `nsa bench decode --device cuda`.
+# `decode` (also in `all`): the GPU decoding and prefill tests, compute-sanitizer on the prefill,
+# and `nsa bench decode --device cuda` (its dense column the faster of ours and PyTorch SDPA,
+# bench/dense_decode.py run in the same call; then the batched prefill).
 # `pytorch` (not in `all`): the Python package on the GPU – python/tests (the CUDA ones must run:
 # NSA_REQUIRE_CUDA=1 makes a skip a failure) with build/libnsa_capi.so, then bench/pytorch_op.py
 # (the op's forward + backward from PyTorch against `nsa bench attention` and SDPA, at
@@ -97,8 +99,11 @@ if [ "$what" = model ] || [ "$what" = all ]; then
   fi
 fi
 if [ "$what" = decode ] || [ "$what" = all ]; then
-  ./build/tests/nsa_cuda_tests --gtest_filter='*Decode*:*Decoder*' 2>&1 | tee "$out/decode_tests.log" |
-    grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|worst" | head -40
+  ./build/tests/nsa_cuda_tests --gtest_filter='*Decode*:*Decoder*:*Prefill*' 2>&1 | tee "$out/decode_tests.log" |
+    grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|worst|bit-identical" | head -40
+  /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
+    --gtest_filter='*CudaLayerPrefill*tiny:Variants/CudaPrefill.*/0:CudaPrefillErrors.*' >"$out/prefill_sanitizer.log" 2>&1
+  echo "compute-sanitizer memcheck (prefill) rc=$? (0 = clean)"; grep -E "ERROR SUMMARY" "$out/prefill_sanitizer.log"
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
 fi
