@@ -1,11 +1,13 @@
 // The CPU backend: the reference implementation of everything (see backends.h).
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
 #include "backends.h"
 #include "decode/model_decoder.h"
+#include "nsa/error.h"
 
 namespace nsa::app {
 namespace {
@@ -28,13 +30,40 @@ AttentionRun attention_cpu(const NsaConfig& cfg, const SeqLayout& layout,
   return r;
 }
 
-// N independent CPU decoders, one per sequence.
-DecodeStep decoder_cpu(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
-                       int64_t max_len) {
+// N independent CPU decoders, one per sequence; prefill runs one forward per distinct prompt and
+// copies the decoder for a prompt seen before (its state would be the same, bit for bit).
+Decoder decoder_cpu(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
+                    int64_t max_len) {
   auto decs = std::make_shared<std::vector<ModelDecoder>>();
   for (int64_t i = 0; i < batch; ++i) decs->emplace_back(cfg, params, max_len);
   const int64_t V = cfg.vocab_size;
-  return [decs, V](const std::vector<int32_t>& t) {
+  Decoder d;
+  d.prefill_kind = "one forward per prompt, CPU";
+  d.prefill = [decs, V, cfg, &params, max_len](const std::vector<std::vector<int32_t>>& prompts) {
+    NSA_CHECK(prompts.size() == decs->size(), "prefill: ", prompts.size(),
+              " prompts for a batch of ", decs->size());
+    std::vector<ModelDecoder> fresh;
+    fresh.reserve(prompts.size());
+    std::vector<float> out;
+    out.reserve(prompts.size() * static_cast<size_t>(V));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const size_t same = static_cast<size_t>(
+          std::find(prompts.begin(), prompts.begin() + i, prompts[i]) - prompts.begin());
+      std::vector<float> l;
+      if (same < i) {
+        fresh.push_back(fresh[same]);
+        l.assign(out.begin() + same * V, out.begin() + (same + 1) * V);
+      } else {
+        fresh.emplace_back(cfg, params, max_len);
+        l = fresh.back().prefill(prompts[i]);
+      }
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    decs->clear();
+    for (ModelDecoder& f : fresh) decs->push_back(std::move(f));
+    return out;
+  };
+  d.step = [decs, V](const std::vector<int32_t>& t) {
     std::vector<float> out;
     out.reserve(t.size() * static_cast<size_t>(V));
     for (size_t i = 0; i < t.size(); ++i) {
@@ -43,6 +72,7 @@ DecodeStep decoder_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
     }
     return out;
   };
+  return d;
 }
 
 Backend cpu_backend() {

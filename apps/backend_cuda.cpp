@@ -39,11 +39,15 @@ AttentionRun attention_cuda(const NsaConfig& cfg, const SeqLayout& layout,
   return r;
 }
 
-// One GPU decoder with a batch of `batch` sequences.
-DecodeStep decoder_cuda(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
-                        int64_t max_len) {
+// One GPU decoder with a batch of `batch` sequences; prompts prefilled in one batched forward.
+Decoder decoder_cuda(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
+                     int64_t max_len) {
   auto dec = std::make_shared<cuda::ModelDecoderCuda>(cfg, params, batch, max_len, false);
-  return [dec](const std::vector<int32_t>& t) { return dec->step(t); };
+  Decoder d;
+  d.prefill_kind = "batched forward, GPU";
+  d.prefill = [dec](const std::vector<std::vector<int32_t>>& p) { return dec->prefill(p); };
+  d.step = [dec](const std::vector<int32_t>& t) { return dec->step(t); };
+  return d;
 }
 
 Backend gpu_backend() {

@@ -23,6 +23,14 @@ namespace nsa::app {
 
 // One decode step of N sequences: tokens [N] → logits [N·V].
 using DecodeStep = std::function<std::vector<float>(const std::vector<int32_t>&)>;
+// A decoder of N sequences: prefill feeds one whole prompt per sequence to the fresh decoder and
+// returns the logits after each prompt's last token [N·V] (the GPU in one batched forward, the
+// CPU in one forward per distinct prompt); step then decodes on (docs/inference.md).
+struct Decoder {
+  std::function<std::vector<float>(const std::vector<std::vector<int32_t>>&)> prefill;
+  DecodeStep step;
+  std::string prefill_kind;  // how prefill runs, for the user
+};
 
 // NSA attention forward, and the backward when `d_o` is given (then `grads` is set).
 struct AttentionRun {
@@ -39,8 +47,8 @@ struct Backend {
   TrainModelFactory train_model;          // nsa train, nsa diagnose --model
   LogitRowsFn logit_rows;                 // nsa eval --task needle
   TokenLossesFn token_losses;             // nsa eval --by-position
-  std::function<DecodeStep(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
-                           int64_t max_len)>
+  std::function<Decoder(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
+                        int64_t max_len)>
       decoder;  // nsa generate
   std::function<AttentionRun(const NsaConfig& cfg, const SeqLayout& layout,
                              const NsaTensors<float>& in, const Tensor<float>* d_o)>

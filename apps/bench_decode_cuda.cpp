@@ -1,21 +1,29 @@
 // The decode benchmark on one GPU (see bench_decode_cuda.h). For each context S and batch B: the
 // model's decode step (a captured CUDA graph: embedding, every layer, LM head) with NSA caches and
 // with dense attention, timed over back-to-back steps after warm-up (CUDA events, mean per step);
-// the attention alone (n_layers decode-attention steps in one graph); and the K/V bytes a step
-// reads – the paper's access model for NSA, (S − l)/d + n_sel·l_sel + w tokens per group, against
-// S for dense. The caches hold random K/V (the cost of a step does not depend on their values).
+// the attention alone (n_layers decode-attention steps in one graph) against the faster of our
+// dense attention and PyTorch SDPA (bench/dense_decode.py, run first in the same call: the same
+// shape, n_layers calls in one CUDA graph); and the K/V bytes a step reads – the paper's access
+// model for NSA, (S − l)/d + n_sel·l_sel + w tokens per group, against S for dense. The caches
+// hold random K/V (the cost of a step does not depend on their values). Then the batched prefill
+// of random prompts, wall time from the host (workspace allocation included).
 #include "bench_decode_cuda.h"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/nsa/nsa_decode.h"
 #include "decode/cuda/model_decoder_cuda.h"
+#include "dense_baseline.h"
 #include "nsa/model_config.h"
 
 namespace nsa::app {
@@ -92,6 +100,64 @@ Measured measure(const ModelConfig& cfg, const ModelParams<float>& params, int64
   return m;
 }
 
+// The SDPA baseline for every (context, batch), before this process allocates anything on the
+// GPU; a note (not an error) when it cannot run.
+SdpaBaseline sdpa_baseline(const DecodeBenchArgs& a, const ModelConfig& cfg) {
+  SdpaBaseline none;
+  if (a.sdpa_script == "off") {
+    none.note = "SDPA not measured (--sdpa-script off)";
+    return none;
+  }
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string script =
+      find_dense_decode_script(a.sdpa_script, ec ? "" : exe.parent_path().string());
+  if (script.empty()) {
+    none.note =
+        "SDPA not measured: bench/dense_decode.py not found (run from the source tree or "
+        "pass --sdpa-script)";
+    return none;
+  }
+  const NsaConfig& c = cfg.attn;
+  if (c.dk != c.dv) {
+    none.note = "SDPA not measured: the script takes one head dim, the model has dk " +
+                std::to_string(c.dk) + " and dv " + std::to_string(c.dv);
+    return none;
+  }
+  SdpaShape shape;
+  shape.heads = c.heads, shape.groups = c.groups, shape.head_dim = c.dk;
+  shape.layers = cfg.n_layers, shape.steps = a.steps, shape.warmup = a.warmup;
+  const std::string cmd = dense_decode_command(a.python, script, a.contexts, a.batches, shape);
+  std::printf("dense baseline: %s\n", cmd.c_str());
+  std::fflush(stdout);
+  return run_dense_decode(cmd);
+}
+
+// Wall milliseconds of prefilling `count` random prompts of `len` tokens (median of reps, after
+// one untimed run): the decoder is built once, reset between runs.
+double prefill_ms(const ModelConfig& cfg, const ModelParams<float>& params, int64_t len,
+                  int64_t count, int64_t reps) {
+  cuda::ModelDecoderCuda dec(cfg, params, count, len + 1, false);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(count));
+  for (auto& p : prompts) {
+    p.resize(static_cast<size_t>(len));
+    for (auto& t : p) t = tok(rng);
+  }
+  std::vector<double> ms;
+  for (int64_t r = 0; r <= reps; ++r) {
+    dec.reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    dec.prefill(prompts);
+    const double elapsed =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) ms.push_back(elapsed);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 }  // namespace
 
 void bench_decode_cuda(const DecodeBenchArgs& a) {
@@ -100,42 +166,83 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
   const NsaConfig& c = cfg.attn;
   const ModelParams<float> params = init_model_params<float>(cfg);
   std::unique_ptr<std::ofstream> json;
-  if (!a.json_path.empty()) json = std::make_unique<std::ofstream>(a.json_path);
+  if (!a.json_path.empty()) {
+    json = std::make_unique<std::ofstream>(a.json_path);
+    NSA_CHECK(*json, "cannot write --json file '", a.json_path, "'");
+  }
   std::printf(
       "nsa bench decode --device cuda --model %s: %lld layers, vocab %lld, %s; bf16 caches, "
       "mean of %lld steps (CUDA graphs)\n",
       a.model.c_str(), static_cast<long long>(cfg.n_layers), static_cast<long long>(cfg.vocab_size),
       c.summary().c_str(), static_cast<long long>(a.steps));
-  std::printf("%8s %3s | %9s %9s %7s | %9s %9s %7s | %10s %10s %6s %10s | %9s\n", "context", "B",
-              "NSA ms", "dense ms", "speedup", "NSA attn", "dense att", "speedup", "NSA KV MiB",
-              "formula", "ratio", "dense MiB", "NSA tok/s");
+  const SdpaBaseline sdpa = sdpa_baseline(a, cfg);
+  if (!sdpa.note.empty()) std::printf("dense baseline: %s\n", sdpa.note.c_str());
+  if (json) {
+    for (const std::string& r : sdpa.records) *json << r << "\n";
+  }
+  std::printf(
+      "attention ms per step (%lld layers): NSA, ours dense, SDPA's best, and the dense column = "
+      "the faster of the two, by which\n",
+      static_cast<long long>(cfg.n_layers));
+  std::printf("%8s %3s | %9s %9s %7s | %9s %9s %9s %9s %-6s %7s | %10s %10s %6s %10s | %9s\n",
+              "context", "B", "NSA ms", "dense ms", "speedup", "NSA attn", "our dense", "SDPA",
+              "dense", "by", "speedup", "NSA KV MiB", "formula", "ratio", "dense MiB", "NSA tok/s");
   for (const int64_t S : a.contexts) {
     for (const int64_t B : a.batches) {
       const Measured n = measure(cfg, params, B, S, false, a);
       const Measured d = measure(cfg, params, B, S, true, a);
+      const auto it = sdpa.best.find({S, B});
+      const SdpaResult* sd = it == sdpa.best.end() ? nullptr : &it->second;
+      const DenseChoice best = faster_dense(d.attn_ms, sd);
       // The paper's model: (S − l)/d + n_sel·l_sel + w tokens per group, layer and sequence.
       const double formula_tokens = static_cast<double>(S - c.l) / static_cast<double>(c.d) +
                                     static_cast<double>(c.n_sel * c.l_sel + c.w);
       const double formula =
           formula_tokens * static_cast<double>(B * cfg.n_layers * c.groups * (c.dk + c.dv) * 2);
       const double mib = 1024.0 * 1024.0;
+      char sdpa_col[32] = "-";
+      if (sd) std::snprintf(sdpa_col, sizeof(sdpa_col), "%.3f", sd->ms);
       std::printf(
-          "%8lld %3lld | %9.3f %9.3f %6.2fx | %9.3f %9.3f %6.2fx | %10.2f %10.2f %6.3f %10.1f | "
-          "%9.0f\n",
+          "%8lld %3lld | %9.3f %9.3f %6.2fx | %9.3f %9.3f %9s %9.3f %-6s %6.2fx | %10.2f %10.2f "
+          "%6.3f %10.1f | %9.0f\n",
           static_cast<long long>(S), static_cast<long long>(B), n.step_ms, d.step_ms,
-          d.step_ms / n.step_ms, n.attn_ms, d.attn_ms, d.attn_ms / n.attn_ms, n.kv_bytes / mib,
-          formula / mib, n.kv_bytes / formula, d.kv_bytes / mib,
-          static_cast<double>(B) * 1e3 / n.step_ms);
+          d.step_ms / n.step_ms, n.attn_ms, d.attn_ms, sdpa_col, best.ms, best.by.c_str(),
+          best.ms / n.attn_ms, n.kv_bytes / mib, formula / mib, n.kv_bytes / formula,
+          d.kv_bytes / mib, static_cast<double>(B) * 1e3 / n.step_ms);
       std::fflush(stdout);
       if (json) {
         *json << "{\"bench\":\"decode\",\"device\":\"cuda\",\"model\":\"" << a.model
               << "\",\"context\":" << S << ",\"batch\":" << B << ",\"nsa_step_ms\":" << n.step_ms
               << ",\"dense_step_ms\":" << d.step_ms << ",\"nsa_attention_ms\":" << n.attn_ms
-              << ",\"dense_attention_ms\":" << d.attn_ms << ",\"nsa_kv_bytes\":" << n.kv_bytes
-              << ",\"formula_kv_bytes\":" << formula << ",\"dense_kv_bytes\":" << d.kv_bytes
-              << ",\"nsa_device_gib\":" << n.cache_gib << ",\"dense_device_gib\":" << d.cache_gib
-              << "}\n";
+              << ",\"dense_attention_ms\":" << d.attn_ms;
+        if (sd) {
+          *json << ",\"sdpa_attention_ms\":" << sd->ms << ",\"sdpa_backend\":\"" << sd->backend
+                << "\",\"sdpa_layout\":\"" << sd->layout
+                << "\",\"sdpa_graph\":" << (sd->graph ? "true" : "false");
+        }
+        *json << ",\"dense_best_attention_ms\":" << best.ms << ",\"dense_best_by\":\"" << best.by
+              << "\",\"nsa_kv_bytes\":" << n.kv_bytes << ",\"formula_kv_bytes\":" << formula
+              << ",\"dense_kv_bytes\":" << d.kv_bytes << ",\"nsa_device_gib\":" << n.cache_gib
+              << ",\"dense_device_gib\":" << d.cache_gib << "}\n";
       }
+    }
+  }
+  if (a.prefill.empty()) return;
+  std::printf(
+      "\nbatched prefill (one forward per group of prompts, caches filled directly; wall time, "
+      "median of %lld after one untimed run)\n",
+      static_cast<long long>(a.prefill_reps));
+  std::printf("%10s %7s %12s %10s %12s\n", "prompt", "prompts", "tokens", "ms", "tok/s");
+  for (const auto& [len, count] : a.prefill) {
+    const double ms = prefill_ms(cfg, params, len, count, a.prefill_reps);
+    const double tokens = static_cast<double>(len * count);
+    std::printf("%10lld %7lld %12.0f %10.1f %12.0f\n", static_cast<long long>(len),
+                static_cast<long long>(count), tokens, ms, tokens * 1e3 / ms);
+    std::fflush(stdout);
+    if (json) {
+      *json << "{\"bench\":\"prefill\",\"device\":\"cuda\",\"model\":\"" << a.model
+            << "\",\"prompt_tokens\":" << len << ",\"prompts\":" << count << ",\"ms\":" << ms
+            << ",\"tokens_per_s\":" << tokens * 1e3 / ms << "}\n";
     }
   }
 }

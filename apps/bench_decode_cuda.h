@@ -1,9 +1,12 @@
 // `nsa bench decode --device cuda`: the whole model's decode step on one GPU, NSA caches against
-// dense decoding of the same model, per-step latency and K/V bytes (built with CUDA only).
+// dense decoding of the same model, per-step latency and K/V bytes; the attention alone against
+// the faster of our dense decode kernel and PyTorch SDPA (bench/dense_decode.py, run in the same
+// call); and the batched prefill of prompts (built with CUDA only).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nsa::app {
@@ -14,6 +17,13 @@ struct DecodeBenchArgs {
   std::vector<int64_t> batches = {1, 16};
   int64_t steps = 50, warmup = 5;
   std::string json_path;
+  // The SDPA baseline: the script ("auto": bench/dense_decode.py under the working directory or
+  // the build's source tree; "off": none) and the interpreter that runs it.
+  std::string sdpa_script = "auto", python = "python3";
+  // Prefill runs (prompt length, prompts prefilled together), each timed `prefill_reps` times
+  // after one untimed run (median).
+  std::vector<std::pair<int64_t, int64_t>> prefill = {{65536, 1}, {4096, 16}};
+  int64_t prefill_reps = 3;
 };
 
 void bench_decode_cuda(const DecodeBenchArgs& args);

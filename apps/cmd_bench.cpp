@@ -8,6 +8,9 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "attention_flops.h"
 #include "backends.h"
@@ -196,6 +199,32 @@ void bench_decode(const DecodeArgs& a) {
   }
 }
 
+// --prefill LENxCOUNT,...: prompt length and prompts per run; "none" alone: no runs.
+std::vector<std::pair<int64_t, int64_t>> parse_prefill_runs(const std::vector<std::string>& specs) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  if (specs.size() == 1 && specs[0] == "none") return runs;
+  for (const std::string& spec : specs) {
+    const size_t x = spec.find('x');
+    int64_t len = 0, count = 0;
+    size_t used_len = 0, used_count = 0;
+    try {
+      if (x != std::string::npos) {
+        len = std::stoll(spec.substr(0, x), &used_len);
+        count = std::stoll(spec.substr(x + 1), &used_count);
+      }
+    } catch (const std::exception&) {
+      len = count = 0;
+    }
+    NSA_CHECK(x != std::string::npos && used_len == x && used_count == spec.size() - x - 1 &&
+                  len >= 1 && len < (int64_t{1} << 31) - 1 && count >= 1 && count <= 4096,
+              "--prefill: '", spec,
+              "' is not LENxCOUNT (a prompt length in [1, 2^31 − 1) and 1 to 4096 prompts, e.g. "
+              "65536x1), nor 'none'");
+    runs.emplace_back(len, count);
+  }
+  return runs;
+}
+
 }  // namespace
 
 void register_bench_command(CLI::App& app) {
@@ -233,7 +262,20 @@ void register_bench_command(CLI::App& app) {
   decode->add_option("--model", gpu_dec->model, "cuda: model config (YAML; default m7c_125m)");
   decode->add_option("--batches", gpu_dec->batches, "cuda: batch sizes (sequences per step)")
       ->delimiter(',');
-  decode->callback([dec, gpu_dec, decode] {
+  decode->add_option("--sdpa-script", gpu_dec->sdpa_script,
+                     "cuda: the PyTorch SDPA baseline run in the same call (auto: "
+                     "bench/dense_decode.py; off: none)");
+  decode->add_option("--python", gpu_dec->python, "cuda: the interpreter of --sdpa-script");
+  auto prefill = std::make_shared<std::vector<std::string>>();
+  decode
+      ->add_option("--prefill", *prefill,
+                   "cuda: batched prefill runs LENxCOUNT (COUNT prompts of LEN tokens; default "
+                   "65536x1,4096x16; none: skip)")
+      ->delimiter(',');
+  decode->add_option("--prefill-reps", gpu_dec->prefill_reps, "cuda: timed prefills per run")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  decode->callback([dec, gpu_dec, decode, prefill] {
+    if (!prefill->empty()) gpu_dec->prefill = parse_prefill_runs(*prefill);
     if (dec->device == "cpu") {
       bench_decode(*dec);
       return;

@@ -22,7 +22,8 @@ target_link_libraries(nsa_model_cuda PUBLIC nsa_model nsa_kernels_cuda PRIVATE n
 target_compile_options(nsa_model_cuda PRIVATE ${nsa_cuda_flags})
 
 # decode/cuda: the batched GPU decoder over the NSA decode kernels.
-add_library(nsa_decode_cuda STATIC src/decode/cuda/model_decoder_cuda.cpp)
+add_library(nsa_decode_cuda STATIC src/decode/cuda/model_decoder_cuda.cpp
+                                   src/decode/cuda/model_decoder_prefill.cpp)
 target_link_libraries(nsa_decode_cuda PUBLIC nsa_decode nsa_model_cuda PRIVATE nsa_warnings)
 
 # train/cuda: the GPU optimizer (AdamW, ZeRO-1) and the GPU TrainModel.

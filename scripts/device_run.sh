@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|copy|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|copy|pytorch|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -9,7 +9,14 @@
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
-# `decode` (also in `all`): the GPU decoding tests and `nsa bench decode --device cuda`.
+# `decode` (also in `all`): the GPU decoding and prefill tests, compute-sanitizer on the prefill,
+# and `nsa bench decode --device cuda` (its dense column the faster of ours and PyTorch SDPA,
+# bench/dense_decode.py run in the same call; then the batched prefill).
+# `pytorch` (not in `all`): the Python package on the GPU – python/tests (the CUDA ones must run:
+# NSA_REQUIRE_CUDA=1 makes a skip a failure) with build/libnsa_capi.so, then bench/pytorch_op.py
+# (the op's forward + backward from PyTorch against `nsa bench attention` and SDPA, at
+# PYTORCH_SEQ_LENS, default 16384, for m7c_125m and paper_attn). pytest if the image has it, else
+# python/tests/mini_pytest.py runs test_cuda.py.
 # `copy` (not in `all`): a training experiment for `small` (byte vocabulary) – copying from
 # beyond the window, all branches against the window only (see the section below). The needle
 # experiment has its own script, scripts/needle_run.sh.
@@ -26,7 +33,7 @@ if [ "$what" = compare ] || [ "$what" = final ]; then
   base_pid=$!
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
-  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop nsa_capi >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = final ]; then
   ./build/tests/nsa_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" | head -40
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
@@ -64,7 +71,7 @@ fi
 if [ "$what" = workshop ] || [ "$what" = all ]; then
   for spec in ${WORKSHOP_SHAPES:-m7c_125m:8192 m7c_125m:16384 m7c_125m:65536 paper_attn:16384}; do
     ./build/nsa_workshop --config "${spec%%:*}" --seq-len "${spec##*:}" \
-      ${WORKSHOP_KERNELS:-sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block} 2>&1 |
+      ${WORKSHOP_KERNELS:-sel_fwd_query sel_fwd_block sel_dq_query dkdv_sel:16 sel_bwd_block} 2>&1 |
       tee -a "$out/workshop.txt"
   done
 fi
@@ -92,10 +99,32 @@ if [ "$what" = model ] || [ "$what" = all ]; then
   fi
 fi
 if [ "$what" = decode ] || [ "$what" = all ]; then
-  ./build/tests/nsa_cuda_tests --gtest_filter='*Decode*:*Decoder*' 2>&1 | tee "$out/decode_tests.log" |
-    grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|worst" | head -40
+  ./build/tests/nsa_cuda_tests --gtest_filter='*Decode*:*Decoder*:*Prefill*' 2>&1 | tee "$out/decode_tests.log" |
+    grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|worst|bit-identical" | head -40
+  /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
+    --gtest_filter='*CudaLayerPrefill*tiny:Variants/CudaPrefill.*/0:CudaPrefillErrors.*' >"$out/prefill_sanitizer.log" 2>&1
+  echo "compute-sanitizer memcheck (prefill) rc=$? (0 = clean)"; grep -E "ERROR SUMMARY" "$out/prefill_sanitizer.log"
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
+fi
+if [ "$what" = pytorch ]; then
+  export NSA_CAPI_LIB="$PWD/build/libnsa_capi.so" NSA_BINARY="$PWD/build/nsa" NSA_REQUIRE_CUDA=1
+  export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  python3 -c 'import sys, torch, nsa; print("python", sys.version.split()[0], "torch", torch.__version__,
+    "cuda", torch.version.cuda, torch.cuda.get_device_name(), "| custom op:", nsa._cuda.HAS_CUSTOM_OP)'
+  if python3 -c 'import pytest' 2>/dev/null; then
+    python3 -m pytest -q -rs -s -p no:cacheprovider python/tests/test_cuda.py >"$out/pytorch_cuda_tests.log" 2>&1
+    echo "python CUDA tests rc=$?"; grep -E "passed|failed|FAILED|Error" "$out/pytorch_cuda_tests.log" | tail -20
+    python3 -m pytest -q -rs -p no:cacheprovider python/tests --ignore=python/tests/test_cuda.py \
+      >"$out/pytorch_cpu_tests.log" 2>&1
+    echo "python CPU tests on this torch rc=$?"; tail -3 "$out/pytorch_cpu_tests.log"
+  else
+    echo "(no pytest in this image: python/tests/mini_pytest.py runs test_cuda.py)"
+    python3 python/tests/mini_pytest.py python/tests/test_cuda.py >"$out/pytorch_cuda_tests.log" 2>&1
+    echo "python CUDA tests rc=$?"; grep -E "^(FAILED|SKIPPED)|passed" "$out/pytorch_cuda_tests.log" | tail -20
+  fi
+  python3 bench/pytorch_op.py --nsa-binary build/nsa --configs "${PYTORCH_CONFIGS:-m7c_125m,paper_attn}" \
+    --seq-lens "${PYTORCH_SEQ_LENS:-16384}" --json "$out/pytorch_op.jsonl" 2>&1 | tee "$out/pytorch_op.txt"
 fi
 # copy: can training teach copying from beyond the window? Stage 1 as for the needle, then all
 # branches and the window only, side by side, on copy rows at S = 1024 (periods up to 512, w = 256),

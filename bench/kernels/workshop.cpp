@@ -83,11 +83,19 @@ int run(int argc, char** argv) {
   auto& bw = layer.backward_buffers();
   const auto* tiles = layer.row_tiles();
   const int64_t n_tiles = layer.num_row_tiles();
+  const int64_t n_sel_units = layer.num_units(Branch::kSel);
   const std::map<std::string, std::function<void(cudaStream_t)>> table = {
       {"sel_fwd_query", [&](cudaStream_t s) { nsa::cuda::launch_selected_forward(p, s); }},
-      {"sel_fwd_block", [&](cudaStream_t s) { bw.sel_block_major.forward(p, s); }},
+      {"sel_fwd_block",
+       [&](cudaStream_t s) {
+         nsa::cuda::run_sel_block_major_forward(p, bw.sel_block_major.view(p, n_sel_units), s);
+       }},
       {"sel_dq_query", [&](cudaStream_t s) { nsa::cuda::launch_selected_dq(p, s); }},
-      {"sel_dq_block", [&](cudaStream_t s) { bw.sel_block_major.backward_dq(p, s); }},
+      {"sel_bwd_block",  // the selected dK/dV with the fused dq and its merge
+       [&](cudaStream_t s) {
+         nsa::cuda::run_sel_block_major_backward(p, bw.sel_block_major.view(p, n_sel_units),
+                                                 layer.units(Branch::kSel), n_sel_units, false, s);
+       }},
       {"cmp_fwd",
        [&](cudaStream_t s) { nsa::cuda::launch_compressed_forward(p, tiles, n_tiles, s); }},
       {"win_fwd", [&](cudaStream_t s) { nsa::cuda::launch_window_forward(p, tiles, n_tiles, s); }},

@@ -10,12 +10,17 @@ from pathlib import Path
 
 import torch
 
-NSA_CAPI_VERSION = 1
+NSA_CAPI_VERSION = 2
 _LIB_NAME = "libnsa_capi.so"
+_ERR_UNAVAILABLE = 3
 
 
 class NsaError(ValueError):
     """An invalid argument: the message is nsa::Error's text and names the tensor or field."""
+
+
+class NsaUnavailableError(RuntimeError):
+    """The backend asked for is not there: a library built without CUDA, no GPU, not sm_90."""
 
 
 class TensorRef(ctypes.Structure):
@@ -38,12 +43,13 @@ class AttnSaved(ctypes.Structure):
                 ("k_cmp", TensorRef), ("v_cmp", TensorRef), ("sel_idx", TensorRef)]
 
 
-def ref(t):
-    """A TensorRef of a contiguous CPU tensor (None: absent). The tensor must outlive the call."""
+def ref(t, device="cpu"):
+    """A TensorRef of a contiguous tensor on `device`'s type (None: absent). The tensor must
+    outlive the call."""
     r = TensorRef()
     if t is None:
         return r
-    assert t.is_contiguous() and t.device.type == "cpu" and t.dim() <= 4
+    assert t.is_contiguous() and t.device.type == device and t.dim() <= 4
     r.data = t.data_ptr()
     r.ndim = t.dim()
     for i, s in enumerate(t.shape):
@@ -84,8 +90,25 @@ def _load():
     lib.nsa_attention_backward_cpu.argtypes = [
         P(AttnConfig), ctypes.c_int32, P(ctypes.c_int64), ctypes.c_int64, P(AttnTensors),
         P(AttnSaved), P(TensorRef), P(AttnTensors)] + err
+    lib.nsa_attention_forward_cpu_given_selection.argtypes = [
+        P(AttnConfig), ctypes.c_int32, P(ctypes.c_int64), ctypes.c_int64, P(AttnTensors),
+        P(TensorRef), P(AttnSaved)] + err
+    lib.nsa_cuda_available.argtypes = err
+    lib.nsa_cuda_compressed_rows.argtypes = [P(AttnConfig), ctypes.c_int64, ctypes.c_int64,
+                                             P(ctypes.c_int64)] + err
+    lib.nsa_cuda_workspace_bytes.argtypes = [P(AttnConfig), ctypes.c_int64, ctypes.c_int64,
+                                             ctypes.c_int32, ctypes.c_int32,
+                                             P(ctypes.c_size_t)] + err
+    cuda_tail = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p] + err
+    lib.nsa_attention_forward_cuda.argtypes = [P(AttnConfig), ctypes.c_void_p, ctypes.c_int64,
+                                               P(AttnTensors), P(AttnSaved)] + cuda_tail
+    lib.nsa_attention_backward_cuda.argtypes = [
+        P(AttnConfig), ctypes.c_void_p, ctypes.c_int64, P(AttnTensors), P(AttnSaved),
+        P(TensorRef), P(AttnTensors)] + cuda_tail
     for f in (lib.nsa_compressed_tokens, lib.nsa_attention_forward_cpu,
-              lib.nsa_attention_backward_cpu):
+              lib.nsa_attention_backward_cpu, lib.nsa_attention_forward_cpu_given_selection,
+              lib.nsa_cuda_available, lib.nsa_cuda_compressed_rows, lib.nsa_cuda_workspace_bytes,
+              lib.nsa_attention_forward_cuda, lib.nsa_attention_backward_cuda):
         f.restype = ctypes.c_int32
     return lib, path
 
@@ -94,11 +117,21 @@ LIB, LIB_PATH = _load()
 
 
 def call(fn, *args):
-    """Calls a C ABI entry point; raises NsaError with the library's message on failure."""
+    """Calls a C ABI entry point; raises NsaError (NsaUnavailableError when the backend is not
+    there) with the library's message on failure."""
     buf = ctypes.create_string_buffer(4096)
     status = fn(*args, buf, len(buf))
     if status != 0:
-        raise NsaError(buf.value.decode("utf-8", "replace"))
+        message = buf.value.decode("utf-8", "replace")
+        raise (NsaUnavailableError if status == _ERR_UNAVAILABLE else NsaError)(message)
+
+
+def cuda_available():
+    """None when the library's CUDA entry points can run here, else the reason."""
+    buf = ctypes.create_string_buffer(1024)
+    if LIB.nsa_cuda_available(buf, len(buf)) == 0:
+        return None
+    return buf.value.decode("utf-8", "replace")
 
 
 def dtype_code(dtype):

@@ -77,19 +77,21 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def positions(T, S, cu_seqlens):
-    """Each token's position inside its sequence: batch rows of S, or the documents of cu."""
+def positions(T, S, cu_seqlens, device=None):
+    """Each token's position inside its sequence: batch rows of S, or the documents of cu (on
+    `device`; a device cu_seqlens stays there, with no host synchronisation)."""
     if cu_seqlens is None:
-        return torch.arange(T) % S
-    cu = torch.as_tensor(cu_seqlens, dtype=torch.int64)
-    return torch.arange(T) - torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1])
+        return torch.arange(T, device=device) % S
+    cu = torch.as_tensor(cu_seqlens, dtype=torch.int64).to(device)
+    starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1], output_size=T)
+    return torch.arange(T, device=device) - starts
 
 
 def rope(x, pos, base):
     """Rotates x [T, n, D] in pairs (2i, 2i + 1) by pos · base^(−2i/D) (src/cpu/ops/rope.cpp)."""
     D = x.shape[-1]
-    inv = torch.pow(torch.tensor(base, dtype=torch.float64),
-                    -2.0 * torch.arange(D // 2, dtype=torch.float64) / D)
+    inv = torch.pow(torch.tensor(base, dtype=torch.float64, device=x.device),
+                    -2.0 * torch.arange(D // 2, dtype=torch.float64, device=x.device) / D)
     theta = pos.to(torch.float64)[:, None] * inv[None, :]
     c, s = torch.cos(theta).to(x.dtype)[:, None, :], torch.sin(theta).to(x.dtype)[:, None, :]
     a, b = x[..., 0::2], x[..., 1::2]
@@ -175,7 +177,7 @@ class NativeSparseAttention(nn.Module):
         lead = x.shape[:-1]
         T, S = lead.numel(), lead[-1]
         h = x.reshape(T, x.shape[-1])
-        pos = positions(T, S, cu_seqlens)
+        pos = positions(T, S, cu_seqlens, x.device)
         q = rope(self.wq(h).view(T, self.heads, self.dk), pos, self.rope_base)
         kv = {}
         for c in ("",) if self.kv == "shared" else ("_cmp", "_sel", "_win"):
@@ -189,7 +191,7 @@ class NativeSparseAttention(nn.Module):
         phi = {}
         if self.phi == "mlp":
             phi = dict(phi_k=self.phi_k.params(), phi_v=self.phi_v.params())
-        cu = torch.arange(0, T + 1, S) if cu_seqlens is None else cu_seqlens
+        cu = torch.arange(0, T + 1, S, device=x.device) if cu_seqlens is None else cu_seqlens
         hp = dict(self.hp)
         if self.mode == "full":  # the window covers every sequence (ModelConfig::layer_attention)
             hp["w"] = max(hp["w"], int(T))

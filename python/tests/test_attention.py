@@ -94,3 +94,49 @@ def test_errors_name_the_argument():
         phi = {"pos": torch.zeros(4, 4), "w1": torch.zeros(15, 4), "b1": torch.zeros(4),
                "w2": torch.zeros(4, 4), "b2": torch.zeros(4)}
         run(x, phi_k=phi, phi_v=phi, **HP)
+
+
+def test_forward_on_given_selection():
+    """The reference's forward on given selected blocks (what test_cuda.py compares the GPU with):
+    its own choice given back gives the same bits; another valid choice for one row changes that
+    row only; a selection without the forced blocks is rejected."""
+    from nsa.ops import attn_config, cpu_forward
+    x = random_problem(40, 4, 2, 4, 4, mlp=True, dtype=torch.float32, seed=8)
+    slots = [x["q"], x["k_cmp"], x["k_sel"], x["k_win"], x["v_cmp"], x["v_sel"], x["v_win"],
+             x["g_cmp"], x["g_sel"], x["g_win"]]
+    slots += [x[p][f] for p in ("phi_k", "phi_v") for f in ("pos", "w1", "b1", "w2", "b2")]
+    hp = dict(HP, n_sel=4)
+    cfg = attn_config([4, 2, 4, 4, hp["l"], hp["d"], hp["l_sel"], hp["n_sel"], hp["w"], 4, 1, 0],
+                      None)
+    cu = torch.tensor([0, 17, 40])
+    own = cpu_forward(cfg, cu, slots)
+    again = cpu_forward(cfg, cu, slots, sel_idx=own[5])
+    assert torch.equal(own[0], again[0]) and torch.equal(own[5], again[5])
+    row = 37  # sequence 1, t = 20: block 5 with 4 and 0 forced, one of 1..3 chosen
+    chosen = set(own[5][row, 0].tolist()) - {0, 4, 5}
+    other = ({1, 2, 3} - chosen).pop()
+    given = own[5].clone()
+    given[row, 0] = torch.tensor(sorted({0, 4, 5, other}), dtype=torch.int32)
+    moved = cpu_forward(cfg, cu, slots, sel_idx=given)
+    assert torch.equal(moved[5], given)
+    differs = (moved[0] != own[0]).any(-1).any(-1).nonzero().flatten().tolist()
+    assert differs == [row]
+    bad = own[5].clone()
+    bad[row, 0] = torch.tensor([1, 2, 3, -1], dtype=torch.int32)  # lacks the forced blocks
+    with pytest.raises(nsa.NsaError, match="selection"):
+        cpu_forward(cfg, cu, slots, sel_idx=bad)
+
+
+@pytest.mark.parametrize("cu", [None, [0, 3, 3, 9]])
+def test_sequences_shorter_than_l(cu):
+    """Sequences of fewer than l tokens have no compressed token (o_cmp = 0, its gate gets no
+    gradient): empty compressed K/V pass through the C ABI, and the gradients stay finite."""
+    T = 3 if cu is None else cu[-1]
+    x = random_problem(T, 4, 2, 4, 4, mlp=True, l=8, seed=9)
+    for t in leaves(x):
+        t.requires_grad_()
+    o = run(x, cu_seqlens=cu, **dict(HP, l=8, d=4, l_sel=8))
+    o.sum().backward()
+    assert torch.isfinite(o).all()
+    if cu is None:
+        assert torch.equal(x["g_cmp"].grad, torch.zeros_like(x["g_cmp"]))

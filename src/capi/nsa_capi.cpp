@@ -1,68 +1,37 @@
-// The C ABI over the CPU reference (see nsa_capi.h): buffers in, nsa::Tensor copies, the
-// reference's forward/backward, buffers out. Every exception becomes a status and a message.
-#include "nsa_capi.h"
-
-#include <algorithm>
+// The C ABI's CPU entry points over the CPU reference (see nsa_capi.h): buffers in, nsa::Tensor
+// copies, the reference's forward/backward, buffers out. Every exception becomes a status and a
+// message.
 #include <cstring>
-#include <exception>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "nsa/attention.h"
+#include "capi_common.h"
 
 namespace nsa {
 namespace {
 
-constexpr const char* kPhiNames[5] = {"pos", "w1", "b1", "w2", "b2"};
+using capi::branch_name;
+using capi::kPhiNames;
+using capi::ref_shape;
 
-Shape ref_shape(const NsaTensorRef& r, const std::string& name) {
-  NSA_CHECK(r.ndim >= 0 && r.ndim <= 4, "tensor '", name, "' has ", r.ndim,
-            " dimensions; the C ABI carries at most 4");
-  return Shape(r.shape, r.shape + r.ndim);
-}
-
+// A present tensor may have no elements (compressed K/V of sequences shorter than l), and then
+// its pointer may be NULL (an empty PyTorch tensor's is); absent tensors have ndim 0 and NULL.
 template <typename T>
 Tensor<T> to_tensor(const NsaTensorRef& r, const std::string& name) {
-  if (!r.data) return Tensor<T>();
+  if (!r.data && (r.ndim == 0 || shape_numel(ref_shape(r, name)) != 0)) return Tensor<T>();
   Tensor<T> t(ref_shape(r, name));
-  std::memcpy(t.ptr(), r.data, sizeof(T) * static_cast<size_t>(t.numel()));
+  if (t.numel() > 0) std::memcpy(t.ptr(), r.data, sizeof(T) * static_cast<size_t>(t.numel()));
   return t;
 }
 
 // Copies t into the caller's buffer after checking that the buffer has t's shape.
 template <typename T>
 void from_tensor(const Tensor<T>& t, const NsaTensorRef& r, const std::string& name) {
-  NSA_CHECK(r.data, "output '", name, "' has no buffer");
+  NSA_CHECK(r.data || (r.ndim > 0 && t.numel() == 0), "output '", name, "' has no buffer");
   NSA_CHECK(ref_shape(r, name) == t.shape, "output '", name, "' has shape ",
             shape_str(ref_shape(r, name)), ", expected ", shape_str(t.shape));
-  std::memcpy(r.data, t.ptr(), sizeof(T) * static_cast<size_t>(t.numel()));
-}
-
-std::string branch_name(const char* kind, int c, const NsaConfig& cfg) {
-  return cfg.kv == KvMode::kShared ? std::string(kind) : std::string(kind) + "_" + kBranchNames[c];
-}
-
-NsaConfig make_config(const NsaAttnConfig* c) {
-  NSA_CHECK(c, "config is NULL");
-  NSA_CHECK(c->phi == 0 || c->phi == 1, "phi = ", c->phi, " must be 0 (avg) or 1 (mlp)");
-  NSA_CHECK(c->kv == 0 || c->kv == 1, "kv = ", c->kv, " must be 0 (separate) or 1 (shared)");
-  NsaConfig cfg;
-  cfg.heads = c->heads;
-  cfg.groups = c->groups;
-  cfg.dk = c->dk;
-  cfg.dv = c->dv;
-  cfg.l = c->l;
-  cfg.d = c->d;
-  cfg.l_sel = c->l_sel;
-  cfg.n_sel = c->n_sel;
-  cfg.w = c->w;
-  cfg.phi_hidden = c->phi_hidden;
-  cfg.scale = c->scale;
-  cfg.phi = c->phi == 1 ? Phi::kMlp : Phi::kAvg;
-  cfg.kv = c->kv == 1 ? KvMode::kShared : KvMode::kSeparate;
-  cfg.validate();
-  return cfg;
+  if (t.numel() > 0) std::memcpy(r.data, t.ptr(), sizeof(T) * static_cast<size_t>(t.numel()));
 }
 
 SeqLayout make_layout(const int64_t* cu_seqlens, int64_t num_seqs, int64_t total_tokens) {
@@ -107,10 +76,17 @@ NsaForward<Real> read_saved(const NsaAttnSaved& s) {
   return f;
 }
 
+// selection: null, or the blocks to use instead of choosing (checked by nsa_forward_cpu).
 template <typename Real>
 void forward(const NsaConfig& cfg, const SeqLayout& layout, const NsaAttnTensors& in,
-             const NsaAttnSaved& out) {
-  const NsaForward<Real> f = nsa_forward_cpu(cfg, layout, read_inputs<Real>(cfg, in));
+             const NsaAttnSaved& out, const NsaTensorRef* selection) {
+  Tensor<int32_t> given;
+  if (selection) {
+    NSA_CHECK(selection->data, "the given selection 'sel_idx' has no buffer");
+    given = to_tensor<int32_t>(*selection, "sel_idx (given)");
+  }
+  const NsaForward<Real> f =
+      nsa_forward_cpu(cfg, layout, read_inputs<Real>(cfg, in), selection ? &given : nullptr);
   from_tensor(f.o, out.o, "o");
   for (int c = 0; c < kNumBranches; ++c) {
     from_tensor(f.o_branch[c], out.o_branch[c], std::string("o_") + kBranchNames[c]);
@@ -158,34 +134,21 @@ void backward(const NsaConfig& cfg, const SeqLayout& layout, const NsaAttnTensor
   }
 }
 
-// Runs fn, turning every exception into a status and its message.
-template <typename Fn>
-int32_t guarded(char* err, size_t err_size, Fn&& fn) {
-  std::string message;
-  int32_t status = NSA_OK;
-  try {
-    fn();
-  } catch (const Error& e) {
-    message = e.what();
-    status = NSA_ERR_INVALID;
-  } catch (const std::exception& e) {
-    message = std::string("internal error: ") + e.what();
-    status = NSA_ERR_INTERNAL;
-  } catch (...) {
-    message = "internal error: unknown exception";
-    status = NSA_ERR_INTERNAL;
-  }
-  if (status != NSA_OK && err && err_size > 0) {
-    const size_t n = std::min(message.size(), err_size - 1);
-    std::memcpy(err, message.data(), n);
-    err[n] = '\0';
-  }
-  return status;
-}
-
-int64_t tokens_of(const NsaAttnTensors* in) {
-  NSA_CHECK(in && in->q.data && in->q.ndim >= 1, "tensor 'q' is missing");
-  return in->q.shape[0];
+int32_t forward_entry(const NsaAttnConfig* cfg, int32_t dtype, const int64_t* cu_seqlens,
+                      int64_t num_seqs, const NsaAttnTensors* in, const NsaTensorRef* selection,
+                      const NsaAttnSaved* out, char* err, size_t err_size) {
+  return capi::guarded(err, err_size, [&] {
+    const NsaConfig c = capi::make_config(cfg);
+    const SeqLayout layout = make_layout(cu_seqlens, num_seqs, capi::tokens_of(in));
+    NSA_CHECK(out, "outputs are NULL");
+    NSA_CHECK(dtype == NSA_F32 || dtype == NSA_F64, "dtype = ", dtype,
+              " must be 0 (float32) or 1 (float64)");
+    if (dtype == NSA_F32) {
+      forward<float>(c, layout, *in, *out, selection);
+    } else {
+      forward<double>(c, layout, *in, *out, selection);
+    }
+  });
 }
 
 }  // namespace
@@ -199,8 +162,8 @@ int32_t nsa_capi_version(void) {
 
 int32_t nsa_compressed_tokens(const NsaAttnConfig* cfg, const int64_t* cu_seqlens, int64_t num_seqs,
                               int64_t* out, char* err, size_t err_size) {
-  return nsa::guarded(err, err_size, [&] {
-    const nsa::NsaConfig c = nsa::make_config(cfg);
+  return nsa::capi::guarded(err, err_size, [&] {
+    const nsa::NsaConfig c = nsa::capi::make_config(cfg);
     NSA_CHECK(cu_seqlens && num_seqs >= 1, "cu_seqlens must hold at least 2 entries");
     const nsa::SeqLayout layout = nsa::make_layout(cu_seqlens, num_seqs, cu_seqlens[num_seqs]);
     *out = layout.compressed_offsets(c).back();
@@ -211,18 +174,18 @@ int32_t nsa_attention_forward_cpu(const NsaAttnConfig* cfg, int32_t dtype,
                                   const int64_t* cu_seqlens, int64_t num_seqs,
                                   const NsaAttnTensors* in, const NsaAttnSaved* out, char* err,
                                   size_t err_size) {
-  return nsa::guarded(err, err_size, [&] {
-    const nsa::NsaConfig c = nsa::make_config(cfg);
-    const nsa::SeqLayout layout = nsa::make_layout(cu_seqlens, num_seqs, nsa::tokens_of(in));
-    NSA_CHECK(out, "outputs are NULL");
-    NSA_CHECK(dtype == NSA_F32 || dtype == NSA_F64, "dtype = ", dtype,
-              " must be 0 (float32) or 1 (float64)");
-    if (dtype == NSA_F32) {
-      nsa::forward<float>(c, layout, *in, *out);
-    } else {
-      nsa::forward<double>(c, layout, *in, *out);
-    }
-  });
+  return nsa::forward_entry(cfg, dtype, cu_seqlens, num_seqs, in, nullptr, out, err, err_size);
+}
+
+int32_t nsa_attention_forward_cpu_given_selection(const NsaAttnConfig* cfg, int32_t dtype,
+                                                  const int64_t* cu_seqlens, int64_t num_seqs,
+                                                  const NsaAttnTensors* in,
+                                                  const NsaTensorRef* sel_idx,
+                                                  const NsaAttnSaved* out, char* err,
+                                                  size_t err_size) {
+  static const NsaTensorRef absent{};  // a NULL sel_idx is an error, not "choose"
+  return nsa::forward_entry(cfg, dtype, cu_seqlens, num_seqs, in, sel_idx ? sel_idx : &absent, out,
+                            err, err_size);
 }
 
 int32_t nsa_attention_backward_cpu(const NsaAttnConfig* cfg, int32_t dtype,
@@ -230,9 +193,9 @@ int32_t nsa_attention_backward_cpu(const NsaAttnConfig* cfg, int32_t dtype,
                                    const NsaAttnTensors* in, const NsaAttnSaved* saved,
                                    const NsaTensorRef* d_o, const NsaAttnTensors* grads, char* err,
                                    size_t err_size) {
-  return nsa::guarded(err, err_size, [&] {
-    const nsa::NsaConfig c = nsa::make_config(cfg);
-    const nsa::SeqLayout layout = nsa::make_layout(cu_seqlens, num_seqs, nsa::tokens_of(in));
+  return nsa::capi::guarded(err, err_size, [&] {
+    const nsa::NsaConfig c = nsa::capi::make_config(cfg);
+    const nsa::SeqLayout layout = nsa::make_layout(cu_seqlens, num_seqs, nsa::capi::tokens_of(in));
     NSA_CHECK(saved && d_o && grads, "saved tensors, do or gradients are NULL");
     NSA_CHECK(dtype == NSA_F32 || dtype == NSA_F64, "dtype = ", dtype,
               " must be 0 (float32) or 1 (float64)");

@@ -7,9 +7,10 @@
  * backward needs (NsaAttnSaved), so no state lives in the library between calls. Each entry point
  * returns NSA_OK or an error code and writes nsa::Error's text into `err`.
  *
- * Only the CPU reference is implemented. A CUDA entry point will take the same structs with device
- * pointers plus a stream (`nsa_attention_forward_cuda(..., void* stream, ...)`) and bf16 inputs;
- * the structs carry nothing host-specific so that it needs no new types. */
+ * Two backends behind the same structs: the CPU reference (fp32 or fp64 host buffers) and, in a
+ * build with CUDA, the Hopper kernels (device pointers, bf16 inputs, the caller's stream and
+ * workspace; section "CUDA" below). A build without CUDA has the CUDA entry points too: they
+ * return NSA_ERR_UNAVAILABLE. */
 #ifndef NSA_CAPI_H
 #define NSA_CAPI_H
 
@@ -20,13 +21,14 @@
 extern "C" {
 #endif
 
-#define NSA_CAPI_VERSION 1
+#define NSA_CAPI_VERSION 2
 
 /* The library is built with hidden visibility; only these entry points are exported. */
 #define NSA_CAPI __attribute__((visibility("default")))
 
 enum NsaDtype { NSA_F32 = 0, NSA_F64 = 1 };
-enum NsaStatus { NSA_OK = 0, NSA_ERR_INVALID = 1, NSA_ERR_INTERNAL = 2 };
+/* NSA_ERR_UNAVAILABLE: the backend is not there (a build without CUDA, no GPU, not sm_90). */
+enum NsaStatus { NSA_OK = 0, NSA_ERR_INVALID = 1, NSA_ERR_INTERNAL = 2, NSA_ERR_UNAVAILABLE = 3 };
 
 /* data == NULL: the tensor is absent (an unused K/V with kv = shared, φ = avg parameters). */
 typedef struct NsaTensorRef {
@@ -80,6 +82,14 @@ NSA_CAPI int32_t nsa_attention_forward_cpu(const NsaAttnConfig* cfg, int32_t dty
                                            const NsaAttnTensors* in, const NsaAttnSaved* out,
                                            char* err, size_t err_size);
 
+/* Forward on the CPU reference with the selected blocks given instead of chosen: sel_idx
+ * [T, G, n_sel] int32, ascending, -1 padded, containing the forced blocks (checked). For comparing
+ * with another backend on identical selections (python/tests/test_cuda.py, as tests/cuda does). */
+NSA_CAPI int32_t nsa_attention_forward_cpu_given_selection(
+    const NsaAttnConfig* cfg, int32_t dtype, const int64_t* cu_seqlens, int64_t num_seqs,
+    const NsaAttnTensors* in, const NsaTensorRef* sel_idx, const NsaAttnSaved* out, char* err,
+    size_t err_size);
+
 /* Backward on the CPU reference: d_o [T, H, dv] → the gradient of every present input, written
  * into the present tensors of `grads` (overwritten, not accumulated). Uses the saved selection. */
 NSA_CAPI int32_t nsa_attention_backward_cpu(const NsaAttnConfig* cfg, int32_t dtype,
@@ -87,6 +97,56 @@ NSA_CAPI int32_t nsa_attention_backward_cpu(const NsaAttnConfig* cfg, int32_t dt
                                             const NsaAttnTensors* in, const NsaAttnSaved* saved,
                                             const NsaTensorRef* d_o, const NsaAttnTensors* grads,
                                             char* err, size_t err_size);
+
+/* ---- CUDA (docs/cuda.md, docs/pytorch.md) -------------------------------------------------
+ *
+ * The same structs with device pointers (16-byte aligned, contiguous) of the current device:
+ *   in:    q, k, v, g bf16; phi_k, phi_v fp32.
+ *   out:   o and o_branch bf16; lse fp32; k_cmp [C, G, dk] and v_cmp [C, G, dv] fp32 with
+ *          C = nsa_cuda_compressed_rows (= T / d, a capacity: rows past the real count of
+ *          compressed tokens are padding); sel_idx int32.
+ *   d_o:   bf16. grads: fp32, every present input's (all are required, overwritten).
+ * The backward reads the forward's outputs except o (saved->o may be absent).
+ * cu_seqlens: a device pointer to num_seqs + 1 int64 entries, or NULL for num_seqs sequences of
+ * T / num_seqs tokens. It is not checked (that would need a host synchronisation): entries out of
+ * order or outside [0, T] are clamped into some valid layout, so nothing is read out of bounds,
+ * but the result is then that layout's. Check it on the host first where it comes from the host.
+ * workspace: device memory of at least nsa_cuda_workspace_bytes (256-byte aligned), in use until
+ * the stream has run the call's work (stream-ordered, e.g. a PyTorch tensor on that stream).
+ * device: the CUDA device of all of it; the entry point makes it current on the calling thread
+ * for the call and restores the previous one (so the caller's CUDA runtime, which may be another
+ * copy than this library's, need not agree on the current device).
+ * stream: a cudaStream_t of that device. Everything is enqueued on it; nothing allocates, frees,
+ * copies to the host or synchronises, so a forward + backward can be captured into a CUDA graph –
+ * after one uncaptured call on the thread and device with phi = mlp, which creates the cuBLAS
+ * handle. */
+
+/* NSA_OK when the CUDA entry points can run here (built with CUDA, a GPU present); otherwise
+ * NSA_ERR_UNAVAILABLE and the reason ("built without CUDA", "no usable CUDA device"). */
+NSA_CAPI int32_t nsa_cuda_available(char* err, size_t err_size);
+
+/* Rows C of the compressed K/V outputs for total_tokens T in num_seqs sequences. */
+NSA_CAPI int32_t nsa_cuda_compressed_rows(const NsaAttnConfig* cfg, int64_t total_tokens,
+                                          int64_t num_seqs, int64_t* out, char* err,
+                                          size_t err_size);
+
+/* Workspace bytes of one forward (backward = 0) or backward (1) call on `device`. */
+NSA_CAPI int32_t nsa_cuda_workspace_bytes(const NsaAttnConfig* cfg, int64_t total_tokens,
+                                          int64_t num_seqs, int32_t backward, int32_t device,
+                                          size_t* out, char* err, size_t err_size);
+
+NSA_CAPI int32_t nsa_attention_forward_cuda(const NsaAttnConfig* cfg, const int64_t* cu_seqlens,
+                                            int64_t num_seqs, const NsaAttnTensors* in,
+                                            const NsaAttnSaved* out, void* workspace,
+                                            size_t workspace_bytes, int32_t device, void* stream,
+                                            char* err, size_t err_size);
+
+NSA_CAPI int32_t nsa_attention_backward_cuda(const NsaAttnConfig* cfg, const int64_t* cu_seqlens,
+                                             int64_t num_seqs, const NsaAttnTensors* in,
+                                             const NsaAttnSaved* saved, const NsaTensorRef* d_o,
+                                             const NsaAttnTensors* grads, void* workspace,
+                                             size_t workspace_bytes, int32_t device, void* stream,
+                                             char* err, size_t err_size);
 
 #ifdef __cplusplus
 }

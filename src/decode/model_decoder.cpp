@@ -7,6 +7,8 @@
 #include "cpu/ops/linear.h"
 #include "cpu/ops/rmsnorm.h"
 #include "cpu/ops/rope.h"
+#include "model/model_layer_cpu.h"
+#include "prefill_plan.h"
 
 namespace nsa {
 
@@ -26,6 +28,31 @@ int64_t ModelDecoder::last_step_kv_bytes() const {
   int64_t total = 0;
   for (const auto& c : caches_) total += c.last_step_kv_bytes();
   return total;
+}
+
+std::vector<float> ModelDecoder::prefill(const std::vector<int32_t>& prompt) {
+  NSA_CHECK(pos_ == 0, "prefill needs a fresh decoder (this one is at position ", pos_, ")");
+  check_prompt(prompt, 0, cfg_.vocab_size, max_len_ > 0 ? max_len_ : int64_t{1} << 31);
+  const NsaConfig& a = cfg_.attn;
+  const int64_t S = static_cast<int64_t>(prompt.size()), D = cfg_.dim, G = a.groups;
+  const SeqLayout layout = SeqLayout::batch(1, S);
+  Tensor<float> x;
+  cpu::embedding_forward(prompt, p_.tok_emb, x);
+  for (size_t li = 0; li < p_.layers.size(); ++li) {
+    const LayerParams<float>& L = p_.layers[li];
+    LayerActivations<float> A;  // one layer's at a time: nothing is kept for a backward
+    layer_forward_cpu(cfg_, L, layout, li, x, A, nullptr, FiniteCheck<float>{});
+    caches_[li].prefill(A.attn_in.k, A.attn_in.v, &L.phi_k, &L.phi_v);
+    const int32_t* last = A.attn.sel_idx.ptr() + (S - 1) * G * a.n_sel;
+    sel_[li].assign(last, last + G * a.n_sel);
+  }
+  // The final norm and the head on the last position only: per row, the ops step() runs.
+  Tensor<float> x_last({1, D}), hf, rstdf, logits;
+  std::copy_n(x.ptr() + (S - 1) * D, D, x_last.ptr());
+  cpu::rmsnorm_forward(x_last, p_.norm, cfg_.norm_eps, hf, rstdf);
+  cpu::linear_forward(hf, cfg_.tie_embeddings ? p_.tok_emb : p_.output, nullptr, logits);
+  pos_ = S;
+  return std::vector<float>(logits.data.begin(), logits.data.end());
 }
 
 std::vector<float> ModelDecoder::step(int32_t token) {

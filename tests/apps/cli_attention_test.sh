@@ -112,8 +112,39 @@ expect_ok "generate" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 
 sed -n '/^--- sample 1 (seed 5) ---$/,$p' "$dir/gen_two.txt" | tail -n +2 >"$dir/gen_two_1.txt"
 [ "$(cat "$dir/gen_one.txt")" = "$(cat "$dir/gen_two_1.txt")" ] && [ -s "$dir/gen_one.txt" ] &&
   pass "generate --samples: sample i is the seed + i run" || fail "generate --samples: sample i is the seed + i run"
+# --prompt-file: the same continuation as --prompt with that text (greedy), the prompt not echoed,
+# a final line with the prefill time and decode tok/s; clear errors for bad files.
+printf 'Once upon a time, in a land far away, there lived' >"$dir/prompt.txt"
+"$nsa" generate --run "$dir/run" --prompt "$(cat "$dir/prompt.txt")" --max-new 12 --temperature 0 \
+  >"$dir/gen_text.txt" 2>/dev/null
+"$nsa" generate --run "$dir/run" --prompt-file "$dir/prompt.txt" --max-new 12 --temperature 0 \
+  >"$dir/gen_file.txt" 2>"$dir/gen_file_err.txt"
+[ -s "$dir/gen_file.txt" ] && [ "$(cat "$dir/prompt.txt")$(cat "$dir/gen_file.txt")" = "$(cat "$dir/gen_text.txt")" ] &&
+  pass "generate --prompt-file continues as --prompt" || fail "generate --prompt-file continues as --prompt"
+grep -q "prefill 49 tokens in .* tok/s.*decode .* tok/s" "$dir/gen_file_err.txt" &&
+  pass "generate: final line with prefill time and tok/s" ||
+  fail "generate: final line with prefill time and tok/s ($(tail -1 "$dir/gen_file_err.txt"))"
+expect_error "prompt file missing" "--prompt-file '$dir/nothing.txt' does not exist" \
+  "$nsa" generate --run "$dir/run" --prompt-file "$dir/nothing.txt"
+: >"$dir/empty.txt"
+expect_error "prompt file empty" "is empty" "$nsa" generate --run "$dir/run" --prompt-file "$dir/empty.txt"
+printf '\0\0' >"$dir/nul.txt"
+expect_error "prompt file without tokens" "encodes to no tokens" \
+  "$nsa" generate --run "$dir/run" --prompt-file "$dir/nul.txt"
+expect_error "prompt file too long for the context" "exceed --max-context 40" \
+  "$nsa" generate --run "$dir/run" --prompt-file "$dir/prompt.txt" --max-new 8 --max-context 40
+truncate -s 1100M "$dir/huge.txt"  # sparse: no disk used
+expect_error "prompt file too large" "prompts up to 1073741824 bytes" \
+  "$nsa" generate --run "$dir/run" --prompt-file "$dir/huge.txt"
+rm -f "$dir/huge.txt"
+expect_error "prompt and prompt file" "excludes" \
+  "$nsa" generate --run "$dir/run" --prompt "x" --prompt-file "$dir/prompt.txt"
+expect_error "bench decode --prefill spec" "--prefill: '4096y16' is not LENxCOUNT" \
+  "$nsa" bench decode --prefill 4096y16
 if nvidia-smi -L >/dev/null 2>&1; then
   expect_ok "generate cuda" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --device cuda
+  expect_ok "generate cuda --prompt-file" "$nsa" generate --run "$dir/run" --prompt-file "$dir/prompt.txt" \
+    --max-new 8 --device cuda --samples 3
 else
   expect_error "generate cuda without a GPU" "CUDA" \
     "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --device cuda

@@ -159,7 +159,8 @@ TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
   for (int b = 0; b < kNumBranches; ++b) round_all(rf_lowp.o_branch[b]);
   const NsaTensors<float> rg_lowp = nsa_backward_cpu(cfg, layout, in, rf_lowp, d_o);
   // Both selected-branch kernels; the block-major one also in row chunks of 7 rows.
-  const int64_t row_bytes = cfg.heads * cfg.n_sel * (std::max(cfg.dk, cfg.dv) + 1) * 4;
+  const int64_t row_bytes =
+      cuda::sel_partial_bytes_per_row(cfg.heads, cfg.n_sel, cfg.l_sel, cfg.dk, cfg.dv);
   for (const auto& [kernel, budget, label] :
        {std::tuple{cuda::SelectedKernel::kQueryMajor, cuda::kSelPartialBudgetBytes, "query-major"},
         std::tuple{cuda::SelectedKernel::kBlockMajor, cuda::kSelPartialBudgetBytes, "block-major"},
@@ -232,6 +233,10 @@ INSTANTIATE_TEST_SUITE_P(
                  KvMode::kSeparate,
                  {0, 5, 200, 200, 331, 600}},
         CudaCase{"short", {4, 1, 16, 16}, {32, 16, 64, 4, 64}, KvMode::kSeparate, {0, 20}},
+        // Selection blocks of two and of one and a half 64-row dK/dV units.
+        CudaCase{"lsel128", {4, 2, 64, 64}, {32, 16, 128, 4, 128}, KvMode::kSeparate, {0, 1100}},
+        CudaCase{
+            "lsel96_packed", {6, 2, 32, 32}, {32, 16, 96, 3, 64}, KvMode::kShared, {0, 250, 777}},
         CudaCase{"mlp_h6",
                  {12, 2, 64, 64},
                  {32, 16, 64, 8, 128},

@@ -16,6 +16,10 @@ __global__ void compress_avg_forward_kernel(const bf16* __restrict__ raw, float*
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= C * G * D) return;
   const int64_t i = idx / (G * D), gc = idx % (G * D);
+  if (raw_start[i] < 0) {  // a padding row of a capacity-sized compressed buffer (device_layout.h)
+    out[idx] = 0.0f;
+    return;
+  }
   const bf16* x = raw + raw_start[i] * G * D + gc;
   float acc = 0.0f;
   for (int64_t r = 0; r < l; ++r) acc += __bfloat162float(x[r * G * D]);

@@ -2,6 +2,7 @@
 // column-major cuBLAS as their transposes: C = A·B (row-major) is Cᵀ = Bᵀ·Aᵀ (column-major).
 // cuBLAS runs in its default fp32 math mode (no TF32) and is deterministic for a fixed problem.
 #include <algorithm>
+#include <utility>
 
 #include "common/cublas_check.h"
 #include "common/cuda_check.h"
@@ -17,9 +18,14 @@ unsigned blocks_for(int64_t n) {
 }
 
 // Row-major C[m, n] = op(A)·op(B) with A, B row-major; op = transpose when the flag is set.
-void gemm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A,
-          const float* B, float* C, cudaStream_t stream) {
+// cublasSetStream resets the handle's workspace to its default pool, so a caller's workspace is set
+// after it, on every call.
+void gemm(cublasHandle_t h, const CompressMlpArgs& a, bool ta, bool tb, int64_t m, int64_t n,
+          int64_t k, const float* A, const float* B, float* C, cudaStream_t stream) {
   NSA_CUBLAS_CHECK(cublasSetStream(h, stream));
+  if (a.blas_workspace) {
+    NSA_CUBLAS_CHECK(cublasSetWorkspace(h, a.blas_workspace, a.blas_workspace_bytes));
+  }
   const float one = 1.0f, zero = 0.0f;
   // Column-major view: Cᵀ[n, m] = op(B)ᵀ · op(A)ᵀ.
   const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
@@ -36,6 +42,10 @@ __global__ void gather_kernel(const bf16* __restrict__ raw, const float* __restr
   if (idx >= rows * l * D) return;
   const int64_t row = idx / (l * D), rc = idx % (l * D), r = rc / D, c = rc % D;
   const int64_t i = row / G, g = row % G;
+  if (raw_start[i] < 0) {  // a padding row of a capacity-sized compressed buffer (device_layout.h)
+    z[idx] = 0.0f;
+    return;
+  }
   z[idx] = __bfloat162float(raw[((raw_start[i] + r) * G + g) * D + c]) + pos[rc];
 }
 
@@ -106,6 +116,67 @@ Tensor<float> download(const DeviceBuffer<float>& b, Shape shape) {
 
 }  // namespace
 
+void carve_compress_mlp_activations(CompressMlpArgs& a, bool backward, Workspace& ws) {
+  a.z = ws.take<float>(a.rows * a.l * a.D);
+  a.u = ws.take<float>(a.rows * a.hidden);
+  a.h = ws.take<float>(a.rows * a.hidden);
+  a.dh = backward ? ws.take<float>(a.rows * a.hidden) : nullptr;
+  a.dz = backward ? ws.take<float>(a.rows * a.l * a.D) : nullptr;
+}
+
+void compress_mlp_hidden(cublasHandle_t blas, const NsaParams& p, const CompressMlpArgs& a,
+                         const bf16* raw, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  const int64_t in = a.l * a.D;
+  gather_kernel<<<blocks_for(a.rows * in), kThreads, 0, stream>>>(raw, a.pos, p.cmp_raw_start, a.z,
+                                                                  a.rows, p.G, a.l, a.D);
+  NSA_CUDA_LAUNCH_CHECK();
+  gemm(blas, a, false, false, a.rows, a.hidden, in, a.z, a.w1, a.u, stream);
+  bias_silu_kernel<<<blocks_for(a.rows * a.hidden), kThreads, 0, stream>>>(a.u, a.b1, a.h, a.rows,
+                                                                           a.hidden);
+  NSA_CUDA_LAUNCH_CHECK();
+}
+
+void compress_mlp_output(cublasHandle_t blas, const CompressMlpArgs& a, float* out,
+                         cudaStream_t stream) {
+  if (a.rows == 0) return;
+  gemm(blas, a, false, false, a.rows, a.D, a.hidden, a.h, a.w2, out, stream);
+  add_bias_kernel<<<blocks_for(a.rows * a.D), kThreads, 0, stream>>>(out, a.b2, a.rows, a.D);
+  NSA_CUDA_LAUNCH_CHECK();
+}
+
+void compress_mlp_backward(cublasHandle_t blas, const NsaParams& p, const CompressMlpArgs& a,
+                           const float* d_out, float* d_raw, bool accumulate, cudaStream_t stream) {
+  const int64_t in = a.l * a.D, hid = a.hidden, rows = a.rows, D = a.D;
+  if (rows == 0) {  // no compressed token: zero parameter gradients, nothing reaches raw rows
+    for (auto [ptr, n] :
+         {std::pair{a.d_pos, in}, std::pair{a.d_w1, in * hid}, std::pair{a.d_b1, hid},
+          std::pair{a.d_w2, hid * D}, std::pair{a.d_b2, D}}) {
+      NSA_CUDA_CHECK(cudaMemsetAsync(ptr, 0, sizeof(float) * n, stream));
+    }
+    if (!accumulate && p.T > 0) {
+      NSA_CUDA_CHECK(cudaMemsetAsync(d_raw, 0, sizeof(float) * p.T * p.G * D, stream));
+    }
+    return;
+  }
+  column_sum_kernel<<<blocks_for(D), kThreads, 0, stream>>>(d_out, a.d_b2, rows, D);
+  NSA_CUDA_LAUNCH_CHECK();
+  gemm(blas, a, true, false, hid, D, rows, a.h, d_out, a.d_w2, stream);  // hᵀ·dy
+  gemm(blas, a, false, true, rows, hid, D, d_out, a.w2, a.dh, stream);   // dy·W2ᵀ
+  silu_backward_kernel<<<blocks_for(rows * hid), kThreads, 0, stream>>>(a.dh, a.u, rows * hid);
+  NSA_CUDA_LAUNCH_CHECK();
+  column_sum_kernel<<<blocks_for(hid), kThreads, 0, stream>>>(a.dh, a.d_b1, rows, hid);
+  NSA_CUDA_LAUNCH_CHECK();
+  gemm(blas, a, true, false, in, hid, rows, a.z, a.dh, a.d_w1, stream);  // zᵀ·du
+  gemm(blas, a, false, true, rows, in, hid, a.dh, a.w1, a.dz, stream);   // du·W1ᵀ
+  column_sum_kernel<<<blocks_for(in), kThreads, 0, stream>>>(a.dz, a.d_pos, rows, in);
+  NSA_CUDA_LAUNCH_CHECK();
+  if (p.T == 0) return;
+  scatter_raw_kernel<<<blocks_for(p.T * p.G * D), kThreads, 0, stream>>>(p, a.dz, d_raw, D,
+                                                                         accumulate);
+  NSA_CUDA_LAUNCH_CHECK();
+}
+
 CompressMlp::CompressMlp(int64_t l, int64_t D, int64_t hidden, int64_t rows)
     : l_(l), D_(D), hidden_(hidden), rows_(rows) {
   for (auto* b : {&pos_, &d_pos_}) b->resize(l * D);
@@ -133,50 +204,14 @@ PhiMlpParams<float> CompressMlp::download_grads() const {
           download(d_b1_, {hidden_}), download(d_w2_, {hidden_, D_}), download(d_b2_, {D_})};
 }
 
-void CompressMlp::forward(cublasHandle_t blas, const NsaParams& p, const bf16* raw, float* out,
-                          cudaStream_t stream) {
-  if (rows_ == 0) return;
-  const int64_t in = l_ * D_;
-  gather_kernel<<<blocks_for(rows_ * in), kThreads, 0, stream>>>(raw, pos_.get(), p.cmp_raw_start,
-                                                                 z_.get(), rows_, p.G, l_, D_);
-  NSA_CUDA_LAUNCH_CHECK();
-  gemm(blas, false, false, rows_, hidden_, in, z_.get(), w1_.get(), u_.get(), stream);
-  bias_silu_kernel<<<blocks_for(rows_ * hidden_), kThreads, 0, stream>>>(u_.get(), b1_.get(),
-                                                                         h_.get(), rows_, hidden_);
-  NSA_CUDA_LAUNCH_CHECK();
-  gemm(blas, false, false, rows_, D_, hidden_, h_.get(), w2_.get(), out, stream);
-  add_bias_kernel<<<blocks_for(rows_ * D_), kThreads, 0, stream>>>(out, b2_.get(), rows_, D_);
-  NSA_CUDA_LAUNCH_CHECK();
-}
-
-void CompressMlp::backward(cublasHandle_t blas, const NsaParams& p, const float* d_out,
-                           float* d_raw, bool accumulate, cudaStream_t stream) {
-  const int64_t in = l_ * D_;
-  if (rows_ == 0) {  // no compressed token: zero parameter gradients, nothing reaches raw rows
-    for (auto* b : {&d_pos_, &d_w1_, &d_b1_, &d_w2_, &d_b2_}) b->zero(stream);
-    if (!accumulate && p.T > 0) {
-      NSA_CUDA_CHECK(cudaMemsetAsync(d_raw, 0, sizeof(float) * p.T * p.G * D_, stream));
-    }
-    return;
-  }
-  column_sum_kernel<<<blocks_for(D_), kThreads, 0, stream>>>(d_out, d_b2_.get(), rows_, D_);
-  NSA_CUDA_LAUNCH_CHECK();
-  gemm(blas, true, false, hidden_, D_, rows_, h_.get(), d_out, d_w2_.get(), stream);  // hᵀ·dy
-  gemm(blas, false, true, rows_, hidden_, D_, d_out, w2_.get(), dh_.get(), stream);   // dy·W2ᵀ
-  silu_backward_kernel<<<blocks_for(rows_ * hidden_), kThreads, 0, stream>>>(dh_.get(), u_.get(),
-                                                                             rows_ * hidden_);
-  NSA_CUDA_LAUNCH_CHECK();
-  column_sum_kernel<<<blocks_for(hidden_), kThreads, 0, stream>>>(dh_.get(), d_b1_.get(), rows_,
-                                                                  hidden_);
-  NSA_CUDA_LAUNCH_CHECK();
-  gemm(blas, true, false, in, hidden_, rows_, z_.get(), dh_.get(), d_w1_.get(), stream);  // zᵀ·du
-  gemm(blas, false, true, rows_, in, hidden_, dh_.get(), w1_.get(), dz_.get(), stream);  // du·W1ᵀ
-  column_sum_kernel<<<blocks_for(in), kThreads, 0, stream>>>(dz_.get(), d_pos_.get(), rows_, in);
-  NSA_CUDA_LAUNCH_CHECK();
-  if (p.T == 0) return;
-  scatter_raw_kernel<<<blocks_for(p.T * p.G * D_), kThreads, 0, stream>>>(p, dz_.get(), d_raw, D_,
-                                                                          accumulate);
-  NSA_CUDA_LAUNCH_CHECK();
+CompressMlpArgs CompressMlp::args() {
+  CompressMlpArgs a;
+  a.l = l_, a.D = D_, a.hidden = hidden_, a.rows = rows_;
+  a.pos = pos_.get(), a.w1 = w1_.get(), a.b1 = b1_.get(), a.w2 = w2_.get(), a.b2 = b2_.get();
+  a.d_pos = d_pos_.get(), a.d_w1 = d_w1_.get(), a.d_b1 = d_b1_.get(), a.d_w2 = d_w2_.get();
+  a.d_b2 = d_b2_.get();
+  a.z = z_.get(), a.u = u_.get(), a.h = h_.get(), a.dh = dh_.get(), a.dz = dz_.get();
+  return a;
 }
 
 void CompressMlp::poison() {

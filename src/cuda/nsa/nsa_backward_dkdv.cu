@@ -9,6 +9,15 @@
 //   dV += (g·Pᵀ)·dO, dK += scale·dSᵀ·Q, with the accumulators in registers.
 // No atomics: pairs are visited in ascending order. Long query lists are split into `chunks` CTAs
 // that write partial sums; a second kernel adds the partials in chunk order.
+//
+// The selected branch's dq rides along (v3, kDq): each tile's dSᵀ is also staged in shared memory
+// (bf16) and dq_pair = dS · K_unit is written per (query, head, slot, unit of the block) for the
+// merge in sel_block_major.cu, so S and dP are computed once for dK, dV and dq. The partials are
+// bounded by processing query rows in passes (run_sel_block_major_backward).
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+
 #include "common/cuda_check.h"
 #include "head_dims.h"
 #include "nsa_backward_dkdv.h"
@@ -23,10 +32,16 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 static_assert(kDkdvUnitRows == 16 * kWarps, "one warp per 16 key rows");
 
-template <int DK, int DV>
+// dS tile of the fused selected-branch dq: QT pairs × 64 unit rows.
+template <int DK, bool kDq>
+__host__ __device__ constexpr size_t ds_tile_bytes() {
+  return kDq ? PairStage<DK, DK, true>::QT * tile_stride(kDkdvUnitRows) * sizeof(bf16) : 0;
+}
+
+template <int DK, int DV, bool kDq>
 __host__ __device__ constexpr size_t dkdv_smem_bytes() {
   return kDkdvUnitRows * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
-         2 * PairStage<DK, DV, true>::kBytes;
+         2 * PairStage<DK, DV, true>::kBytes + ds_tile_bytes<DK, kDq>();
 }
 
 // out row (=, or +=) x for one row half of a warp's 16 × D accumulator.
@@ -48,49 +63,113 @@ constexpr int dkdv_min_blocks() {
   return DK <= 64 ? 3 : 1;
 }
 
-template <int DK, int DV, Branch B>
-__global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
-    dkdv_kernel(const NsaParams p, const RowTile* __restrict__ units, int64_t chunks,
-                float* __restrict__ out_k, float* __restrict__ out_v, bool accumulate) {
-  using Stage = PairStage<DK, DV, true>;
-  constexpr int QT = Stage::QT, SK = tile_stride(DK), SV = tile_stride(DV);
-  constexpr int c = static_cast<int>(B);
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem);
-  bf16* vs = ks + kDkdvUnitRows * SK;
-  unsigned char* stage_base = reinterpret_cast<unsigned char*>(vs + kDkdvUnitRows * SV);
+// Where a chunked CTA's dK/dV go. slots == 0: straight into the gradient (added to it with
+// `accumulate`). Otherwise into partial slot z = blockIdx.z (stored; summed later in slot order).
+struct DkdvOut {
+  float* k;
+  float* v;
+  int64_t rows;  // key rows of the gradient (T, or C for the compressed branch)
+  int64_t slots;
+  bool accumulate;
+};
 
-  const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G;
-  const int hpg = static_cast<int>(p.hpg);
+// The fused selected-branch dq (kDq): entries of query rows [r0, r1) only; their unscaled
+// Σ_j dS_j k_j over the unit's keys goes to part[(((row − r0)·H + head)·n_sel + slot)·upb + ub]
+// (bf16, dk wide), ub the unit's index within its block and upb = ⌈l_sel / 64⌉.
+struct SelDq {
+  int64_t r0, r1;
+  bf16* part;
+};
+
+// The fused dq of one pair tile: warp w takes pair group w % PG (16 pairs) and column chunks
+// w / PG, w / PG + 4 / PG, ... of dq = dS · K_unit, with dS staged in ds_s by every warp.
+template <int DK, int QT>
+__device__ __forceinline__ void sel_tile_dq(const NsaParams& p, const SelDq& dq, const bf16* ds_s,
+                                            const bf16* ks, const int64_t th[2],
+                                            const int32_t slot[2], int64_t ub, int64_t upb) {
+  constexpr int PG = QT / 16, CW = DK < 64 ? DK : 64, NC = DK / CW;
+  constexpr int SDS = tile_stride(kDkdvUnitRows);
+  static_assert(4 % PG == 0 && DK % CW == 0 && CW % 16 == 0, "dq work split");
+  const int warp = threadIdx.x >> 5, tq = threadIdx.x & 3;
+  const int pg = warp % PG;
+  uint32_t a[kDkdvUnitRows / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kDkdvUnitRows / 16; ++kk) load_a(a[kk], ds_s, SDS, pg * 16, kk * 16);
+  for (int cc = warp / PG; cc < NC; cc += 4 / PG) {
+    float acc[CW / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kDkdvUnitRows / 16; ++kk) {
+#pragma unroll
+      for (int nt = 0; nt < CW / 8; nt += 2) {
+        uint32_t b[4];
+        load_b_cols_x2(b, ks, tile_stride(DK), kk * 16, cc * CW + nt * 8);
+        mma_16816(acc[nt], a[kk], b);
+        mma_16816(acc[nt + 1], a[kk], b + 2);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (th[r] < 0) continue;
+      const int64_t idx = ((th[r] - dq.r0 * p.H) * p.n_sel + slot[r]) * upb + ub;
+      bf16* dst = dq.part + idx * DK + cc * CW + 2 * tq;
+#pragma unroll
+      for (int nt = 0; nt < CW / 8; ++nt) {
+        *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16(acc[nt][2 * r], acc[nt][2 * r + 1]);
+      }
+    }
+  }
+}
+
+template <int DK, int DV, bool kDq>
+struct DkdvSmem {
+  using Stage = PairStage<DK, DV, true>;
+  bf16* ks;
+  bf16* vs;
+  unsigned char* stages;
+  bf16* ds;  // kDq only
+  __device__ explicit DkdvSmem(unsigned char* base)
+      : ks(reinterpret_cast<bf16*>(base)),
+        vs(ks + kDkdvUnitRows * tile_stride(DK)),
+        stages(reinterpret_cast<unsigned char*>(vs + kDkdvUnitRows * tile_stride(DV))),
+        ds(reinterpret_cast<bf16*>(stages + 2 * Stage::kBytes)) {}
+};
+
+// One CTA's share of a unit: stages the unit's K/V, walks `pairs` in tiles and leaves this
+// thread's dK (unscaled) / dV rows in dk / dv; kDq also writes the pairs' dq partials.
+template <int DK, int DV, Branch B, bool kDq>
+__device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& unit, int64_t g,
+                                          const PairList& pairs, const SelDq& dq,
+                                          const DkdvSmem<DK, DV, kDq>& sm, float dk[][4],
+                                          float dv[][4]) {
+  using Stage = PairStage<DK, DV, true>;
+  constexpr int QT = Stage::QT, SDS = tile_stride(kDkdvUnitRows);
+  constexpr int c = static_cast<int>(B);
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
-  const RowTile unit = units[blockIdx.x];
-  const UnitQueries u = unit_queries<B>(p, unit, g);
+  const int n_pairs = pairs.n;
   const KvRows kv = branch_rows<B>(p, unit.seq, g);
   load_tile<DK>(
-      ks, kDkdvUnitRows,
+      sm.ks, kDkdvUnitRows,
       [&](int i) { return i < unit.rows ? kv.k + (unit.first + i) * kv.k_stride : nullptr; },
       threadIdx.x, kThreads);
   load_tile<DV>(
-      vs, kDkdvUnitRows,
+      sm.vs, kDkdvUnitRows,
       [&](int i) { return i < unit.rows ? kv.v + (unit.first + i) * kv.v_stride : nullptr; },
       threadIdx.x, kThreads);
 
-  const PairList pairs = chunk_pairs(u, z, chunks, hpg);
-  const int n_pairs = pairs.n;
   const auto issue = [&](int pb, const Stage& st) { fill_pair_stage<c>(p, pairs, g, pb, st); };
-
   const int jl_lo = warp * 16 + gid;  // this thread's unit rows: jl_lo and jl_lo + 8
   const int j0 = static_cast<int>(unit.first) + warp * 16;  // the warp's first key
   const bool warp_full = warp * 16 + 16 <= unit.rows;
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
-  float dk[DK / 8][4] = {}, dv[DV / 8][4] = {};
+  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  const int64_t ub = (unit.first % p.l_sel) / kDkdvUnitRows;
   const int n_tiles = (n_pairs + QT - 1) / QT;
-  if (n_tiles > 0) issue(0, Stage(stage_base));
+  if (n_tiles > 0) issue(0, Stage(sm.stages));
   for (int it = 0; it < n_tiles; ++it) {
-    const Stage st(stage_base + (it & 1) * Stage::kBytes);
+    const Stage st(sm.stages + (it & 1) * Stage::kBytes);
     if (it + 1 < n_tiles) {
-      issue((it + 1) * QT, Stage(stage_base + ((it + 1) & 1) * Stage::kBytes));
+      issue((it + 1) * QT, Stage(sm.stages + ((it + 1) & 1) * Stage::kBytes));
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -99,8 +178,8 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
     __syncthreads();
 
     float sc[QT / 8][4] = {}, dpt[QT / 8][4] = {};
-    mma_smem_a_bt<DK, QT / 8>(sc, ks, warp * 16, st.q);
-    mma_smem_a_bt<DV, QT / 8>(dpt, vs, warp * 16, st.d_o);
+    mma_smem_a_bt<DK, QT / 8>(sc, sm.ks, warp * 16, st.q);
+    mma_smem_a_bt<DV, QT / 8>(dpt, sm.vs, warp * 16, st.d_o);
     const int last = it * QT + QT <= n_pairs ? QT - 1 : -1;
     const bool all = warp_full && last >= 0 && all_visible<B>(m, st.t[0], st.t[last], j0, j0 + 15);
 #pragma unroll
@@ -114,26 +193,161 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
         const float pr = vis ? exp2f(sc[nt][e] * sl2 - st.lse2[col]) : 0.0f;
         sc[nt][e] = pr * st.gate[col];
         dpt[nt][e] = pr * (st.gate[col] * dpt[nt][e] - st.delta[col]);
+        if constexpr (kDq) sm.ds[col * SDS + jl] = __float2bfloat16(dpt[nt][e]);
       }
     }
     mma_c_b<DV, QT / 16>(dv, sc, st.d_o);
     mma_c_b<DK, QT / 16>(dk, dpt, st.q);
-    __syncthreads();  // stage it & 1 is refilled by the next iteration's issue
+    int64_t th[2] = {-1, -1};
+    int32_t slot[2] = {0, 0};
+    if constexpr (kDq) {
+      const int pg = warp % (QT / 16);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        th[r] = st.th[pg * 16 + gid + 8 * r];
+        slot[r] = st.slot[pg * 16 + gid + 8 * r];
+      }
+    }
+    __syncthreads();  // stage it & 1 is refilled by the next iteration's issue; ds is complete
+    if constexpr (kDq) sel_tile_dq<DK, QT>(p, dq, sm.ds, sm.ks, th, slot, ub, upb);
   }
+}
 
-  // Chunked: write partial z (plain store); otherwise write or accumulate the result.
-  const int64_t key_base =
-      B == Branch::kCmp ? p.cmp_offsets[unit.seq] + unit.first : u.seq_start + unit.first;
-  const int64_t out_rows = B == Branch::kCmp ? p.C : p.T;
-  float* dst_k = out_k + z * out_rows * G * DK;
-  float* dst_v = out_v + z * out_rows * G * DV;
-  const bool acc = chunks == 1 && accumulate;
+// This thread's rows of a unit's dK (times scale) / dV: row jl at dst_k + jl·k_stride (=, or +=).
+template <int DK, int DV>
+__device__ __forceinline__ void store_unit(const RowTile& unit, const float dk[][4],
+                                           const float dv[][4], float* dst_k, float* dst_v,
+                                           int64_t k_stride, int64_t v_stride, float scale,
+                                           bool accumulate) {
+  const int jl_lo = (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int jl = jl_lo + 8 * r;
     if (jl >= unit.rows) continue;
-    store_rows<DK>(dst_k + ((key_base + jl) * G + g) * DK, dk, r, p.scale, acc);
-    store_rows<DV>(dst_v + ((key_base + jl) * G + g) * DV, dv, r, 1.0f, acc);
+    store_rows<DK>(dst_k + jl * k_stride, dk, r, scale, accumulate);
+    store_rows<DV>(dst_v + jl * v_stride, dv, r, 1.0f, accumulate);
+  }
+}
+
+// Every branch, chunked: CTA (unit, g, z) takes chunk z of `chunks` of the unit's queries.
+template <int DK, int DV, Branch B>
+__global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
+    dkdv_kernel(const NsaParams p, const RowTile* __restrict__ units, int64_t chunks,
+                const DkdvOut out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const DkdvSmem<DK, DV, false> sm(smem);
+  const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G;
+  const RowTile unit = units[blockIdx.x];
+  if (unit.rows == 0) return;  // padding of a device-built table (device_layout.h)
+  const UnitQueries u = unit_queries<B>(p, unit, g);
+  const PairList pairs =
+      chunk_pairs(u, z, chunks, static_cast<int>(p.hpg), static_cast<int>(p.n_sel));
+  float dk[DK / 8][4] = {}, dv[DV / 8][4] = {};
+  unit_dkdv<DK, DV, B, false>(p, unit, g, pairs, SelDq{0, 0, nullptr}, sm, dk, dv);
+  const int64_t key_base =
+      B == Branch::kCmp ? p.cmp_offsets[unit.seq] + unit.first : u.seq_start + unit.first;
+  const int64_t slot = out.slots > 0 ? z : 0;
+  const bool acc = out.slots > 0 ? false : out.accumulate;
+  float* dst_k = out.k + (slot * out.rows + key_base) * G * DK + g * DK;
+  float* dst_v = out.v + (slot * out.rows + key_base) * G * DV + g * DV;
+  store_unit<DK, DV>(unit, dk, dv, dst_k, dst_v, G * DK, G * DV, p.scale, acc);
+}
+
+// The selected branch's work items of one pass: (unit, group) ug = g·n_units + u has
+// item_end[ug] − item_end[ug − 1] items of at most `per_item` index entries each.
+struct SelItems {
+  const RowTile* units;
+  int64_t n_units;
+  const int64_t* item_end;  // inclusive prefix sum of the items per (unit, group)
+  int64_t per_item;
+  float* part;  // [items, 64, dk + dv]: dK (scaled) / dV of the items of multi-item units
+};
+
+// Index entries of (unit, group) ug in the pass's rows.
+__device__ __forceinline__ UnitQueries sel_unit_entries(const NsaParams& p, const SelItems& it,
+                                                        const SelDq& dq, int64_t ug) {
+  const int64_t g = ug / it.n_units;
+  return unit_queries<Branch::kSel>(p, it.units[ug % it.n_units], g, dq.r0, dq.r1);
+}
+
+__global__ void count_items_kernel(const NsaParams p, const SelItems it, const SelDq dq,
+                                   int64_t* __restrict__ counts) {
+  const int64_t ug = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ug >= it.n_units * p.G) return;
+  if (it.units[ug % it.n_units].rows == 0) {  // padding of a device-built table
+    counts[ug] = 0;
+    return;
+  }
+  const UnitQueries u = sel_unit_entries(p, it, dq, ug);
+  counts[ug] = (u.q_end - u.q_begin + it.per_item - 1) / it.per_item;
+}
+
+// The selected branch fused (dK/dV + dq): CTA i takes work item i. A unit's only item adds its
+// dK/dV to the gradient itself; items of units with several write part[i] for reduce_items_kernel.
+template <int DK, int DV>
+__global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
+    sel_item_kernel(const NsaParams p, const SelItems it, const SelDq dq) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const DkdvSmem<DK, DV, true> sm(smem);
+  const int64_t i = blockIdx.x, U = it.n_units * p.G;
+  if (i >= it.item_end[U - 1]) return;
+  int64_t lo = 0, hi = U - 1;  // the first ug with item_end[ug] > i
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (it.item_end[mid] > i) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const int64_t ug = lo, g = ug / it.n_units, first = ug > 0 ? it.item_end[ug - 1] : 0;
+  const int64_t n_items = it.item_end[ug] - first, j = i - first;
+  const RowTile unit = it.units[ug % it.n_units];
+  UnitQueries u = sel_unit_entries(p, it, dq, ug);
+  const int64_t qa = u.q_begin + j * it.per_item;
+  const int64_t qb = qa + it.per_item < u.q_end ? qa + it.per_item : u.q_end;
+  const int hpg = static_cast<int>(p.hpg);
+  const PairList pairs{u, qa, static_cast<int>((qb - qa) * hpg), hpg, static_cast<int>(p.n_sel)};
+  float dk[DK / 8][4] = {}, dv[DV / 8][4] = {};
+  unit_dkdv<DK, DV, Branch::kSel, true>(p, unit, g, pairs, dq, sm, dk, dv);
+  if (n_items == 1) {
+    const int64_t row0 = u.seq_start + unit.first;
+    store_unit<DK, DV>(unit, dk, dv, p.d_k[1] + (row0 * p.G + g) * DK,
+                       p.d_v[1] + (row0 * p.G + g) * DV, p.G * DK, p.G * DV, p.scale, true);
+  } else {
+    float* dst = it.part + i * kDkdvUnitRows * (DK + DV);
+    store_unit<DK, DV>(unit, dk, dv, dst, dst + DK, DK + DV, DK + DV, p.scale, false);
+  }
+}
+
+// d_k[1] / d_v[1] += Σ items of each multi-item (unit, group), in item order (four running sums
+// so that four loads are in flight, added in a fixed order): CTA (ug, y) takes unit rows
+// y·kReduceRows.. of ug.
+constexpr int kReduceRows = 8;
+template <int DK, int DV>
+__global__ void reduce_items_kernel(const NsaParams p, const SelItems it) {
+  const int64_t ug = blockIdx.x, first = ug > 0 ? it.item_end[ug - 1] : 0;
+  const int64_t n_items = it.item_end[ug] - first;
+  if (n_items < 2) return;
+  const RowTile unit = it.units[ug % it.n_units];
+  const int64_t g = ug / it.n_units, row0 = p.cu_seqlens[unit.seq] + unit.first;
+  constexpr int W = DK + DV;
+  constexpr int64_t kItem = kDkdvUnitRows * W;
+  const int r_end = min(unit.rows, static_cast<int>(blockIdx.y + 1) * kReduceRows);
+  for (int idx = blockIdx.y * kReduceRows * W + threadIdx.x; idx < r_end * W; idx += blockDim.x) {
+    const int jl = idx / W, col = idx % W;
+    const float* src = it.part + first * kItem + idx;
+    float a[4] = {};
+    int64_t k = 0;
+    for (; k + 4 <= n_items; k += 4) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) a[u] += src[(k + u) * kItem];
+    }
+    for (; k < n_items; ++k) a[0] += src[k * kItem];
+    const float acc = (a[0] + a[1]) + (a[2] + a[3]);
+    float* dst = col < DK ? p.d_k[1] + ((row0 + jl) * p.G + g) * DK + col
+                          : p.d_v[1] + ((row0 + jl) * p.G + g) * DV + (col - DK);
+    *dst += acc;
   }
 }
 
@@ -149,31 +363,43 @@ __global__ void sum_chunks_kernel(const float* __restrict__ partial, float* __re
 
 template <Branch B>
 void launch_branch(const NsaParams& p, const RowTile* units, int64_t n_units, int64_t chunks,
-                   float* out_k, float* out_v, int64_t out_rows, bool accumulate, float* partial,
-                   cudaStream_t stream) {
+                   const DkdvOut& out, cudaStream_t stream) {
   if (n_units == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = dkdv_kernel<DK(), DV(), B>;
-    const size_t smem = dkdv_smem_bytes<DK(), DV()>();
+    const size_t smem = dkdv_smem_bytes<DK(), DV(), false>();
     set_kernel_smem(kernel, smem);
     const dim3 grid(static_cast<unsigned>(n_units), static_cast<unsigned>(p.G),
                     static_cast<unsigned>(chunks));
-    if (chunks == 1) {
-      kernel<<<grid, kThreads, smem, stream>>>(p, units, 1, out_k, out_v, accumulate);
-      NSA_CUDA_LAUNCH_CHECK();
-      return;
-    }
-    const int64_t nk = out_rows * p.G * p.dk, nv = out_rows * p.G * p.dv;
-    float* partial_v = partial + chunks * nk;
-    kernel<<<grid, kThreads, smem, stream>>>(p, units, chunks, partial, partial_v, false);
-    NSA_CUDA_LAUNCH_CHECK();
-    sum_chunks_kernel<<<static_cast<unsigned>((nk + 255) / 256), 256, 0, stream>>>(
-        partial, out_k, nk, chunks, accumulate);
-    NSA_CUDA_LAUNCH_CHECK();
-    sum_chunks_kernel<<<static_cast<unsigned>((nv + 255) / 256), 256, 0, stream>>>(
-        partial_v, out_v, nv, chunks, accumulate);
+    kernel<<<grid, kThreads, smem, stream>>>(p, units, chunks, out);
     NSA_CUDA_LAUNCH_CHECK();
   });
+}
+
+// The gradient rows of a branch.
+DkdvOut branch_out(const NsaParams& p, Branch branch) {
+  switch (branch) {
+    case Branch::kWin:
+      return {p.d_k[2], p.d_v[2], p.T, 0, false};
+    case Branch::kSel:
+      return {p.d_k[1], p.d_v[1], p.T, 0, false};
+    case Branch::kCmp:
+      break;
+  }
+  return {p.d_k_cmp, p.d_v_cmp, p.C, 0, false};
+}
+
+// out (=, or +=) Σ of `slots` partial slots, in slot order.
+void sum_partials(const NsaParams& p, const DkdvOut& out, int64_t slots, const float* partial,
+                  cudaStream_t stream) {
+  const int64_t nk = out.rows * p.G * p.dk, nv = out.rows * p.G * p.dv;
+  if (nk == 0) return;
+  sum_chunks_kernel<<<static_cast<unsigned>((nk + 255) / 256), 256, 0, stream>>>(
+      partial, out.k, nk, slots, out.accumulate);
+  NSA_CUDA_LAUNCH_CHECK();
+  sum_chunks_kernel<<<static_cast<unsigned>((nv + 255) / 256), 256, 0, stream>>>(
+      partial + slots * nk, out.v, nv, slots, out.accumulate);
+  NSA_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -181,20 +407,65 @@ void launch_branch(const NsaParams& p, const RowTile* units, int64_t n_units, in
 void launch_nsa_backward_dkdv(const NsaParams& p, Branch branch, const RowTile* units,
                               int64_t n_units, int64_t chunks, bool accumulate, float* partial,
                               cudaStream_t stream) {
+  if (n_units == 0) return;
+  DkdvOut direct = branch_out(p, branch);
+  direct.accumulate = accumulate;
+  DkdvOut out = direct;
+  if (chunks > 1)
+    out = {partial, partial + chunks * direct.rows * p.G * p.dk, direct.rows, chunks, false};
   switch (branch) {
     case Branch::kWin:
-      launch_branch<Branch::kWin>(p, units, n_units, chunks, p.d_k[2], p.d_v[2], p.T, accumulate,
-                                  partial, stream);
+      launch_branch<Branch::kWin>(p, units, n_units, chunks, out, stream);
       break;
     case Branch::kSel:
-      launch_branch<Branch::kSel>(p, units, n_units, chunks, p.d_k[1], p.d_v[1], p.T, accumulate,
-                                  partial, stream);
+      launch_branch<Branch::kSel>(p, units, n_units, chunks, out, stream);
       break;
     case Branch::kCmp:
-      launch_branch<Branch::kCmp>(p, units, n_units, chunks, p.d_k_cmp, p.d_v_cmp, p.C, accumulate,
-                                  partial, stream);
+      launch_branch<Branch::kCmp>(p, units, n_units, chunks, out, stream);
       break;
   }
+  if (chunks > 1) sum_partials(p, direct, chunks, partial, stream);
+}
+
+int64_t sel_items_bound(const NsaParams& p, int64_t n_units, int64_t rows) {
+  return rows * p.G * p.n_sel / sel_entries_per_item(p) + n_units * p.G;
+}
+
+int64_t sel_entries_per_item(const NsaParams& p) {
+  return std::max<int64_t>(1, kSelItemPairs / p.hpg);
+}
+
+void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_units,
+                        const SelDqPass& pass, const SelItemScratch& s, cudaStream_t stream) {
+  const int64_t U = n_units * p.G;
+  if (U == 0) return;
+  const SelItems it{units, n_units, s.item_end, sel_entries_per_item(p), s.part};
+  const SelDq dq{pass.r0, pass.r1, pass.dq_part};
+  count_items_kernel<<<static_cast<unsigned>((U + 255) / 256), 256, 0, stream>>>(p, it, dq,
+                                                                                 s.counts);
+  NSA_CUDA_LAUNCH_CHECK();
+  size_t temp = s.scan_temp_bytes;
+  NSA_CUDA_CHECK(cub::DeviceScan::InclusiveSum(s.scan_temp, temp, s.counts, s.item_end,
+                                               static_cast<int>(U), stream));
+  const int64_t bound = sel_items_bound(p, n_units, pass.r1 - pass.r0);
+  dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
+    const auto kernel = sel_item_kernel<DK(), DV()>;
+    const size_t smem = dkdv_smem_bytes<DK(), DV(), true>();
+    set_kernel_smem(kernel, smem);
+    kernel<<<static_cast<unsigned>(bound), kThreads, smem, stream>>>(p, it, dq);
+    NSA_CUDA_LAUNCH_CHECK();
+    const dim3 reduce_grid(static_cast<unsigned>(U), kDkdvUnitRows / kReduceRows);
+    reduce_items_kernel<DK(), DV()><<<reduce_grid, 256, 0, stream>>>(p, it);
+    NSA_CUDA_LAUNCH_CHECK();
+  });
+}
+
+size_t sel_scan_temp_bytes(int64_t n) {
+  size_t temp = 0;
+  NSA_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp, static_cast<const int64_t*>(nullptr),
+                                               static_cast<int64_t*>(nullptr),
+                                               static_cast<int>(n)));
+  return temp;
 }
 
 }  // namespace nsa::cuda

@@ -1,4 +1,5 @@
-// Key-centric dK/dV of the three NSA branches on tensor cores (see nsa_backward_dkdv.cu).
+// Key-centric dK/dV of the three NSA branches on tensor cores, and the selected branch's dq fused
+// into its dK/dV pass (see nsa_backward_dkdv.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,5 +18,35 @@ constexpr int64_t kDkdvUnitRows = 64;
 void launch_nsa_backward_dkdv(const NsaParams& p, Branch branch, const RowTile* units,
                               int64_t n_units, int64_t chunks, bool accumulate, float* partial,
                               cudaStream_t stream);
+
+// The selected branch's fused backward (dK/dV and dq in one pass over the inverted index), run in
+// passes over query rows [r0, r1) so that the dq partials stay bounded (run_sel_block_major_backward).
+// Work is cut into items of at most sel_entries_per_item index entries of one (unit, group), so
+// a hot block (block 0 is every query's) spreads over many CTAs and a cold one takes one: a
+// unit's only item adds its dK/dV to p.d_k[1] / p.d_v[1] directly, several items write partials
+// that a second kernel adds in item order. The gradient must be initialised (zeroed) before the
+// first pass. dq partials: unscaled Σ_j dS_j k_j per (row, head, slot, 64-row unit ub of the
+// block) at dq_part[(((row − r0)·H + head)·n_sel + slot)·⌈l_sel / 64⌉ + ub], bf16, dk wide.
+struct SelDqPass {
+  int64_t r0, r1;
+  bf16* dq_part;
+};
+// Pairs ((entry, head)) per work item.
+constexpr int64_t kSelItemPairs = 1024;
+int64_t sel_entries_per_item(const NsaParams& p);
+// Work items of a pass of `rows` query rows, at most.
+int64_t sel_items_bound(const NsaParams& p, int64_t n_units, int64_t rows);
+// Scratch of one pass: item counts and their prefix sum (n_units·G each), the scan's temporary
+// storage (sel_scan_temp_bytes(n_units·G)), the items' partials (bound·64·(dk + dv) floats).
+struct SelItemScratch {
+  int64_t* counts;
+  int64_t* item_end;
+  void* scan_temp;
+  size_t scan_temp_bytes;
+  float* part;
+};
+size_t sel_scan_temp_bytes(int64_t n);
+void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_units,
+                        const SelDqPass& pass, const SelItemScratch& scratch, cudaStream_t stream);
 
 }  // namespace nsa::cuda

@@ -1,10 +1,5 @@
-// NsaCudaLayer: buffers, layout tables and the launch sequence (see nsa_cuda_layer.h).
-//
-// φ = avg runs the compress_avg kernels; φ = mlp the CompressMlp pair (cuBLAS).
-// Backward order (one stream, so every accumulation happens in a fixed order): preprocess → dq →
-// selection index → dK/dV window (writes) → selected (writes, or adds when K/V are shared) →
-// compressed (into the compressed-key gradient) → φ backward into the raw cmp K/V gradient
-// (writes, or adds when shared).
+// NsaCudaLayer: buffers and layout tables (see nsa_cuda_layer.h); the launch sequences are
+// nsa_launch.h's, shared with the C ABI.
 #include <algorithm>
 #include <cmath>
 
@@ -17,12 +12,6 @@
 
 namespace nsa::cuda {
 namespace {
-
-// CTAs per dK/dV unit, each adding up a share of the unit's queries into a partial sum (the
-// partials are then added in chunk order). The compressed branch has few units (one per 64
-// compressed tokens) and the first see nearly every query; the selected branch's first blocks are
-// hot (block 0 is forced for every query); the window's units are many and even.
-constexpr int64_t kCmpChunks = 64, kSelChunks = 16, kWinChunks = 2;
 
 std::vector<bf16> to_bf16(const Tensor<float>& t) {
   std::vector<bf16> out(t.data.size());
@@ -135,8 +124,7 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
   bw_->d_k_cmp.resize(C * G * cfg.dk);
   bw_->d_v_cmp.resize(C * G * cfg.dv);
   sel_idx_.resize(T * G * cfg.n_sel);
-  bw_->partial.resize(std::max(std::max(kSelChunks, kWinChunks) * T, kCmpChunks * C) * G *
-                      (cfg.dk + cfg.dv));
+  bw_->partial.resize(dkdv_partial_floats(p));
   p.q = q_.get(), p.o = o_.get(), p.d_o = bw_->d_o.get(), p.d_q = bw_->d_q.get();
   p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get(), p.d_k_cmp = bw_->d_k_cmp.get();
   p.k_cmp_bf16 = k_cmp_bf16_.get(), p.v_cmp_bf16 = v_cmp_bf16_.get();
@@ -163,6 +151,8 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
   if (cfg.phi == Phi::kMlp) {
     mlp_k_ = std::make_unique<CompressMlp>(cfg.l, cfg.dk, cfg.mlp_hidden(), C * G);
     mlp_v_ = std::make_unique<CompressMlp>(cfg.l, cfg.dv, cfg.mlp_hidden(), C * G);
+    mlp_args_[0] = mlp_k_->args();
+    mlp_args_[1] = mlp_v_->args();
   }
 }
 
@@ -199,52 +189,31 @@ void NsaCudaLayer::set_output_grad(const Tensor<float>& d_o) {
   upload(bw_->d_o, to_bf16(d_o));
 }
 
-void NsaCudaLayer::forward(cudaStream_t stream) {
-  if (mlp_k_) {
-    mlp_k_->forward(blas_, p_, p_.k[0], p_.k_cmp, stream);
-    mlp_v_->forward(blas_, p_, p_.v[0], p_.v_cmp, stream);
-  } else {
-    launch_compress_avg_forward(p_, stream);
-  }
-  launch_f32_to_bf16(p_.k_cmp, p_.k_cmp_bf16, k_cmp_.size(), stream);
-  launch_f32_to_bf16(p_.v_cmp, p_.v_cmp_bf16, v_cmp_.size(), stream);
-  const int64_t n_tiles = row_tiles_.size();
-  launch_compressed_forward(p_, row_tiles_.get(), n_tiles, stream);
-  launch_select_blocks(p_, row_tiles_.get(), n_tiles, stream);
+NsaTables NsaCudaLayer::tables() const {
+  return {row_tiles_.get(),  row_tiles_.size(), sel_units_.get(),
+          sel_units_.size(), cmp_units_.get(),  cmp_units_.size()};
+}
+
+NsaScratch NsaCudaLayer::scratch(bool backward) {
+  NsaScratch s;
+  s.sel_kernel = sel_kernel_;
   if (sel_kernel_ == SelectedKernel::kBlockMajor) {
-    bw_->sel_block_major.forward(p_, stream);
-  } else {
-    launch_selected_forward(p_, stream);
+    s.sel_block_major = bw_->sel_block_major.view(p_, sel_units_.size());
   }
-  launch_window_forward(p_, row_tiles_.get(), n_tiles, stream);
+  if (backward) {
+    s.sel_index = bw_->sel_index.view(p_);
+    s.partial = bw_->partial.get();
+  }
+  if (mlp_k_) s.mlp_k = &mlp_args_[0], s.mlp_v = &mlp_args_[1], s.blas = blas_;
+  return s;
+}
+
+void NsaCudaLayer::forward(cudaStream_t stream) {
+  launch_nsa_forward(p_, tables(), scratch(false), stream);
 }
 
 void NsaCudaLayer::backward(cudaStream_t stream) {
-  const bool shared = cfg_.kv == KvMode::kShared;
-  launch_nsa_backward_preprocess(p_, stream);
-  launch_compressed_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
-  if (sel_kernel_ == SelectedKernel::kBlockMajor) {
-    bw_->sel_block_major.backward_dq(p_, stream);
-  } else {
-    launch_selected_dq(p_, stream);
-  }
-  launch_window_dq(p_, row_tiles_.get(), row_tiles_.size(), stream);
-  bw_->sel_index.build(p_, stream);
-  bw_->sel_index.attach(p_);
-  float* partial = bw_->partial.get();
-  launch_nsa_backward_dkdv(p_, Branch::kWin, row_tiles_.get(), row_tiles_.size(), kWinChunks, false,
-                           partial, stream);
-  // With shared K/V the window wrote the gradient first; the selected branch adds to it.
-  launch_nsa_backward_dkdv(p_, Branch::kSel, sel_units_.get(), sel_units_.size(), kSelChunks,
-                           shared, partial, stream);
-  launch_nsa_backward_dkdv(p_, Branch::kCmp, cmp_units_.get(), cmp_units_.size(), kCmpChunks, false,
-                           partial, stream);
-  if (mlp_k_) {
-    mlp_k_->backward(blas_, p_, p_.d_k_cmp, p_.d_k[0], shared, stream);
-    mlp_v_->backward(blas_, p_, p_.d_v_cmp, p_.d_v[0], shared, stream);
-  } else {
-    launch_compress_avg_backward(p_, shared, stream);
-  }
+  launch_nsa_backward(cfg_, p_, tables(), scratch(true), stream);
 }
 
 void NsaCudaLayer::poison_outputs() {

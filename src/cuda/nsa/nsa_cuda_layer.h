@@ -15,6 +15,7 @@
 #include "compress_mlp.h"
 #include "nsa/attention.h"
 #include "nsa_backward_dkdv.h"
+#include "nsa_launch.h"
 #include "nsa_params.h"
 #include "sel_block_major.h"
 #include "sel_index.h"
@@ -106,6 +107,10 @@ class NsaCudaLayer {
   }
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<CompressMlp> mlp_k_, mlp_v_;  // φ = mlp only
+  CompressMlpArgs mlp_args_[2];                 // their pointers (fixed after construction)
+  NsaTables tables() const;
+  // The scratch of one forward or backward (grows the shared buffers on first use).
+  NsaScratch scratch(bool backward);
 };
 
 }  // namespace nsa::cuda

@@ -46,6 +46,18 @@ class NsaDecodeCuda {
   // For benchmarks: every sequence holds `len` tokens of random K/V (compressed tokens included).
   void fill_random(int64_t len, uint64_t seed, cudaStream_t stream);
 
+  // Batched prefill (decode_prefill.cu): fills sequences seqs[i] (device, [n]) from one packed
+  // forward's rotated K/V per branch (k / v [T, G, dk|dv] bf16; kv = shared: index 0), prompt i at
+  // rows cu_seqlens[i] .. cu_seqlens[i + 1] (device, [n + 1]), the longest max_prompt tokens: the
+  // state the prompts' append steps leave, compressed tokens averaged as append does, bit for bit.
+  // The positions are the caller's (each becomes its prompt's length).
+  void prefill(const __nv_bfloat16* const k[kNumBranches],
+               const __nv_bfloat16* const v[kNumBranches], const int64_t* cu_seqlens,
+               const int32_t* seqs, int64_t n, int64_t max_prompt, cudaStream_t stream);
+  // Copies the caches of sequence `from`, holding `len` tokens, to sequence `to` (identical
+  // prompts are prefilled once).
+  void copy_sequence(int64_t from, int64_t to, int64_t len, cudaStream_t stream);
+
   // The last step's selected blocks [B, G, n_sel] (ascending, −1 padded; NSA only).
   const int32_t* selection() const { return sel_.get(); }
   // K/V bytes a step at position t reads per sequence: the paper's access model, exact for bf16

@@ -42,8 +42,8 @@ void launch_window_forward(const NsaParams& p, const RowTile* tiles, int64_t n_t
 
 // delta_c = g_c · (dO·o_c) and d_gate_c = dO·o_c for every (row, head, branch).
 void launch_nsa_backward_preprocess(const NsaParams& p, cudaStream_t stream);
-// dq, in this order: the compressed branch writes d_q, the selected branch (query-major; or
-// SelBlockMajor::backward_dq) and the window branch add to it.
+// dq: the compressed branch writes d_q, the selected (query-major) and the window branch add to
+// it; the block-major selected branch adds its dq later, in SelBlockMajor::backward.
 void launch_compressed_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
                           cudaStream_t stream);
 void launch_selected_dq(const NsaParams& p, cudaStream_t stream);

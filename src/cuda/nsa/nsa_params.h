@@ -63,9 +63,9 @@ struct NsaParams {
   float* d_v_cmp;    // [C, G, dv]
   float* d_k[3];     // raw-key gradients per branch ([T, G, dk]); shared: all three alias one
   float* d_v[3];
-  // Inverted selection index (built in the backward): entries sorted by (group, block, row);
-  // entry e's query row is sel_entries[e] & 0xffffffff; (g, block gb) owns
-  // [sel_seg_start[g·TB + gb], sel_seg_end[g·TB + gb]).
+  // Inverted selection index (built in the backward): entries sorted by (group, block, row, slot);
+  // entry e's low 32 bits are row·n_sel + slot (the query row and which of its n_sel choices the
+  // block is); (g, block gb) owns [sel_seg_start[g·TB + gb], sel_seg_end[g·TB + gb]).
   const uint64_t* sel_entries;
   const int64_t* sel_seg_start;
   const int64_t* sel_seg_end;

@@ -22,8 +22,24 @@ struct UnitQueries {
   const uint64_t* list;
 };
 
+// The first entry of list[lo, hi) whose low 32 bits (row·n_sel + slot) are >= v (ascending).
+__device__ __forceinline__ int64_t lower_entry(const uint64_t* list, int64_t lo, int64_t hi,
+                                               uint64_t v) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if ((list[mid] & 0xffffffffu) < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// The queries of unit u; the selected branch's keep only entries of query rows [r0, r1).
 template <Branch B>
-__device__ UnitQueries unit_queries(const NsaParams& p, const RowTile& unit, int64_t g) {
+__device__ UnitQueries unit_queries(const NsaParams& p, const RowTile& unit, int64_t g,
+                                    int64_t r0 = 0, int64_t r1 = -1) {
   UnitQueries u;
   const int64_t n = unit.seq;
   u.seq_start = p.cu_seqlens[n];
@@ -41,6 +57,11 @@ __device__ UnitQueries unit_queries(const NsaParams& p, const RowTile& unit, int
     u.q_begin = p.sel_seg_start[seg];
     u.q_end = p.sel_seg_end[seg];
     u.list = p.sel_entries;
+    if (r1 >= 0 && u.q_end > u.q_begin) {
+      const int64_t b = lower_entry(u.list, u.q_begin, u.q_end, r0 * p.n_sel);
+      u.q_end = lower_entry(u.list, b, u.q_end, r1 * p.n_sel);
+      u.q_begin = b;
+    }
   }
   if (u.q_end < u.q_begin) u.q_end = u.q_begin;
   return u;
@@ -49,20 +70,22 @@ __device__ UnitQueries unit_queries(const NsaParams& p, const RowTile& unit, int
 // The pairs of chunk z (of `chunks`) of a unit's queries.
 struct PairList {
   UnitQueries u;
-  int64_t qa;  // first query position of the chunk
-  int n, hpg;  // pairs, heads per group
-  // Pair i: its query row (global); rows ascend with i.
-  __device__ int64_t row(int i) const {
+  int64_t qa;         // first query position of the chunk
+  int n, hpg, n_sel;  // pairs, heads per group, selected blocks per query
+  // Pair i's entry: row·n_sel + slot for the selected branch's list, else the query row (global);
+  // rows ascend with i.
+  __device__ int64_t entry(int i) const {
     const int64_t qi = qa + i / hpg;
     return u.list ? static_cast<int64_t>(u.list[qi] & 0xffffffffu) : u.seq_start + qi;
   }
+  __device__ int64_t row(int64_t entry) const { return u.list ? entry / n_sel : entry; }
 };
 
 __device__ __forceinline__ PairList chunk_pairs(const UnitQueries& u, int64_t z, int64_t chunks,
-                                                int hpg) {
+                                                int hpg, int n_sel) {
   const int64_t total = u.q_end - u.q_begin;
   const int64_t qa = u.q_begin + total * z / chunks, qb = u.q_begin + total * (z + 1) / chunks;
-  return {u, qa, static_cast<int>((qb - qa) * hpg), hpg};
+  return {u, qa, static_cast<int>((qb - qa) * hpg), hpg, n_sel};
 }
 
 // One stage: indices, Q rows and (kGrad) dO rows with the branch statistics of QT pairs. The
@@ -73,12 +96,13 @@ struct PairStage {
   static constexpr int QT = pair_tile<DK>();
   static constexpr size_t kBytes = QT * sizeof(int64_t) + QT * tile_stride(DK) * sizeof(bf16) +
                                    (kGrad ? QT * tile_stride(DV) * sizeof(bf16) : 0) +
-                                   QT * 4 * sizeof(float);
+                                   QT * 5 * sizeof(float);
   int64_t* th;  // query row·H + head, −1 for padding pairs
   bf16* q;
   bf16* d_o;                   // kGrad only
   float *lse2, *delta, *gate;  // kGrad only: log2-domain lse, delta, gate (after finish_stats)
   int32_t* t;                  // query position in the sequence, −1 for padding pairs
+  int32_t* slot;               // selected branch: which of the query's n_sel choices the block is
   __device__ explicit PairStage(unsigned char* base)
       : th(reinterpret_cast<int64_t*>(base)),
         q(reinterpret_cast<bf16*>(th + QT)),
@@ -86,7 +110,8 @@ struct PairStage {
         lse2(reinterpret_cast<float*>(d_o + (kGrad ? QT * tile_stride(DV) : 0))),
         delta(lse2 + QT),
         gate(delta + QT),
-        t(reinterpret_cast<int32_t*>(gate + QT)) {}
+        t(reinterpret_cast<int32_t*>(gate + QT)),
+        slot(t + QT) {}
 
   // After this thread's cp.async wait for the stage, before the barrier that publishes it: each
   // thread converts the statistics it copied (fill_pair_stage's thread-to-pair mapping).
@@ -112,10 +137,12 @@ __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64
   constexpr int QT = PairStage<DK, DV, kGrad>::QT;
   for (int i = threadIdx.x; i < QT; i += blockDim.x) {
     const int k = pb + i;
+    const int64_t entry = k < pairs.n ? pairs.entry(k) : 0;
     const int64_t th =
-        k < pairs.n ? pairs.row(k) * p.H + g * pairs.hpg + k % pairs.hpg : int64_t{-1};
+        k < pairs.n ? pairs.row(entry) * p.H + g * pairs.hpg + k % pairs.hpg : int64_t{-1};
     st.th[i] = th;
     st.t[i] = th < 0 ? -1 : static_cast<int32_t>(th / p.H - pairs.u.seq_start);
+    st.slot[i] = pairs.u.list ? static_cast<int32_t>(entry % pairs.n_sel) : 0;
     if constexpr (kGrad) {
       if (th >= 0) {
         cp_async4(st.lse2 + i, p.lse[c] + th);

@@ -4,15 +4,18 @@
 // group size. The price is one partial result per (row, head, slot) in device memory and a merge.
 //
 // Forward partial: the block's softmax state of the pair – o_k normalised over the block's
-// visible keys (fp32) and lse_k (natural log). Merge: o = Σ_k e^(lse_k − lse) o_k with
-// lse = log Σ_k e^(lse_k), slots in ascending order. dq partial: Σ_j dS_j k_j over the block's
-// keys (unscaled); merge: d_q += scale · Σ_k partial_k, slots in ascending order.
+// visible keys (bf16) and lse_k (fp32, natural log). Merge: o = Σ_k e^(lse_k − lse) o_k with
+// lse = log Σ_k e^(lse_k), slots in ascending order. The backward's dq partials come from the
+// selected dK/dV kernel (nsa_backward_dkdv.cu), one per (row, head, slot, unit of the block):
+// Σ_j dS_j k_j over the unit's keys (unscaled, bf16); merge: d_q += scale · Σ partials, slots and
+// units in ascending order.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 
 #include "common/cuda_check.h"
 #include "head_dims.h"
+#include "nsa_backward_dkdv.h"
 #include "nsa_kernels.h"
 #include "sel_block_major.h"
 #include "softmax.cuh"
@@ -67,8 +70,8 @@ struct ChunkArgs {
   int64_t n;             // keys
   int64_t r0;            // first query row of the chunk
   int ne;                // entries per CTA
-  float* part;           // [rows, H, n_sel, dv] forward, [rows, H, n_sel, dk] dq
-  float* part_lse;       // [rows, H, n_sel] (forward)
+  bf16* part;            // [rows, H, n_sel, dv]
+  float* part_lse;       // [rows, H, n_sel]
 };
 
 // What one thread needs of its two MMA rows (gid, gid + 8) of a pair tile.
@@ -119,42 +122,18 @@ __device__ __forceinline__ void mask_block(float s[][4], const PairRows& pr, int
   }
 }
 
-// One row half of a warp's 16 × D accumulator → dst (fp32), times `scale`.
+// One row half of a warp's 16 × D accumulator → dst (bf16), times `scale`.
 template <int D>
-__device__ __forceinline__ void store_part(float* dst, const float acc[][4], int r, float scale) {
+__device__ __forceinline__ void store_part(bf16* dst, const float acc[][4], int r, float scale) {
   const int tq = threadIdx.x & 3;
 #pragma unroll
   for (int nt = 0; nt < D / 8; ++nt) {
-    *reinterpret_cast<float2*>(dst + nt * 8 + 2 * tq) =
-        make_float2(scale * acc[nt][2 * r], scale * acc[nt][2 * r + 1]);
+    *reinterpret_cast<uint32_t*>(dst + nt * 8 + 2 * tq) =
+        pack_bf16(scale * acc[nt][2 * r], scale * acc[nt][2 * r + 1]);
   }
 }
 
-// A warp's operands of one pair tile: its rows, their q (and, for dq, dO and the statistics) as
-// A fragments straight from global memory.
-template <int DK, int DV, bool kGrad>
-struct TileInputs {
-  PairRows pr;
-  uint32_t qf[DK / 16][4];
-  uint32_t dof[kGrad ? DV / 16 : 1][4];
-  RowStats st;
-
-  __device__ void load(const NsaParams& p, const ChunkArgs& a, const uint64_t* key_s, int run_begin,
-                       int pairs, int pair0, int64_t g, int64_t seq_start) {
-    pr = pair_rows(p, a, key_s, run_begin, pairs, pair0, g, seq_start);
-    load_a_rows<DK>(qf, [&](int m) -> const bf16* {
-      return pr.ok[m >> 3] ? p.q + pr.th[m >> 3] * DK : nullptr;
-    });
-    if constexpr (kGrad) {
-      load_a_rows<DV>(dof, [&](int m) -> const bf16* {
-        return pr.ok[m >> 3] ? p.d_o + pr.th[m >> 3] * DV : nullptr;
-      });
-      st.load(p, 1, pr.th[0], pr.th[1], pr.ok[0], pr.ok[1]);
-    }
-  }
-};
-
-template <int DK, int DV, bool kGrad>
+template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads)
     sel_block_major_kernel(const NsaParams p, const ChunkArgs a) {
   constexpr int KT = key_tile<DK>(), SK = tile_stride(DK), SV = tile_stride(DV);
@@ -194,47 +173,39 @@ __global__ void __launch_bounds__(kThreads)
         [&](int r) { return r < nk ? kv.v + (k_first + r) * kv.v_stride : nullptr; }, threadIdx.x,
         kThreads);
     cp_async_commit();
-    // The warp's first tile loads its operands while the block is on its way.
+    // The warp's first tile loads its queries while the block is on its way.
     const int pairs = (j - i) * static_cast<int>(p.hpg);
-    TileInputs<DK, DV, kGrad> in;
-    in.load(p, a, key_s, i, pairs, warp * 16, g, seq_start);
+    PairRows pr = pair_rows(p, a, key_s, i, pairs, warp * 16, g, seq_start);
+    uint32_t qf[DK / 16][4];
+    const auto load_q = [&] {
+      load_a_rows<DK>(qf, [&](int m) -> const bf16* {
+        return pr.ok[m >> 3] ? p.q + pr.th[m >> 3] * DK : nullptr;
+      });
+    };
+    load_q();
     cp_async_wait<0>();
     __syncthreads();
 
     for (int pair0 = warp * 16; pair0 < pairs; pair0 += kPairTile) {
-      if (pair0 != warp * 16) in.load(p, a, key_s, i, pairs, pair0, g, seq_start);
-      const PairRows& pr = in.pr;
-      if constexpr (!kGrad) {
-        SoftmaxAcc<DV> acc;
-        acc.init();
-        for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
-          float s[KT / 8][4] = {};
-          mma_a_bt<DK, KT / 8>(s, in.qf, ks + sub * KT * SK);
-          mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
-          acc.template update<KT / 8>(s);
-          mma_c_b<DV, KT / 16>(acc.o, s, vs + sub * KT * SV);
-        }
-        acc.finish();
+      if (pair0 != warp * 16) {
+        pr = pair_rows(p, a, key_s, i, pairs, pair0, g, seq_start);
+        load_q();
+      }
+      SoftmaxAcc<DV> acc;
+      acc.init();
+      for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
+        float s[KT / 8][4] = {};
+        mma_a_bt<DK, KT / 8>(s, qf, ks + sub * KT * SK);
+        mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
+        acc.template update<KT / 8>(s);
+        mma_c_b<DV, KT / 16>(acc.o, s, vs + sub * KT * SV);
+      }
+      acc.finish();
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (!pr.ok[r]) continue;
-          store_part<DV>(a.part + pr.part[r] * DV, acc.o, r, acc.inv(r));
-          if ((threadIdx.x & 3) == 0) a.part_lse[pr.part[r]] = acc.lse(r);
-        }
-      } else {
-        float dq[DK / 8][4] = {};
-        for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
-          float s[KT / 8][4] = {}, dp[KT / 8][4] = {};
-          mma_a_bt<DK, KT / 8>(s, in.qf, ks + sub * KT * SK);
-          mma_a_bt<DV, KT / 8>(dp, in.dof, vs + sub * KT * SV);
-          mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
-          scores_to_ds<KT / 8>(s, dp, in.st);
-          mma_c_b<DK, KT / 16>(dq, s, ks + sub * KT * SK);
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (pr.ok[r]) store_part<DK>(a.part + pr.part[r] * DK, dq, r, 1.0f);
-        }
+      for (int r = 0; r < 2; ++r) {
+        if (!pr.ok[r]) continue;
+        store_part<DV>(a.part + pr.part[r] * DV, acc.o, r, acc.inv(r));
+        if ((threadIdx.x & 3) == 0) a.part_lse[pr.part[r]] = acc.lse(r);
       }
     }
     __syncthreads();  // the block's tiles are refilled by the next run
@@ -248,10 +219,21 @@ constexpr int merge_cols() {
   return D >= 64 ? D / 32 : 2;
 }
 
+// kPer consecutive bf16 (kPer even) as floats, added to acc with weight w.
+template <int kPer>
+__device__ __forceinline__ void add_bf16(float acc[kPer], const bf16* src, float w) {
+#pragma unroll
+  for (int c = 0; c < kPer; c += 2) {
+    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + c));
+    acc[c] += w * x.x;
+    acc[c + 1] += w * x.y;
+  }
+}
+
 // One warp per (row, head) of rows [r0, r0 + rows): o_sel and lse_sel from the slots' partials.
 template <int DV>
 __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows,
-                                     const float* __restrict__ part,
+                                     const bf16* __restrict__ part,
                                      const float* __restrict__ part_lse) {
   constexpr int kPer = merge_cols<DV>();
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -266,15 +248,12 @@ __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows
   }
   float acc[kPer] = {}, sum = 0.0f;
   const int col = lane * kPer;
+#pragma unroll 4
   for (int64_t k = 0; k < p.n_sel; ++k) {
     if (sel[k] < 0) continue;
     const float wk = exp2f((pl[k] - m) * kLog2e);
     sum += wk;
-    if (col < DV) {
-      const float* src = part + (w * p.n_sel + k) * DV + col;
-#pragma unroll
-      for (int c = 0; c < kPer; ++c) acc[c] += wk * src[c];
-    }
+    if (col < DV) add_bf16<kPer>(acc, part + (w * p.n_sel + k) * DV + col, wk);
   }
   if (col < DV) {
     bf16* dst = p.o_branch[1] + th * DV + col;
@@ -284,85 +263,147 @@ __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows
   if (lane == 0) p.lse[1][th] = m + logf(sum);
 }
 
-// One warp per (row, head): d_q += scale · Σ_k partial_k.
+// One warp per (row, head): d_q += scale · Σ partials over the valid slots and, within a slot's
+// block, the units up to the row's own position (later units saw no key of it). The (slot, unit)
+// pairs are walked flat, four at a time so that their loads are in flight together.
 template <int DK>
 __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
-                                const float* __restrict__ part) {
+                                const bf16* __restrict__ part) {
   constexpr int kPer = merge_cols<DK>();
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (w >= rows * p.H) return;
   const int64_t row = r0 + w / p.H, h = w % p.H, g = h / p.hpg, th = row * p.H + h;
+  const int64_t t = row - p.cu_seqlens[p.seq_of_row[row]];
   const int32_t* sel = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const int upb = static_cast<int>((p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows);
+  const int n = static_cast<int>(p.n_sel) * upb;
   const int col = lane * kPer;
   if (col >= DK) return;
+  const bf16* src = part + w * n * DK + col;
   float acc[kPer] = {};
-  for (int64_t k = 0; k < p.n_sel; ++k) {
-    if (sel[k] < 0) continue;
-    const float* src = part + (w * p.n_sel + k) * DK + col;
-#pragma unroll
-    for (int c = 0; c < kPer; ++c) acc[c] += src[c];
+#pragma unroll 4
+  for (int i = 0; i < n; ++i) {
+    const int32_t b = sel[i / upb];
+    if (b >= 0 && b * p.l_sel + (i % upb) * kDkdvUnitRows <= t) {
+      add_bf16<kPer>(acc, src + static_cast<int64_t>(i) * DK, 1.0f);
+    }
   }
   float* dst = p.d_q + th * DK + col;
 #pragma unroll
   for (int c = 0; c < kPer; ++c) dst[c] += p.scale * acc[c];
 }
 
-}  // namespace
-
-int64_t SelBlockMajor::chunk_rows(const NsaParams& p) const {
-  const int64_t per_row = p.H * p.n_sel * (std::max(p.dk, p.dv) + 1) * int64_t{sizeof(float)};
-  return std::min(p.T, std::max<int64_t>(1, budget_ / per_row));
-}
-
-int64_t SelBlockMajor::sort_chunk(const NsaParams& p, int64_t r0, int64_t rows,
-                                  cudaStream_t stream) {
-  const int64_t n = rows * p.G * p.n_sel;
-  chunk_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, r0, n,
-                                                                                keys_in_.get());
-  NSA_CUDA_LAUNCH_CHECK();
-  // Sort on the bits in use: the padding key's are all ones there, above every valid segment.
+// Sort on the bits in use: the padding key's are all ones there, above every valid segment.
+int sort_end_bit(const NsaParams& p) {
   int end_bit = 32;
   while ((uint64_t{1} << (end_bit - 32)) <= static_cast<uint64_t>(p.G * p.TB)) ++end_bit;
+  return end_bit;
+}
+
+// Sorted keys of rows [r0, r0 + rows) in v.keys_out; returns their count (padding included).
+int64_t sort_chunk(const NsaParams& p, const SelBlockMajorView& v, int64_t r0, int64_t rows,
+                   cudaStream_t stream) {
+  const int64_t n = rows * p.G * p.n_sel;
+  chunk_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, r0, n,
+                                                                                v.keys_in);
+  NSA_CUDA_LAUNCH_CHECK();
   size_t temp_bytes = 0;
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys_in_.get(),
-                                                keys_out_.get(), static_cast<int>(n), 0, end_bit,
-                                                stream));
-  if (static_cast<int64_t>(temp_bytes) > temp_.size()) temp_.resize(temp_bytes);
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp_.get(), temp_bytes, keys_in_.get(),
-                                                keys_out_.get(), static_cast<int>(n), 0, end_bit,
-                                                stream));
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, v.keys_in, v.keys_out,
+                                                static_cast<int>(n), 0, sort_end_bit(p), stream));
+  NSA_CHECK(temp_bytes <= v.temp_bytes, "selected branch (block-major): the sort needs ",
+            temp_bytes, " bytes of temporary storage, the workspace holds ", v.temp_bytes);
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(v.temp, temp_bytes, v.keys_in, v.keys_out,
+                                                static_cast<int>(n), 0, sort_end_bit(p), stream));
   return n;
 }
 
-void SelBlockMajor::run(const NsaParams& p, bool grad, cudaStream_t stream) {
+}  // namespace
+
+int64_t sel_partial_bytes_per_row(int64_t H, int64_t n_sel, int64_t l_sel, int64_t dk, int64_t dv) {
+  const int64_t upb = (l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  const int64_t fwd = H * n_sel * (dv * int64_t{sizeof(bf16)} + int64_t{sizeof(float)});
+  const int64_t bwd = H * n_sel * upb * dk * int64_t{sizeof(bf16)};
+  return std::max(fwd, bwd);
+}
+
+SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budget_bytes,
+                                        int64_t n_sel_units, Workspace& ws) {
+  SelBlockMajorView v;
+  if (p.T == 0) return v;
+  const int64_t per_row = sel_partial_bytes_per_row(p.H, p.n_sel, p.l_sel, p.dk, p.dv);
+  v.rows = std::min(p.T, std::max<int64_t>(1, partial_budget_bytes / per_row));
+  const int64_t n = v.rows * p.G * p.n_sel;
+  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  v.keys_in = ws.take<uint64_t>(n);
+  v.keys_out = ws.take<uint64_t>(n);
+  v.part = ws.take<bf16>(v.rows * p.H * p.n_sel * std::max(p.dv, upb * p.dk));
+  v.part_lse = ws.take<float>(v.rows * p.H * p.n_sel);
+  // A host-side query for the largest chunk (the last one may be shorter and need less).
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, v.temp_bytes, v.keys_in, v.keys_out,
+                                                static_cast<int>(n), 0, sort_end_bit(p)));
+  v.temp = ws.take_bytes(v.temp_bytes);
+  // The backward's work items.
+  const int64_t U = n_sel_units * p.G;
+  v.n_units = n_sel_units;
+  v.counts = ws.take<int64_t>(U);
+  v.item_end = ws.take<int64_t>(U);
+  v.scan_temp_bytes = sel_scan_temp_bytes(U);
+  v.scan_temp = ws.take_bytes(v.scan_temp_bytes);
+  v.item_part =
+      ws.take<float>(sel_items_bound(p, n_sel_units, v.rows) * kDkdvUnitRows * (p.dk + p.dv));
+  return v;
+}
+
+SelBlockMajorView SelBlockMajor::view(const NsaParams& p, int64_t n_sel_units) {
+  Workspace sizing = Workspace::sizing();
+  carve_sel_block_major(p, budget_, n_sel_units, sizing);
+  if (static_cast<int64_t>(sizing.used()) > mem_.size()) mem_.resize(sizing.used());
+  Workspace ws(mem_.get(), mem_.bytes());
+  return carve_sel_block_major(p, budget_, n_sel_units, ws);
+}
+
+void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
+                                 cudaStream_t stream) {
   if (p.T == 0) return;
   NSA_CHECK(p.l_sel <= kSelBlockMajorMaxLsel, "selected branch (block-major): l_sel ", p.l_sel,
             " > ", kSelBlockMajorMaxLsel);
-  const int64_t rows = chunk_rows(p);
-  keys_in_.resize(rows * p.G * p.n_sel);
-  keys_out_.resize(rows * p.G * p.n_sel);
-  part_.resize(rows * p.H * p.n_sel * std::max(p.dk, p.dv));
-  part_lse_.resize(rows * p.H * p.n_sel);
+  const int64_t rows = v.rows;
   const int ne = entries_per_cta(p.hpg);
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
-    const auto kernel =
-        grad ? sel_block_major_kernel<DK(), DV(), true> : sel_block_major_kernel<DK(), DV(), false>;
+    const auto kernel = sel_block_major_kernel<DK(), DV()>;
     const size_t smem = smem_bytes<DK(), DV()>(p, ne);
     set_kernel_smem(kernel, smem);
     for (int64_t r0 = 0; r0 < p.T; r0 += rows) {
       const int64_t nr = std::min(rows, p.T - r0);
-      const int64_t n = sort_chunk(p, r0, nr, stream);
-      const ChunkArgs a{keys_out_.get(), n, r0, ne, part_.get(), part_lse_.get()};
+      const int64_t n = sort_chunk(p, v, r0, nr, stream);
+      const ChunkArgs a{v.keys_out, n, r0, ne, v.part, v.part_lse};
       kernel<<<static_cast<unsigned>((n + ne - 1) / ne), kThreads, smem, stream>>>(p, a);
       NSA_CUDA_LAUNCH_CHECK();
       const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair
-      if (grad) {
-        merge_dq_kernel<DK()><<<merge_ctas, 256, 0, stream>>>(p, r0, nr, part_.get());
-      } else {
-        merge_forward_kernel<DV()>
-            <<<merge_ctas, 256, 0, stream>>>(p, r0, nr, part_.get(), part_lse_.get());
-      }
+      merge_forward_kernel<DV()><<<merge_ctas, 256, 0, stream>>>(p, r0, nr, v.part, v.part_lse);
+      NSA_CUDA_LAUNCH_CHECK();
+    }
+  });
+}
+
+void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
+                                  const RowTile* units, int64_t n_units, bool accumulate,
+                                  cudaStream_t stream) {
+  if (p.T == 0) return;
+  NSA_CHECK(n_units <= v.n_units, "selected branch (block-major): ", n_units,
+            " units, the scratch was carved for ", v.n_units);
+  if (!accumulate) {
+    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_k[1], 0, p.T * p.G * p.dk * sizeof(float), stream));
+    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_v[1], 0, p.T * p.G * p.dv * sizeof(float), stream));
+  }
+  const SelItemScratch scratch{v.counts, v.item_end, v.scan_temp, v.scan_temp_bytes, v.item_part};
+  dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto) {
+    for (int64_t r0 = 0; r0 < p.T; r0 += v.rows) {
+      const int64_t nr = std::min(v.rows, p.T - r0);
+      launch_sel_dkdv_dq(p, units, n_units, SelDqPass{r0, r0 + nr, v.part}, scratch, stream);
+      const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair
+      merge_dq_kernel<DK()><<<merge_ctas, 256, 0, stream>>>(p, r0, nr, v.part);
       NSA_CUDA_LAUNCH_CHECK();
     }
   });

@@ -1,14 +1,17 @@
-// The selected branch block-major (v3): forward and dq walk each selection block once per batch of
-// the queries that chose it, instead of once per query (see sel_block_major.cu and docs/cuda.md).
+// The selected branch block-major (v3): the forward walks each selection block once per batch of
+// the queries that chose it, instead of once per query (see sel_block_major.cu and docs/cuda.md);
+// the backward runs the selected dK/dV with dq fused into it and merges the dq partials.
 //
-// For a chunk of query rows, every valid (row, group, slot) of sel_idx becomes a 64-bit key
-// (group·TB + global block) << 32 | (local row · n_sel + slot); a radix sort groups the keys by
+// Forward: for a chunk of query rows, every valid (row, group, slot) of sel_idx becomes a 64-bit
+// key (group·TB + global block) << 32 | (local row · n_sel + slot); a radix sort groups the keys by
 // block. CTA b then takes sorted entries [b·NE, (b+1)·NE): it stages each block it meets once in
 // shared memory and runs the (entry, head) pairs of its entries through it in 64-row MMA tiles,
-// writing one partial result per (row, head, slot) – the block's softmax state (o, lse) in the
-// forward, its dq contribution in the backward. A merge kernel then combines each (row, head)'s
-// partials in slot order. No atomics: every partial is written once and merged in a fixed order.
-// Rows are processed in chunks so that the partials stay within kSelPartialBudgetBytes.
+// writing one partial softmax state (o, lse) per (row, head, slot). A merge kernel then combines
+// each (row, head)'s partials in slot order. Backward: the inverted selection index (SelIndex)
+// drives the selected dK/dV kernel, which also writes one dq partial per (row, head, slot, 64-row
+// unit of the block); a merge adds them to d_q in order. No atomics: every partial is written once
+// and merged in a fixed order. Rows are processed in chunks (passes) so that the partials stay
+// within kSelPartialBudgetBytes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,12 +19,16 @@
 #include <cstdint>
 
 #include "common/device_buffer.h"
+#include "common/workspace.h"
 #include "nsa_params.h"
 
 namespace nsa::cuda {
 
 // Device bytes the partial results of one chunk may take (rows per chunk follow from it).
 constexpr int64_t kSelPartialBudgetBytes = int64_t{1} << 30;
+
+// Partial-result bytes per query row (the larger of the forward's and the backward's).
+int64_t sel_partial_bytes_per_row(int64_t H, int64_t n_sel, int64_t l_sel, int64_t dk, int64_t dv);
 
 // Which kernel computes the selected branch's forward and dq.
 enum class SelectedKernel {
@@ -32,29 +39,50 @@ enum class SelectedKernel {
 // The largest selection block the block-major kernels stage whole in shared memory.
 constexpr int64_t kSelBlockMajorMaxLsel = 256;
 
-// Scratch of the block-major kernels: sort keys, cub's temporary storage, partial results. Used
-// only while one forward or backward call runs, so layers can share one.
+// Scratch of the block-major kernels – sort keys, cub's temporary storage, partial results, the
+// backward's work items – carved from a Workspace for one shape: `rows` query rows per chunk, so
+// that the partials stay within the budget. Used only while one forward or backward call runs.
+struct SelBlockMajorView {
+  int64_t rows = 0;
+  uint64_t* keys_in = nullptr;
+  uint64_t* keys_out = nullptr;
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+  bf16* part = nullptr;  // forward o partials, or the backward's dq partials
+  float* part_lse = nullptr;
+  int64_t n_units = 0;  // selection units the backward's item arrays were carved for
+  int64_t* counts = nullptr;
+  int64_t* item_end = nullptr;
+  void* scan_temp = nullptr;
+  size_t scan_temp_bytes = 0;
+  float* item_part = nullptr;
+};
+
+// n_sel_units: the selected branch's dK/dV units (table entries, padding included).
+SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budget_bytes,
+                                        int64_t n_sel_units, Workspace& ws);
+// o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
+void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
+                                 cudaStream_t stream);
+// The selected branch's dK/dV (= or, with `accumulate`, += into p.d_k[1] / p.d_v[1]) over the
+// selection units, and d_q += its dq. Needs the inverted selection index attached to p.
+void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
+                                  const RowTile* units, int64_t n_units, bool accumulate,
+                                  cudaStream_t stream);
+
+// The scratch in memory of its own that grows to the largest shape seen (layers of one model
+// share one).
 class SelBlockMajor {
  public:
-  // o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
-  void forward(const NsaParams& p, cudaStream_t stream) { run(p, false, stream); }
-  // d_q += the selected branch's dq (p.d_q already holds the compressed branch's).
-  void backward_dq(const NsaParams& p, cudaStream_t stream) { run(p, true, stream); }
   // Tests: a smaller budget forces many row chunks.
   void set_partial_budget(int64_t bytes) { budget_ = bytes; }
-  size_t device_bytes() const {
-    return keys_in_.bytes() + keys_out_.bytes() + temp_.bytes() + part_.bytes() + part_lse_.bytes();
-  }
+  int64_t partial_budget() const { return budget_; }
+  // The scratch for p, growing the memory when p needs more.
+  SelBlockMajorView view(const NsaParams& p, int64_t n_sel_units);
+  size_t device_bytes() const { return mem_.bytes(); }
 
  private:
-  void run(const NsaParams& p, bool grad, cudaStream_t stream);
-  int64_t chunk_rows(const NsaParams& p) const;
-  // Sorted keys of rows [r0, r0 + rows) in keys_out_; returns their count (padding included).
-  int64_t sort_chunk(const NsaParams& p, int64_t r0, int64_t rows, cudaStream_t stream);
-
-  DeviceBuffer<uint64_t> keys_in_, keys_out_;
-  DeviceBuffer<uint8_t> temp_;
-  DeviceBuffer<float> part_, part_lse_;
+  DeviceBuffer<unsigned char> mem_;
   int64_t budget_ = kSelPartialBudgetBytes;
 };
 

@@ -2,9 +2,10 @@
 // selected branch's dK/dV can be accumulated key-centrically without atomics.
 //
 // Each valid entry (row, g, block b of the row's sequence) becomes the 64-bit key
-// ((g·TB + gb) << 32) | row with gb the global block id; padding (−1) becomes UINT64_MAX. A radix
-// sort groups the keys by (group, block) with rows ascending, and one pass marks where each
-// (group, block) segment starts and ends (empty segments keep start = end = 0).
+// ((g·TB + gb) << 32) | (row·n_sel + slot) with gb the global block id; padding (−1) becomes
+// UINT64_MAX. A radix sort groups the keys by (group, block) with rows ascending, and one pass
+// marks where each (group, block) segment starts and ends (empty segments keep start = end = 0).
+// The memory comes from a Workspace (sel_index.h).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common/cuda_check.h"
@@ -16,14 +17,15 @@ namespace {
 __global__ void make_keys_kernel(const NsaParams p, uint64_t* __restrict__ keys) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= p.T * p.G * p.n_sel) return;
-  const int64_t row = e / (p.G * p.n_sel), g = (e / p.n_sel) % p.G;
+  const int64_t row = e / (p.G * p.n_sel), g = (e / p.n_sel) % p.G, slot = e % p.n_sel;
   const int32_t b = p.sel_idx[e];
   if (b < 0) {
     keys[e] = ~0ull;
     return;
   }
   const int64_t gb = p.blk_offsets[p.seq_of_row[row]] + b;
-  keys[e] = (static_cast<uint64_t>(g * p.TB + gb) << 32) | static_cast<uint64_t>(row);
+  keys[e] =
+      (static_cast<uint64_t>(g * p.TB + gb) << 32) | static_cast<uint64_t>(row * p.n_sel + slot);
 }
 
 __global__ void mark_segments_kernel(const uint64_t* __restrict__ keys, int64_t n,
@@ -36,37 +38,61 @@ __global__ void mark_segments_kernel(const uint64_t* __restrict__ keys, int64_t 
   if (i == n - 1 || keys[i + 1] == ~0ull || (keys[i + 1] >> 32) != seg) seg_end[seg] = i + 1;
 }
 
+// Sort on the bits in use: the padding key's are all ones there, above every valid segment.
+int sort_end_bit(const NsaParams& p) {
+  int end_bit = 32;
+  while ((uint64_t{1} << (end_bit - 32)) <= static_cast<uint64_t>(p.G * p.TB)) ++end_bit;
+  return end_bit;
+}
+
 }  // namespace
 
-void SelIndex::build(const NsaParams& p, cudaStream_t stream) {
+SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws) {
   const int64_t n = p.T * p.G * p.n_sel, segments = p.G * p.TB;
-  NSA_CHECK(p.T < (int64_t{1} << 32) && segments < (int64_t{1} << 31),
+  NSA_CHECK(p.T * p.n_sel < (int64_t{1} << 32) && segments < (int64_t{1} << 31),
             "selection index: too many tokens or blocks for 32-bit fields");
-  keys_in_.resize(n);
-  keys_out_.resize(n);
-  seg_start_.resize(segments);
-  seg_end_.resize(segments);
-  seg_start_.zero(stream);
-  seg_end_.zero(stream);
+  SelIndexView v;
+  v.keys_in = ws.take<uint64_t>(n);
+  v.keys_out = ws.take<uint64_t>(n);
+  v.seg_start = ws.take<int64_t>(segments);
+  v.seg_end = ws.take<int64_t>(segments);
+  if (n > 0) {  // a host-side query: no device work
+    NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, v.temp_bytes, v.keys_in, v.keys_out,
+                                                  static_cast<int>(n), 0, sort_end_bit(p)));
+  }
+  v.temp = ws.take_bytes(v.temp_bytes);
+  return v;
+}
+
+void build_sel_index(const NsaParams& p, const SelIndexView& v, cudaStream_t stream) {
+  const int64_t n = p.T * p.G * p.n_sel, segments = p.G * p.TB;
+  if (segments > 0) {
+    NSA_CUDA_CHECK(cudaMemsetAsync(v.seg_start, 0, sizeof(int64_t) * segments, stream));
+    NSA_CUDA_CHECK(cudaMemsetAsync(v.seg_end, 0, sizeof(int64_t) * segments, stream));
+  }
   if (n == 0) return;
-  make_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, keys_in_.get());
+  make_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, v.keys_in);
   NSA_CUDA_LAUNCH_CHECK();
-  size_t temp_bytes = 0;
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(
-      nullptr, temp_bytes, keys_in_.get(), keys_out_.get(), static_cast<int>(n), 0, 64, stream));
-  temp_.resize(static_cast<int64_t>(temp_bytes));
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp_.get(), temp_bytes, keys_in_.get(),
-                                                keys_out_.get(), static_cast<int>(n), 0, 64,
-                                                stream));
+  size_t temp_bytes = v.temp_bytes;
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(v.temp, temp_bytes, v.keys_in, v.keys_out,
+                                                static_cast<int>(n), 0, sort_end_bit(p), stream));
   mark_segments_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-      keys_out_.get(), n, seg_start_.get(), seg_end_.get());
+      v.keys_out, n, v.seg_start, v.seg_end);
   NSA_CUDA_LAUNCH_CHECK();
 }
 
-void SelIndex::attach(NsaParams& p) const {
-  p.sel_entries = keys_out_.get();
-  p.sel_seg_start = seg_start_.get();
-  p.sel_seg_end = seg_end_.get();
+void attach_sel_index(NsaParams& p, const SelIndexView& v) {
+  p.sel_entries = v.keys_out;
+  p.sel_seg_start = v.seg_start;
+  p.sel_seg_end = v.seg_end;
+}
+
+SelIndexView SelIndex::view(const NsaParams& p) {
+  Workspace sizing = Workspace::sizing();
+  carve_sel_index(p, sizing);
+  if (static_cast<int64_t>(sizing.used()) > mem_.size()) mem_.resize(sizing.used());
+  Workspace ws(mem_.get(), mem_.bytes());
+  return carve_sel_index(p, ws);
 }
 
 }  // namespace nsa::cuda

@@ -1,5 +1,9 @@
-// Inverted selection index: for each (group, selection block), the query rows that selected it,
-// ascending (see sel_index.cu). Owns its device buffers; rebuilt by each backward.
+// Inverted selection index: for each (group, selection block), the (query row, slot) entries that
+// selected it, ascending (see sel_index.cu). Rebuilt by each backward.
+//
+// SelIndexView is the index's memory (keys, segment bounds, cub's temporary storage) carved from a
+// Workspace, so that callers holding no buffers of their own (the C ABI) can build it; SelIndex
+// owns one that grows to the largest shape it has seen (NsaCudaLayer).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,25 +11,36 @@
 #include <cstdint>
 
 #include "common/device_buffer.h"
+#include "common/workspace.h"
 #include "nsa_params.h"
 
 namespace nsa::cuda {
 
+struct SelIndexView {
+  uint64_t* keys_in = nullptr;
+  uint64_t* keys_out = nullptr;
+  int64_t* seg_start = nullptr;
+  int64_t* seg_end = nullptr;
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+};
+
+// The arrays of the index for p's sizes (T, G, n_sel, TB), taken from ws.
+SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws);
+// Reads p.sel_idx (and the layout fields of p).
+void build_sel_index(const NsaParams& p, const SelIndexView& v, cudaStream_t stream);
+// Points p.sel_entries / sel_seg_start / sel_seg_end at the index.
+void attach_sel_index(NsaParams& p, const SelIndexView& v);
+
+// The index in memory of its own that grows to the largest shape seen.
 class SelIndex {
  public:
-  // Reads p.sel_idx (and the layout fields of p).
-  void build(const NsaParams& p, cudaStream_t stream);
-  // Points p.sel_entries / sel_seg_start / sel_seg_end at the index.
-  void attach(NsaParams& p) const;
-  size_t device_bytes() const {
-    return keys_in_.bytes() + keys_out_.bytes() + seg_start_.bytes() + seg_end_.bytes() +
-           temp_.bytes();
-  }
+  // The index's arrays for p, growing the memory when p needs more.
+  SelIndexView view(const NsaParams& p);
+  size_t device_bytes() const { return mem_.bytes(); }
 
  private:
-  DeviceBuffer<uint64_t> keys_in_, keys_out_;
-  DeviceBuffer<int64_t> seg_start_, seg_end_;
-  DeviceBuffer<uint8_t> temp_;
+  DeviceBuffer<unsigned char> mem_;
 };
 
 }  // namespace nsa::cuda

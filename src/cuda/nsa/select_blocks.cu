@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
   const RowTile tile = tiles[gridDim.x - 1 - blockIdx.x];
+  if (tile.rows == 0) return;  // padding of a device-built table (device_layout.h)
   const int64_t g = blockIdx.y, n = tile.seq, start = p.cu_seqlens[n], hpg = p.hpg;
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
   const int r_lo = warp * 16 + gid;

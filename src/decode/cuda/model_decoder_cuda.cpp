@@ -31,6 +31,7 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
       B_(batch),
       max_len_(max_len),
       F_(cfg.ffn_hidden()),
+      lens_(static_cast<size_t>(std::max<int64_t>(batch, 0)), 0),
       dense_(dense) {
   NSA_CHECK(batch > 0, "decode: the batch must hold at least one sequence, got ", batch);
   NSA_CHECK(max_len > 0 && max_len < (int64_t{1} << 31), "decode: max length ", max_len,
@@ -154,7 +155,7 @@ void ModelDecoderCuda::record_step() {
 }
 
 void ModelDecoderCuda::step_async() {
-  NSA_CHECK(pos_ < max_len_, "decode: the caches hold ", max_len_,
+  NSA_CHECK(position() < max_len_, "decode: the caches hold ", max_len_,
             " tokens per sequence and are full (raise the maximum length)");
   if (!graph_) {
     cudaGraph_t g = nullptr;
@@ -165,7 +166,7 @@ void ModelDecoderCuda::step_async() {
     NSA_CUDA_CHECK(cudaGraphDestroy(g));
   }
   NSA_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
-  ++pos_;
+  for (int64_t& len : lens_) ++len;
 }
 
 std::vector<float> ModelDecoderCuda::step(const std::vector<int32_t>& tokens) {
@@ -189,11 +190,24 @@ void ModelDecoderCuda::fill_random(int64_t len, uint64_t seed) {
   NSA_CHECK(len >= 0 && len < max_len_, "decode: fill length ", len, " is outside [0, ", max_len_,
             ")");
   for (size_t li = 0; li < attn_.size(); ++li) attn_[li]->fill_random(len, seed + li, stream_);
-  const std::vector<int32_t> pos(static_cast<size_t>(B_), static_cast<int32_t>(len));
+  lens_.assign(lens_.size(), len);
+  upload_positions();
+}
+
+void ModelDecoderCuda::reset() {
+  lens_.assign(lens_.size(), 0);
+  upload_positions();
+}
+
+void ModelDecoderCuda::upload_positions() {
+  const std::vector<int32_t> pos(lens_.begin(), lens_.end());
   NSA_CUDA_CHECK(cudaMemcpyAsync(positions_.get(), pos.data(), pos.size() * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, stream_));
   NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  pos_ = len;
+}
+
+int64_t ModelDecoderCuda::position() const {
+  return lens_.empty() ? 0 : *std::max_element(lens_.begin(), lens_.end());
 }
 
 std::vector<int32_t> ModelDecoderCuda::selection(int64_t layer) const {
@@ -210,7 +224,9 @@ std::vector<int32_t> ModelDecoderCuda::selection(int64_t layer) const {
 
 int64_t ModelDecoderCuda::kv_bytes_per_step() const {
   int64_t total = 0;
-  for (const auto& a : attn_) total += B_ * a->kv_bytes_per_step(pos_);
+  for (const auto& a : attn_) {
+    for (int64_t len : lens_) total += a->kv_bytes_per_step(len);
+  }
   return total;
 }
 

@@ -7,6 +7,11 @@
 // (advanced by the step's last kernel), so the host only uploads the tokens, replays the graph and
 // reads the logits. `dense` swaps NSA for full causal attention over the selected branch's K/V –
 // the baseline of `nsa bench decode`, the same model otherwise.
+//
+// Prompts are prefilled in one pass (model_decoder_prefill.cpp): the model's forward over all
+// prompts packed back to back (cu_seqlens; the training attention kernels, NsaCudaLayer) with the
+// decoder's own weights and per-token ops, whose K/V fill the decode caches directly
+// (NsaDecodeCuda::prefill); each sequence then decodes on from its own prompt length.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +20,7 @@
 #include <vector>
 
 #include "cuda/common/device_buffer.h"
+#include "decode/prefill_plan.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/model_ops.h"
 #include "model/model_params.h"
@@ -31,14 +37,29 @@ class ModelDecoderCuda {
   ModelDecoderCuda(const ModelDecoderCuda&) = delete;
   ModelDecoderCuda& operator=(const ModelDecoderCuda&) = delete;
 
-  // Feeds tokens [B] at the current position; returns the next-token logits [B, vocab].
+  // Tokens a prefill packs into one forward at most (a longer prompt runs alone): bounds the
+  // forward's buffers, about 57 KB per token for m7c_125m (docs/inference.md, "Prefill").
+  static constexpr int64_t kPrefillTokenBudget = int64_t{1} << 17;
+
+  // Feeds one prompt per sequence [B] to a fresh decoder (every position 0) in one forward per
+  // group of prompts (see plan_prefill: prompts identical to an earlier one copy its caches);
+  // returns the logits after each prompt's last token [B, vocab]. Sequence b is then at position
+  // |prompts[b]|. Throws nsa::Error for dense decoding, a wrong number of prompts, an empty or
+  // too long prompt, a token outside the vocabulary, or a decoder that has stepped (see reset).
+  std::vector<float> prefill(const std::vector<std::vector<int32_t>>& prompts,
+                             int64_t token_budget = kPrefillTokenBudget);
+  // Feeds tokens [B], each at its sequence's position; returns the next-token logits [B, vocab].
   std::vector<float> step(const std::vector<int32_t>& tokens);
   // One step on the tokens already on the device, not waited for (benchmarks time it on stream()).
   void step_async();
   // For benchmarks: every sequence holds `len` tokens of random K/V; the position becomes len.
   void fill_random(int64_t len, uint64_t seed);
+  // Every sequence back to position 0 (the caches are overwritten as they fill again).
+  void reset();
 
-  int64_t position() const { return pos_; }
+  // The furthest position of any sequence, and each sequence's (the tokens its caches hold).
+  int64_t position() const;
+  const std::vector<int64_t>& lengths() const { return lens_; }
   // Selected blocks of the last step in `layer`, [B, G, n_sel] (NSA only).
   std::vector<int32_t> selection(int64_t layer) const;
   // K/V bytes the attention reads per step at the current position, all layers and sequences.
@@ -54,9 +75,15 @@ class ModelDecoderCuda {
     DeviceBuffer<bf16> w_in, wo, w1, w2, w3;
   };
   void record_step();  // the kernels of one step, on stream_
+  // One forward of the prefill over a group's packed prompts: fills their caches and writes
+  // their rows of logits [B, vocab] (model_decoder_prefill.cpp).
+  void prefill_group(const PrefillGroup& group, const std::vector<std::vector<int32_t>>& prompts,
+                     std::vector<float>& logits);
+  void upload_positions();  // lens_ → positions_
 
   ModelConfig cfg_;
-  int64_t B_, max_len_, F_, pos_ = 0;
+  int64_t B_, max_len_, F_;
+  std::vector<int64_t> lens_;  // per sequence: its position (the tokens its caches hold)
   bool dense_;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;

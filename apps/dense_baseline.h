@@ -1,0 +1,57 @@
+// The PyTorch SDPA baseline of `nsa bench decode --device cuda` (docs/inference.md, "The dense
+// baseline"): bench/dense_decode.py run as a child process in the same call, its JSON lines
+// parsed, and per (context, batch) the faster of our dense decode attention and SDPA's best
+// backend chosen for the table's dense column, naming which. Host-only (tested on the CPU).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nsa::app {
+
+// The fastest SDPA run of one (context, batch): ms per step (all layers' calls).
+struct SdpaResult {
+  double ms = 0;
+  std::string backend, layout;  // "cudnn" / "flash" / ...; "packed" / "gqa"
+  bool graph = true;            // timed as CUDA graph replays (false: eager calls)
+};
+
+struct SdpaBaseline {
+  std::map<std::pair<int64_t, int64_t>, SdpaResult> best;  // (context, batch) → fastest
+  std::vector<std::string> records;  // every JSON line the script printed, for --json
+  std::string note;                  // why a result is missing (empty when all ran)
+};
+
+// The best results in the script's output ("dense_decode_best" lines; other lines are kept in
+// records, anything that is not JSON is ignored).
+SdpaBaseline parse_dense_decode(const std::string& output);
+
+// The script to run: `path` unless it is "auto"; for "auto", bench/dense_decode.py under the
+// working directory, else under the parent of `exe_dir` (the binary in build/), else "" (none).
+std::string find_dense_decode_script(const std::string& path, const std::string& exe_dir);
+
+struct SdpaShape {
+  int64_t heads = 12, groups = 2, head_dim = 64, layers = 12, steps = 50, warmup = 5;
+};
+
+// The command line that runs `script` with `interpreter` (e.g. python3) for these contexts,
+// batches and shape (arguments quoted for the shell).
+std::string dense_decode_command(const std::string& interpreter, const std::string& script,
+                                 const std::vector<int64_t>& contexts,
+                                 const std::vector<int64_t>& batches, const SdpaShape& shape);
+
+// Runs the command (stderr joined to stdout) and parses what it printed. Never throws for a
+// failed run: the note then says what happened (exit status, the last line printed).
+SdpaBaseline run_dense_decode(const std::string& command);
+
+// The table's dense column: the faster of ours and SDPA's best (nullptr: ours alone).
+struct DenseChoice {
+  double ms = 0;
+  std::string by;  // "ours", or the SDPA backend ("cudnn", "flash", ...)
+};
+DenseChoice faster_dense(double ours_ms, const SdpaResult* sdpa);
+
+}  // namespace nsa::app

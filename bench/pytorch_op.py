@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The PyTorch op's cost over the C++ kernels: nsa.attention forward + backward from PyTorch
+against `nsa bench attention --device cuda` (same GPU, same shapes) and against dense SDPA
+(benchmarks only; docs/pytorch.md, docs/perf.md).
+
+For each config (configs/*.yaml attention shapes: separate K/V, φ = avg, as `nsa bench attention`)
+and sequence length, one sequence of S tokens:
+  - nsa C++: `nsa bench attention --device cuda` run from here (--nsa-binary), or its --json lines
+    given with --cpp-json; CUDA events around NsaCudaLayer::forward and ::backward, median.
+  - op, per call: CUDA events around nsa.attention and around torch.autograd.grad of its output
+    (the gradients of q, K/V and gates, in bf16 like the inputs), median of --reps after warm-up –
+    the C++ benchmark's method, so the difference is what the op adds: ctypes and argument checks
+    on the host while the GPU waits, output and workspace allocation, the fp32 → bf16 casts of the
+    gradients.
+  - op, back to back: --reps forward + backward passes with no synchronisation in between, total
+    time / reps – a training step's situation, where the host runs ahead of the GPU.
+  - SDPA: bench/dense_attention.py's timing (K/V repeated to H heads) with the cuDNN and the flash
+    backends, the faster of the two.
+Prints a table (overhead % = op / C++ − 1) and, with --json, one JSON line per row.
+
+  python3 bench/pytorch_op.py --nsa-binary build/nsa [--configs m7c_125m,paper_attn]
+      [--seq-lens 16384] [--reps 20] [--json out.jsonl]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "bench"))
+import nsa  # noqa: E402
+from dense_attention import time_one as sdpa_time  # noqa: E402
+
+SHAPES = {  # H, G, dk, dv, l, d, l_sel, n_sel, w (configs/*.yaml, src/core/presets.cpp)
+    "tiny": (4, 2, 16, 16, 16, 8, 32, 4, 64),
+    "small": (8, 2, 32, 32, 16, 8, 32, 8, 256),
+    "m7c_125m": (12, 2, 64, 64, 32, 16, 64, 16, 512),
+    "paper_attn": (64, 4, 192, 128, 32, 16, 64, 16, 512),
+}
+
+
+def cpp_times(binary, config, S, reps):
+    """(fwd_ms, bwd_ms) of `nsa bench attention --device cuda` for one shape."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "nsa.jsonl")
+        subprocess.run([binary, "bench", "attention", "--device", "cuda", "--config", config,
+                        "--seq-lens", str(S), "--reps", str(reps), "--json", out], check=True,
+                       stdout=subprocess.DEVNULL)
+        rec = json.loads(Path(out).read_text().splitlines()[0])
+    return rec["fwd_ms"], rec["bwd_ms"]
+
+
+def cpp_times_from_files(paths):
+    """{(config, S): (fwd_ms, bwd_ms)} from `nsa bench attention --json` files."""
+    out = {}
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("device") == "cuda":
+                out[(rec["config"], rec["S"])] = (rec["fwd_ms"], rec["bwd_ms"])
+    return out
+
+
+def op_inputs(config, S):
+    """Random bf16 inputs of nsa.attention (separate K/V, sigmoid gates) that require grad."""
+    H, G, dk, dv, *_ = SHAPES[config]
+    dev, bf = "cuda", torch.bfloat16
+    gen = torch.Generator(device=dev).manual_seed(1234)
+    rnd = lambda *s: torch.randn(*s, device=dev, generator=gen).to(bf).requires_grad_()
+    x = {"q": rnd(S, H, dk)}
+    for c in ("cmp", "sel", "win"):
+        x["k_" + c], x["v_" + c] = rnd(S, G, dk), rnd(S, G, dv)
+    for c in ("cmp", "sel", "win"):
+        x["g_" + c] = torch.sigmoid(torch.randn(S, H, device=dev, generator=gen)).to(
+            bf).requires_grad_()
+    d_o = torch.randn(S, H, dv, device=dev, generator=gen).to(bf)
+    return x, d_o
+
+
+def op_times(config, S, reps):
+    """(fwd_ms, bwd_ms) per call (events, median) and the back-to-back total per pass."""
+    _, _, _, _, l, d, l_sel, n_sel, w = SHAPES[config]
+    hp = dict(l=l, d=d, l_sel=l_sel, n_sel=n_sel, w=w)
+    x, d_o = op_inputs(config, S)
+    leaves = list(x.values())
+
+    def fwd():
+        args = dict(x)
+        return nsa.attention(args.pop("q"), args.pop("k_cmp"), args.pop("v_cmp"), **args, **hp)
+
+    def bwd(o):
+        return torch.autograd.grad(o, leaves, d_o)
+
+    for _ in range(3):  # warm-up: module load, the caching allocator's pools, workspace sizes
+        bwd(fwd())
+    torch.cuda.synchronize()
+    f_ms, b_ms = [], []
+    for _ in range(reps):
+        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        e0.record()
+        o = fwd()
+        e1.record()
+        bwd(o)
+        e2.record()
+        torch.cuda.synchronize()
+        f_ms.append(e0.elapsed_time(e1))
+        b_ms.append(e1.elapsed_time(e2))
+    del o
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        bwd(fwd())
+    b.record()
+    torch.cuda.synchronize()
+    return statistics.median(f_ms), statistics.median(b_ms), a.elapsed_time(b) / reps
+
+
+def sdpa_best(config, S, reps):
+    """(total ms, backend) of the faster of SDPA's cuDNN and flash backends (None if neither)."""
+    H, G, dk, dv, *_ = SHAPES[config]
+    best = None
+    for backend in ("cudnn", "flash"):
+        try:
+            f, b, _ = sdpa_time(H, G, dk, dv, S, backend, reps)
+        except RuntimeError as e:  # a backend that does not take the shape (flash: dk != dv)
+            print("  (SDPA %s at %s S=%d: %s)" % (backend, config, S, str(e).splitlines()[0][:100]))
+            continue
+        if best is None or f + b < best[0]:
+            best = (f + b, backend)
+        torch.cuda.empty_cache()
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default="m7c_125m,paper_attn")
+    ap.add_argument("--seq-lens", default="16384")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--nsa-binary", help="the nsa binary to run `nsa bench attention` with")
+    ap.add_argument("--cpp-json", nargs="*", default=[],
+                    help="or: files of `nsa bench attention --device cuda --json` lines")
+    ap.add_argument("--json", help="also write one JSON line per row to this file")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("pytorch_op.py: needs a CUDA device")
+    given = cpp_times_from_files(a.cpp_json)
+    rows = []
+    for config in a.configs.split(","):
+        if config not in SHAPES:
+            sys.exit("pytorch_op.py: unknown config '%s'; known: %s" % (config, ", ".join(SHAPES)))
+        for S in (int(s) for s in a.seq_lens.split(",")):
+            if (config, S) in given:
+                cf, cb = given[(config, S)]
+            elif a.nsa_binary:
+                cf, cb = cpp_times(a.nsa_binary, config, S, a.reps)
+            else:
+                sys.exit("pytorch_op.py: no C++ numbers for %s S=%d: pass --nsa-binary or "
+                         "--cpp-json" % (config, S))
+            of, ob, loop = op_times(config, S, a.reps)
+            torch.cuda.empty_cache()
+            sdpa = sdpa_best(config, S, a.reps)
+            rows.append(dict(bench="pytorch_op", config=config, S=S, cpp_fwd_ms=cf, cpp_bwd_ms=cb,
+                             op_fwd_ms=of, op_bwd_ms=ob, op_loop_ms=loop,
+                             sdpa_ms=sdpa[0] if sdpa else None,
+                             sdpa_backend=sdpa[1] if sdpa else None,
+                             device=torch.cuda.get_device_name(),
+                             torch=torch.__version__))
+    head = ("config", "S", "C++ fwd", "C++ bwd", "C++ total", "op fwd", "op bwd", "op total",
+            "overhead", "op b2b", "overhead", "SDPA", "backend", "op/SDPA")
+    print(("%-11s %6s" + " %9s" * 10 + " %8s %8s") % head)
+    for r in rows:
+        cpp, op = r["cpp_fwd_ms"] + r["cpp_bwd_ms"], r["op_fwd_ms"] + r["op_bwd_ms"]
+        sd = r["sdpa_ms"]
+        print(("%-11s %6d" + " %9.3f" * 6 + " %8.1f%% %9.3f %8.1f%% %9s %8s %8s")
+              % (r["config"], r["S"], r["cpp_fwd_ms"], r["cpp_bwd_ms"], cpp, r["op_fwd_ms"],
+                 r["op_bwd_ms"], op, 100 * (op / cpp - 1), r["op_loop_ms"],
+                 100 * (r["op_loop_ms"] / cpp - 1), "%.3f" % sd if sd else "-",
+                 r["sdpa_backend"] or "-", "%.2fx" % (op / sd) if sd else "-"))
+    print("(ms; overhead = op / C++ − 1; op b2b = forward + backward passes back to back; "
+          "op/SDPA > 1: the op is slower than dense)")
+    if a.json:
+        with open(a.json, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""nsa.attention on CUDA tensors: the C ABI's CUDA entry points (src/capi/nsa_capi.h) as PyTorch
+custom ops.
+
+Two ops, `nsa::attention_fwd` and `nsa::attention_bwd`, each one call into the library with device
+pointers on the current CUDA stream: the inputs are passed as they are (no copies beyond a float32
+→ bfloat16 cast the caller asked for), the outputs are allocated here, and the library's scratch is
+a workspace tensor from PyTorch's caching allocator – so nothing inside allocates, frees or waits
+for the host, and a forward + backward can be captured into a CUDA graph. With
+torch.library.custom_op (PyTorch ≥ 2.4) they carry fake implementations and an autograd formula,
+so torch.compile keeps them opaque; an older PyTorch gets the same two functions under a
+torch.autograd.Function.
+
+Op arguments: xs, the present slots of ops.py's 20 (q, k×3, v×3, g×3, φ_k×5, φ_v×5: shared K/V
+drops k/v of sel and win, φ = avg drops the φ parameters) as bfloat16, φ parameters float32;
+cu_seqlens, an int64 device tensor or None (then num_seqs sequences of equal length); cfg, the
+config as a list of ints (CFG_FIELDS); scale (0: 1/sqrt(dk)). The forward returns o, o_branch×3,
+lse×3, k_cmp, v_cmp, sel_idx; the backward the float32 gradient of every x.
+"""
+import ctypes
+import functools
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from . import _capi
+from ._capi import NsaError
+from .ops import CFG_FIELDS, NUM_SLOTS, _PHI_K, attn_config, refs, saved_refs
+
+_SHARED_ABSENT = (2, 3, 5, 6)  # k_sel, k_win, v_sel, v_win with kv = shared
+HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+
+
+def present_slots(cfg):
+    """The slots (0..19) that hold a tensor for this config, in order."""
+    f = dict(zip(CFG_FIELDS, cfg))
+    return [s for s in range(NUM_SLOTS)
+            if not (f["kv"] and s in _SHARED_ABSENT) and not (not f["phi"] and s >= _PHI_K)]
+
+
+def compressed_rows(cfg, T):
+    """Rows of the compressed K/V outputs: T / d (nsa_cuda_compressed_rows; a bound on the real
+    count for every cu_seqlens, rows past it are padding)."""
+    return T // dict(zip(CFG_FIELDS, cfg))["d"]
+
+
+def _new_outputs(q, cfg):
+    f = dict(zip(CFG_FIELDS, cfg))
+    T, H, G, dv = q.shape[0], f["heads"], f["groups"], f["dv"]
+    C = compressed_rows(cfg, T)
+    new = lambda dtype, *shape: torch.empty(shape, dtype=dtype, device=q.device)
+    return ([new(torch.bfloat16, T, H, dv)] + [new(torch.bfloat16, T, H, dv) for _ in range(3)]
+            + [new(torch.float32, T, H) for _ in range(3)]
+            + [new(torch.float32, C, G, f["dk"]), new(torch.float32, C, G, dv),
+               new(torch.int32, T, G, f["n_sel"])])
+
+
+def _ready(t):
+    """t as the library takes it: contiguous, and 16-byte aligned (the kernels' vector loads) –
+    a copy only where it is not (a view at an odd offset, strides a compiler chose)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _slots(cfg, xs):
+    slots = [None] * NUM_SLOTS
+    for s, x in zip(present_slots(cfg), xs):
+        slots[s] = x
+    return slots
+
+
+@functools.lru_cache(maxsize=256)
+def _workspace_bytes(cfg, scale, T, num_seqs, backward, device):
+    out = ctypes.c_size_t()
+    _capi.call(_capi.LIB.nsa_cuda_workspace_bytes, ctypes.byref(attn_config(cfg, scale)), T,
+               num_seqs, int(backward), device, ctypes.byref(out))
+    return out.value
+
+
+def _call_args(cfg, scale, q, num_seqs, backward):
+    """(workspace tensor, device index, stream handle) of a call on q's device."""
+    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    nbytes = _workspace_bytes(tuple(cfg), float(scale), q.shape[0], num_seqs, backward, device)
+    ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=q.device)
+    return ws, device, torch.cuda.current_stream(q.device).cuda_stream
+
+
+def forward_impl(xs, cu_seqlens, num_seqs, cfg, scale):
+    """One forward call: [o, o_cmp, o_sel, o_win, lse×3, k_cmp, v_cmp, sel_idx]."""
+    outs = _new_outputs(xs[0], cfg)
+    if xs[0].shape[0] == 0:
+        return outs
+    xs = [_ready(x) for x in xs]
+    o, o_br, lse, (k_cmp, v_cmp, sel_idx) = outs[0], outs[1:4], outs[4:7], outs[7:]
+    ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, False)
+    _capi.call(_capi.LIB.nsa_attention_forward_cuda, ctypes.byref(attn_config(cfg, scale)),
+               None if cu_seqlens is None else cu_seqlens.data_ptr(), num_seqs,
+               ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, xs), "cuda")),
+               ctypes.byref(saved_refs(o, o_br, lse, k_cmp, v_cmp, sel_idx, "cuda")),
+               ws.data_ptr(), ws.numel(), device, stream)
+    return outs
+
+
+def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
+    """One backward call: the float32 gradient of every x (saved: the forward's outputs less o)."""
+    grads = [torch.empty(x.shape, dtype=torch.float32, device=x.device) for x in xs]
+    if xs[0].shape[0] == 0:
+        for g in grads:
+            g.zero_()
+        return grads
+    xs, saved = [_ready(x) for x in xs], [_ready(t) for t in saved]
+    o_br, lse, (k_cmp, v_cmp, sel_idx) = saved[0:3], saved[3:6], saved[6:9]
+    ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, True)
+    _capi.call(_capi.LIB.nsa_attention_backward_cuda, ctypes.byref(attn_config(cfg, scale)),
+               None if cu_seqlens is None else cu_seqlens.data_ptr(), num_seqs,
+               ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, xs), "cuda")),
+               ctypes.byref(saved_refs(None, o_br, lse, k_cmp, v_cmp, sel_idx, "cuda")),
+               ctypes.byref(_capi.ref(_ready(d_o), "cuda")),
+               ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, grads), "cuda")),
+               ws.data_ptr(), ws.numel(), device, stream)
+    return grads
+
+
+def _input_grads(xs, grads32, needs):
+    return [g.to(x.dtype) if need else None for x, g, need in zip(xs, grads32, needs)]
+
+
+if HAS_CUSTOM_OP:
+    @torch.library.custom_op("nsa::attention_fwd", mutates_args=(), device_types="cuda")
+    def attention_fwd(xs: List[Tensor], cu_seqlens: Optional[Tensor], num_seqs: int,
+                      cfg: List[int], scale: float) -> List[Tensor]:
+        return forward_impl(xs, cu_seqlens, num_seqs, cfg, scale)
+
+    @attention_fwd.register_fake
+    def _attention_fwd_fake(xs, cu_seqlens, num_seqs, cfg, scale):
+        return _new_outputs(xs[0], cfg)
+
+    @torch.library.custom_op("nsa::attention_bwd", mutates_args=(), device_types="cuda")
+    def attention_bwd(xs: List[Tensor], saved: List[Tensor], d_o: Tensor,
+                      cu_seqlens: Optional[Tensor], num_seqs: int, cfg: List[int],
+                      scale: float) -> List[Tensor]:
+        return backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale)
+
+    @attention_bwd.register_fake
+    def _attention_bwd_fake(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
+        return [torch.empty(x.shape, dtype=torch.float32, device=x.device) for x in xs]
+
+    def _setup_context(ctx, inputs, output):
+        xs, cu_seqlens, num_seqs, cfg, scale = inputs
+        ctx.n, ctx.num_seqs, ctx.cfg, ctx.scale = len(xs), num_seqs, list(cfg), scale
+        ctx.save_for_backward(*xs, *output[1:], cu_seqlens)
+        ctx.mark_non_differentiable(*output[1:])
+
+    def _backward(ctx, grads):
+        saved = ctx.saved_tensors
+        xs, outs, cu_seqlens = list(saved[:ctx.n]), list(saved[ctx.n:ctx.n + 9]), saved[-1]
+        if grads[0] is None:  # o did not reach the loss
+            return [None] * ctx.n, None, None, None, None
+        g32 = torch.ops.nsa.attention_bwd(xs, outs, grads[0].contiguous(), cu_seqlens,
+                                          ctx.num_seqs, ctx.cfg, ctx.scale)
+        return _input_grads(xs, g32, ctx.needs_input_grad[0]), None, None, None, None
+
+    torch.library.register_autograd("nsa::attention_fwd", _backward, setup_context=_setup_context)
+
+
+class AttentionFunction(torch.autograd.Function):
+    """The same two calls for a PyTorch without torch.library.custom_op (no torch.compile)."""
+
+    @staticmethod
+    def forward(ctx, cu_seqlens, num_seqs, cfg, scale, *xs):
+        outs = forward_impl(list(xs), cu_seqlens, num_seqs, cfg, scale)
+        ctx.n, ctx.num_seqs, ctx.cfg, ctx.scale = len(xs), num_seqs, cfg, scale
+        ctx.save_for_backward(*xs, *outs[1:], cu_seqlens)
+        ctx.mark_non_differentiable(*outs[1:])
+        return tuple(outs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_o, *unused):
+        saved = ctx.saved_tensors
+        xs, outs, cu_seqlens = list(saved[:ctx.n]), list(saved[ctx.n:ctx.n + 9]), saved[-1]
+        g32 = backward_impl(xs, outs, d_o.contiguous(), cu_seqlens, ctx.num_seqs, ctx.cfg,
+                            ctx.scale)
+        return (None, None, None, None, *_input_grads(xs, g32, ctx.needs_input_grad[4:]))
+
+
+def run_forward(xs, cu_seqlens, num_seqs, cfg, scale):
+    """The forward op (custom op where available): the list of forward_impl's outputs."""
+    if HAS_CUSTOM_OP:
+        return torch.ops.nsa.attention_fwd(xs, cu_seqlens, num_seqs, cfg, scale)
+    return list(AttentionFunction.apply(cu_seqlens, num_seqs, cfg, scale, *xs))
+
+
+def _device_cu_seqlens(cu_seqlens, q):
+    """cu_seqlens as an int64 tensor on q's device, and N. A device tensor is taken as it is (no
+    host check, no synchronisation; the library clamps a broken one into a valid layout); a host
+    one (tensor or list) is checked here, then copied to the device."""
+    if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.device.type == "cuda":
+        if cu_seqlens.device != q.device:
+            raise NsaError("'cu_seqlens' is on %s, q on %s" % (cu_seqlens.device, q.device))
+        if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+            raise NsaError("'cu_seqlens' must be 1-D [N + 1] with N >= 1, got shape %s"
+                           % list(cu_seqlens.shape))
+        if cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise NsaError("'cu_seqlens' has dtype %s, expected int32 or int64" % cu_seqlens.dtype)
+        return cu_seqlens.to(torch.int64).contiguous(), cu_seqlens.shape[0] - 1
+    cu = torch.as_tensor(cu_seqlens).to(device="cpu", dtype=torch.int64).reshape(-1)
+    T, values = q.shape[0], cu.tolist()
+    if torch.as_tensor(cu_seqlens).dim() != 1 or len(values) < 2:
+        raise NsaError("'cu_seqlens' must be 1-D [N + 1] with N >= 1, got %s" % values)
+    if values[0] != 0 or values[-1] != T or any(b < a for a, b in zip(values, values[1:])):
+        raise NsaError("'cu_seqlens' = %s must rise from 0 to the token count %d" % (values, T))
+    return cu.to(q.device), len(values) - 1
+
+
+def attention(cfg, scale, slots, cu_seqlens, batch):
+    """ops.attention's CUDA path: (o [T, H, dv] in q's dtype, sel_idx [T, G, n_sel]). cfg: the
+    config list (CFG_FIELDS); slots: the 20 slots; batch: the number of equal-length rows when
+    cu_seqlens is None. Plain tensor code and the custom op (no ctypes), so that torch.compile
+    traces it whole when cu_seqlens is None or on the device."""
+    q = slots[0]
+    xs = [slots[s].float() if s >= _PHI_K else slots[s].to(torch.bfloat16)
+          for s in present_slots(cfg)]
+    if cu_seqlens is None:
+        cu, num_seqs = None, batch
+    else:
+        cu, num_seqs = _device_cu_seqlens(cu_seqlens, q)
+    outs = run_forward(xs, cu, num_seqs, cfg, scale)
+    return outs[0].to(q.dtype), outs[9]

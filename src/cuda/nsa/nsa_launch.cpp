@@ -1,0 +1,85 @@
+// The shared launch sequences (see nsa_launch.h). φ = avg runs the compress_avg kernels, φ = mlp
+// the CompressMlp functions (cuBLAS). One stream, so every accumulation happens in a fixed order.
+#include "nsa_launch.h"
+
+#include <algorithm>
+
+#include "common/convert.h"
+#include "nsa_backward_dkdv.h"
+#include "nsa_kernels.h"
+
+namespace nsa::cuda {
+
+int64_t dkdv_partial_floats(const NsaParams& p) {
+  return std::max(std::max(kSelChunks, kWinChunks) * p.T, kCmpChunks * p.C) * p.G * (p.dk + p.dv);
+}
+
+void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch& s,
+                        cudaStream_t stream) {
+  if (s.mlp_k) {
+    compress_mlp_hidden(s.blas, p, *s.mlp_k, p.k[0], stream);
+    compress_mlp_output(s.blas, *s.mlp_k, p.k_cmp, stream);
+    compress_mlp_hidden(s.blas, p, *s.mlp_v, p.v[0], stream);
+    compress_mlp_output(s.blas, *s.mlp_v, p.v_cmp, stream);
+    if (s.device_layout) {  // padding rows hold W2ᵀ·silu(b1) + b2: make them zeros, as with avg
+      launch_zero_compressed_padding(p, *s.device_layout, p.k_cmp, p.dk, stream);
+      launch_zero_compressed_padding(p, *s.device_layout, p.v_cmp, p.dv, stream);
+    }
+  } else {
+    launch_compress_avg_forward(p, stream);
+  }
+  launch_f32_to_bf16(p.k_cmp, p.k_cmp_bf16, p.C * p.G * p.dk, stream);
+  launch_f32_to_bf16(p.v_cmp, p.v_cmp_bf16, p.C * p.G * p.dv, stream);
+  launch_compressed_forward(p, t.row_tiles, t.n_row_tiles, stream);
+  launch_select_blocks(p, t.row_tiles, t.n_row_tiles, stream);
+  if (s.sel_kernel == SelectedKernel::kBlockMajor) {
+    run_sel_block_major_forward(p, s.sel_block_major, stream);
+  } else {
+    launch_selected_forward(p, stream);
+  }
+  launch_window_forward(p, t.row_tiles, t.n_row_tiles, stream);
+}
+
+void launch_nsa_backward_recompute(const NsaParams& p, const NsaScratch& s, cudaStream_t stream) {
+  launch_f32_to_bf16(p.k_cmp, p.k_cmp_bf16, p.C * p.G * p.dk, stream);
+  launch_f32_to_bf16(p.v_cmp, p.v_cmp_bf16, p.C * p.G * p.dv, stream);
+  if (s.mlp_k) {
+    compress_mlp_hidden(s.blas, p, *s.mlp_k, p.k[0], stream);
+    compress_mlp_hidden(s.blas, p, *s.mlp_v, p.v[0], stream);
+  }
+}
+
+void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
+                         const NsaScratch& s, cudaStream_t stream) {
+  const bool shared = cfg.kv == KvMode::kShared;
+  launch_nsa_backward_preprocess(p, stream);
+  const bool block_major = s.sel_kernel == SelectedKernel::kBlockMajor;
+  launch_compressed_dq(p, t.row_tiles, t.n_row_tiles, stream);
+  if (!block_major) launch_selected_dq(p, stream);
+  launch_window_dq(p, t.row_tiles, t.n_row_tiles, stream);
+  build_sel_index(p, s.sel_index, stream);
+  attach_sel_index(p, s.sel_index);
+  launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles, kWinChunks, false,
+                           s.partial, stream);
+  // With shared K/V the window wrote the gradient first; the selected branch adds to it.
+  if (block_major) {  // its dq too, in the same pass
+    run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, shared, stream);
+  } else {
+    launch_nsa_backward_dkdv(p, Branch::kSel, t.sel_units, t.n_sel_units, kSelChunks, shared,
+                             s.partial, stream);
+  }
+  launch_nsa_backward_dkdv(p, Branch::kCmp, t.cmp_units, t.n_cmp_units, kCmpChunks, false,
+                           s.partial, stream);
+  if (s.mlp_k) {
+    if (s.device_layout) {
+      launch_zero_compressed_padding(p, *s.device_layout, p.d_k_cmp, p.dk, stream);
+      launch_zero_compressed_padding(p, *s.device_layout, p.d_v_cmp, p.dv, stream);
+    }
+    compress_mlp_backward(s.blas, p, *s.mlp_k, p.d_k_cmp, p.d_k[0], shared, stream);
+    compress_mlp_backward(s.blas, p, *s.mlp_v, p.d_v_cmp, p.d_v[0], shared, stream);
+  } else {
+    launch_compress_avg_backward(p, shared, stream);
+  }
+}
+
+}  // namespace nsa::cuda
