@@ -20,13 +20,14 @@ void launch_nsa_backward_dkdv(const NsaParams& p, Branch branch, const RowTile* 
                               cudaStream_t stream);
 
 // The selected branch's fused backward (dK/dV and dq in one pass over the inverted index), run in
-// passes over query rows [r0, r1) so that the dq partials stay bounded (run_sel_block_major_backward).
-// Work is cut into items of at most sel_entries_per_item index entries of one (unit, group), so
-// a hot block (block 0 is every query's) spreads over many CTAs and a cold one takes one: a
-// unit's only item adds its dK/dV to p.d_k[1] / p.d_v[1] directly, several items write partials
-// that a second kernel adds in item order. The gradient must be initialised (zeroed) before the
-// first pass. dq partials: unscaled Σ_j dS_j k_j per (row, head, slot, 64-row unit ub of the
-// block) at dq_part[(((row − r0)·H + head)·n_sel + slot)·⌈l_sel / 64⌉ + ub], bf16, dk wide.
+// passes over query rows [r0, r1) so that the dq partials stay bounded
+// (run_sel_block_major_backward). Work is cut into items of at most sel_entries_per_item index
+// entries of one (unit, group), so a hot block (block 0 is every query's) spreads over many CTAs
+// and a cold one takes one: a unit's only item adds its dK/dV to p.d_k[1] / p.d_v[1] directly,
+// several items write partials that a second kernel adds in item order. The gradient must be
+// initialised (zeroed) before the first pass. dq partials: unscaled Σ_j dS_j k_j per (row, head,
+// slot, 64-row unit ub of the block) at dq_part[(((row − r0)·H + head)·n_sel + slot)·⌈l_sel / 64⌉ +
+// ub], bf16, dk wide.
 struct SelDqPass {
   int64_t r0, r1;
   bf16* dq_part;
