@@ -91,7 +91,7 @@ void check_layout(const layout::Hyper& h, const std::vector<int64_t>& cu) {
   EXPECT_EQ(off.cmp.back(), static_cast<int64_t>(host.cmp_raw_start.size()));
   expect_table(
       host.row_tiles, caps.row_tiles,
-      [&](int64_t i) { return layout::row_tile_entry(cu.data(), off.tiles.data(), N, i); },
+      [&](int64_t i) { return layout::tile_entry(cu.data(), off.tiles.data(), N, i); },
       "row_tiles");
   expect_table(
       host.sel_units, caps.sel_units,
@@ -99,7 +99,7 @@ void check_layout(const layout::Hyper& h, const std::vector<int64_t>& cu) {
       "sel_units");
   expect_table(
       host.cmp_units, caps.cmp_units,
-      [&](int64_t i) { return layout::cmp_unit_entry(off.cmp.data(), off.cmp_units.data(), N, i); },
+      [&](int64_t i) { return layout::tile_entry(off.cmp.data(), off.cmp_units.data(), N, i); },
       "cmp_units");
   ASSERT_LE(static_cast<int64_t>(host.cmp_raw_start.size()), caps.cmp);
   for (int64_t i = 0; i < caps.cmp; ++i) {

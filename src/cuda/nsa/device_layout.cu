@@ -101,13 +101,13 @@ __global__ void fill_kernel(layout::Hyper h, DeviceLayout L) {
       L.cmp_raw_start[i] = layout::cmp_raw_start_entry(h, L.cu_seqlens, L.cmp_offsets, N, i);
     }
     if (i < c.row_tiles) {
-      L.row_tiles[i] = row_tile(layout::row_tile_entry(L.cu_seqlens, L.tile_offsets, N, i));
+      L.row_tiles[i] = row_tile(layout::tile_entry(L.cu_seqlens, L.tile_offsets, N, i));
     }
     if (i < c.sel_units) {
       L.sel_units[i] = row_tile(layout::sel_unit_entry(h, L.cu_seqlens, L.sel_unit_offsets, N, i));
     }
     if (i < c.cmp_units) {
-      L.cmp_units[i] = row_tile(layout::cmp_unit_entry(L.cmp_offsets, L.cmp_unit_offsets, N, i));
+      L.cmp_units[i] = row_tile(layout::tile_entry(L.cmp_offsets, L.cmp_unit_offsets, N, i));
     }
   }
 }

@@ -83,13 +83,17 @@ NSA_HOST_DEVICE int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
 
-// Entry i of the query-tile table: tile k of a sequence covers rows [k·64, k·64 + 64).
-NSA_HOST_DEVICE Tile row_tile_entry(const int64_t* cu, const int64_t* off, int64_t N, int64_t i) {
+// Entry i of a table of 64-item tiles: tile k of a sequence covers its items [k·64, k·64 + 64).
+// items_off: the sequences' item offsets (cu_seqlens for the query tiles, whose items are rows;
+// cmp_offsets for the compressed branch's key units, whose items are compressed tokens);
+// tile_off: the sequences' tile offsets in the table.
+NSA_HOST_DEVICE Tile tile_entry(const int64_t* items_off, const int64_t* tile_off, int64_t N,
+                                int64_t i) {
   Tile t;
-  if (i >= off[N]) return t;
-  t.seq = owner(off, N, i);
-  t.first = (i - off[t.seq]) * kTileRows;
-  t.rows = min64(kTileRows, cu[t.seq + 1] - cu[t.seq] - t.first);
+  if (i >= tile_off[N]) return t;
+  t.seq = owner(tile_off, N, i);
+  t.first = (i - tile_off[t.seq]) * kTileRows;
+  t.rows = min64(kTileRows, items_off[t.seq + 1] - items_off[t.seq] - t.first);
   return t;
 }
 
@@ -104,17 +108,6 @@ NSA_HOST_DEVICE Tile sel_unit_entry(const Hyper& h, const int64_t* cu, const int
   const int64_t block = k / per_block, len = cu[t.seq + 1] - cu[t.seq];
   t.first = block * h.l_sel + k % per_block * kTileRows;
   t.rows = min64(kTileRows, min64(len, (block + 1) * h.l_sel) - t.first);
-  return t;
-}
-
-// Entry i of the compressed branch's key units (`first` is a compressed-token index).
-NSA_HOST_DEVICE Tile cmp_unit_entry(const int64_t* cmp_off, const int64_t* off, int64_t N,
-                                    int64_t i) {
-  Tile t;
-  if (i >= off[N]) return t;
-  t.seq = owner(off, N, i);
-  t.first = (i - off[t.seq]) * kTileRows;
-  t.rows = min64(kTileRows, cmp_off[t.seq + 1] - cmp_off[t.seq] - t.first);
   return t;
 }
 

@@ -73,19 +73,11 @@ struct DkdvOut {
   bool accumulate;
 };
 
-// The fused selected-branch dq (kDq): entries of query rows [r0, r1) only; their unscaled
-// Σ_j dS_j k_j over the unit's keys goes to part[(((row − r0)·H + head)·n_sel + slot)·upb + ub]
-// (bf16, dk wide), ub the unit's index within its block and upb = ⌈l_sel / 64⌉.
-struct SelDq {
-  int64_t r0, r1;
-  bf16* part;
-};
-
 // The fused dq of one pair tile: warp w takes pair group w % PG (16 pairs) and column chunks
 // w / PG, w / PG + 4 / PG, ... of dq = dS · K_unit, with dS staged in ds_s by every warp.
 template <int DK, int QT>
-__device__ __forceinline__ void sel_tile_dq(const NsaParams& p, const SelDq& dq, const bf16* ds_s,
-                                            const bf16* ks, const int64_t th[2],
+__device__ __forceinline__ void sel_tile_dq(const NsaParams& p, const SelDqPass& dq,
+                                            const bf16* ds_s, const bf16* ks, const int64_t th[2],
                                             const int32_t slot[2], int64_t ub, int64_t upb) {
   constexpr int PG = QT / 16, CW = DK < 64 ? DK : 64, NC = DK / CW;
   constexpr int SDS = tile_stride(kDkdvUnitRows);
@@ -111,7 +103,7 @@ __device__ __forceinline__ void sel_tile_dq(const NsaParams& p, const SelDq& dq,
     for (int r = 0; r < 2; ++r) {
       if (th[r] < 0) continue;
       const int64_t idx = ((th[r] - dq.r0 * p.H) * p.n_sel + slot[r]) * upb + ub;
-      bf16* dst = dq.part + idx * DK + cc * CW + 2 * tq;
+      bf16* dst = dq.dq_part + idx * DK + cc * CW + 2 * tq;
 #pragma unroll
       for (int nt = 0; nt < CW / 8; ++nt) {
         *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16(acc[nt][2 * r], acc[nt][2 * r + 1]);
@@ -138,7 +130,7 @@ struct DkdvSmem {
 // thread's dK (unscaled) / dV rows in dk / dv; kDq also writes the pairs' dq partials.
 template <int DK, int DV, Branch B, bool kDq>
 __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& unit, int64_t g,
-                                          const PairList& pairs, const SelDq& dq,
+                                          const PairList& pairs, const SelDqPass& dq,
                                           const DkdvSmem<DK, DV, kDq>& sm, float dk[][4],
                                           float dv[][4]) {
   using Stage = PairStage<DK, DV, true>;
@@ -162,7 +154,7 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
   const bool warp_full = warp * 16 + 16 <= unit.rows;
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
-  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  const int64_t upb = sel_units_per_block(p.l_sel);
   const int64_t ub = (unit.first % p.l_sel) / kDkdvUnitRows;
   const int n_tiles = (n_pairs + QT - 1) / QT;
   if (n_tiles > 0) issue(0, Stage(sm.stages));
@@ -243,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
   const PairList pairs =
       chunk_pairs(u, z, chunks, static_cast<int>(p.hpg), static_cast<int>(p.n_sel));
   float dk[DK / 8][4] = {}, dv[DV / 8][4] = {};
-  unit_dkdv<DK, DV, B, false>(p, unit, g, pairs, SelDq{0, 0, nullptr}, sm, dk, dv);
+  unit_dkdv<DK, DV, B, false>(p, unit, g, pairs, SelDqPass{0, 0, nullptr}, sm, dk, dv);
   const int64_t key_base =
       B == Branch::kCmp ? p.cmp_offsets[unit.seq] + unit.first : u.seq_start + unit.first;
   const int64_t slot = out.slots > 0 ? z : 0;
@@ -265,12 +257,12 @@ struct SelItems {
 
 // Index entries of (unit, group) ug in the pass's rows.
 __device__ __forceinline__ UnitQueries sel_unit_entries(const NsaParams& p, const SelItems& it,
-                                                        const SelDq& dq, int64_t ug) {
+                                                        const SelDqPass& dq, int64_t ug) {
   const int64_t g = ug / it.n_units;
   return unit_queries<Branch::kSel>(p, it.units[ug % it.n_units], g, dq.r0, dq.r1);
 }
 
-__global__ void count_items_kernel(const NsaParams p, const SelItems it, const SelDq dq,
+__global__ void count_items_kernel(const NsaParams p, const SelItems it, const SelDqPass dq,
                                    int64_t* __restrict__ counts) {
   const int64_t ug = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ug >= it.n_units * p.G) return;
@@ -286,7 +278,7 @@ __global__ void count_items_kernel(const NsaParams p, const SelItems it, const S
 // dK/dV to the gradient itself; items of units with several write part[i] for reduce_items_kernel.
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
-    sel_item_kernel(const NsaParams p, const SelItems it, const SelDq dq) {
+    sel_item_kernel(const NsaParams p, const SelItems it, const SelDqPass dq) {
   extern __shared__ __align__(16) unsigned char smem[];
   const DkdvSmem<DK, DV, true> sm(smem);
   const int64_t i = blockIdx.x, U = it.n_units * p.G;
@@ -440,8 +432,8 @@ void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_unit
   const int64_t U = n_units * p.G;
   if (U == 0) return;
   const SelItems it{units, n_units, s.item_end, sel_entries_per_item(p), s.part};
-  const SelDq dq{pass.r0, pass.r1, pass.dq_part};
-  count_items_kernel<<<static_cast<unsigned>((U + 255) / 256), 256, 0, stream>>>(p, it, dq,
+  const SelDqPass dq{pass.r0, pass.r1, pass.dq_part};
+  count_items_kernel<<<static_cast<unsigned>((U + 255) / 256), 256, 0, stream>>>(p, it, pass,
                                                                                  s.counts);
   NSA_CUDA_LAUNCH_CHECK();
   size_t temp = s.scan_temp_bytes;
@@ -452,7 +444,7 @@ void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_unit
     const auto kernel = sel_item_kernel<DK(), DV()>;
     const size_t smem = dkdv_smem_bytes<DK(), DV(), true>();
     set_kernel_smem(kernel, smem);
-    kernel<<<static_cast<unsigned>(bound), kThreads, smem, stream>>>(p, it, dq);
+    kernel<<<static_cast<unsigned>(bound), kThreads, smem, stream>>>(p, it, pass);
     NSA_CUDA_LAUNCH_CHECK();
     const dim3 reduce_grid(static_cast<unsigned>(U), kDkdvUnitRows / kReduceRows);
     reduce_items_kernel<DK(), DV()><<<reduce_grid, 256, 0, stream>>>(p, it);

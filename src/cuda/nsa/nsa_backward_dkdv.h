@@ -13,6 +13,11 @@ namespace nsa::cuda {
 // Key rows per unit (one CTA): 64 raw rows, compressed tokens, or rows of one selection block.
 constexpr int64_t kDkdvUnitRows = 64;
 
+// Units per selection block: ⌈l_sel / 64⌉.
+__host__ __device__ constexpr int64_t sel_units_per_block(int64_t l_sel) {
+  return (l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+}
+
 // units: RowTiles of at most kDkdvUnitRows key rows (selected branch: within one block).
 // partial: chunks·out_rows·G·(dk + dv) floats when chunks > 1 (else unused).
 void launch_nsa_backward_dkdv(const NsaParams& p, Branch branch, const RowTile* units,

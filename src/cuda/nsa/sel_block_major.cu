@@ -18,6 +18,7 @@
 #include "nsa_backward_dkdv.h"
 #include "nsa_kernels.h"
 #include "sel_block_major.h"
+#include "sel_index.h"
 #include "softmax.cuh"
 #include "tiles.cuh"
 
@@ -276,7 +277,7 @@ __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
   const int64_t row = r0 + w / p.H, h = w % p.H, g = h / p.hpg, th = row * p.H + h;
   const int64_t t = row - p.cu_seqlens[p.seq_of_row[row]];
   const int32_t* sel = p.sel_idx + (row * p.G + g) * p.n_sel;
-  const int upb = static_cast<int>((p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows);
+  const int upb = static_cast<int>(sel_units_per_block(p.l_sel));
   const int n = static_cast<int>(p.n_sel) * upb;
   const int col = lane * kPer;
   if (col >= DK) return;
@@ -294,13 +295,6 @@ __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
   for (int c = 0; c < kPer; ++c) dst[c] += p.scale * acc[c];
 }
 
-// Sort on the bits in use: the padding key's are all ones there, above every valid segment.
-int sort_end_bit(const NsaParams& p) {
-  int end_bit = 32;
-  while ((uint64_t{1} << (end_bit - 32)) <= static_cast<uint64_t>(p.G * p.TB)) ++end_bit;
-  return end_bit;
-}
-
 // Sorted keys of rows [r0, r0 + rows) in v.keys_out; returns their count (padding included).
 int64_t sort_chunk(const NsaParams& p, const SelBlockMajorView& v, int64_t r0, int64_t rows,
                    cudaStream_t stream) {
@@ -310,18 +304,20 @@ int64_t sort_chunk(const NsaParams& p, const SelBlockMajorView& v, int64_t r0, i
   NSA_CUDA_LAUNCH_CHECK();
   size_t temp_bytes = 0;
   NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, v.keys_in, v.keys_out,
-                                                static_cast<int>(n), 0, sort_end_bit(p), stream));
+                                                static_cast<int>(n), 0, sel_key_end_bit(p),
+                                                stream));
   NSA_CHECK(temp_bytes <= v.temp_bytes, "selected branch (block-major): the sort needs ",
             temp_bytes, " bytes of temporary storage, the workspace holds ", v.temp_bytes);
   NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(v.temp, temp_bytes, v.keys_in, v.keys_out,
-                                                static_cast<int>(n), 0, sort_end_bit(p), stream));
+                                                static_cast<int>(n), 0, sel_key_end_bit(p),
+                                                stream));
   return n;
 }
 
 }  // namespace
 
 int64_t sel_partial_bytes_per_row(int64_t H, int64_t n_sel, int64_t l_sel, int64_t dk, int64_t dv) {
-  const int64_t upb = (l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  const int64_t upb = sel_units_per_block(l_sel);
   const int64_t fwd = H * n_sel * (dv * int64_t{sizeof(bf16)} + int64_t{sizeof(float)});
   const int64_t bwd = H * n_sel * upb * dk * int64_t{sizeof(bf16)};
   return std::max(fwd, bwd);
@@ -334,14 +330,14 @@ SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budg
   const int64_t per_row = sel_partial_bytes_per_row(p.H, p.n_sel, p.l_sel, p.dk, p.dv);
   v.rows = std::min(p.T, std::max<int64_t>(1, partial_budget_bytes / per_row));
   const int64_t n = v.rows * p.G * p.n_sel;
-  const int64_t upb = (p.l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;
+  const int64_t upb = sel_units_per_block(p.l_sel);
   v.keys_in = ws.take<uint64_t>(n);
   v.keys_out = ws.take<uint64_t>(n);
   v.part = ws.take<bf16>(v.rows * p.H * p.n_sel * std::max(p.dv, upb * p.dk));
   v.part_lse = ws.take<float>(v.rows * p.H * p.n_sel);
   // A host-side query for the largest chunk (the last one may be shorter and need less).
   NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, v.temp_bytes, v.keys_in, v.keys_out,
-                                                static_cast<int>(n), 0, sort_end_bit(p)));
+                                                static_cast<int>(n), 0, sel_key_end_bit(p)));
   v.temp = ws.take_bytes(v.temp_bytes);
   // The backward's work items.
   const int64_t U = n_sel_units * p.G;

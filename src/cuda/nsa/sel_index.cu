@@ -38,14 +38,13 @@ __global__ void mark_segments_kernel(const uint64_t* __restrict__ keys, int64_t 
   if (i == n - 1 || keys[i + 1] == ~0ull || (keys[i + 1] >> 32) != seg) seg_end[seg] = i + 1;
 }
 
-// Sort on the bits in use: the padding key's are all ones there, above every valid segment.
-int sort_end_bit(const NsaParams& p) {
+}  // namespace
+
+int sel_key_end_bit(const NsaParams& p) {
   int end_bit = 32;
   while ((uint64_t{1} << (end_bit - 32)) <= static_cast<uint64_t>(p.G * p.TB)) ++end_bit;
   return end_bit;
 }
-
-}  // namespace
 
 SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws) {
   const int64_t n = p.T * p.G * p.n_sel, segments = p.G * p.TB;
@@ -58,7 +57,7 @@ SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws) {
   v.seg_end = ws.take<int64_t>(segments);
   if (n > 0) {  // a host-side query: no device work
     NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, v.temp_bytes, v.keys_in, v.keys_out,
-                                                  static_cast<int>(n), 0, sort_end_bit(p)));
+                                                  static_cast<int>(n), 0, sel_key_end_bit(p)));
   }
   v.temp = ws.take_bytes(v.temp_bytes);
   return v;
@@ -75,7 +74,8 @@ void build_sel_index(const NsaParams& p, const SelIndexView& v, cudaStream_t str
   NSA_CUDA_LAUNCH_CHECK();
   size_t temp_bytes = v.temp_bytes;
   NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(v.temp, temp_bytes, v.keys_in, v.keys_out,
-                                                static_cast<int>(n), 0, sort_end_bit(p), stream));
+                                                static_cast<int>(n), 0, sel_key_end_bit(p),
+                                                stream));
   mark_segments_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
       v.keys_out, n, v.seg_start, v.seg_end);
   NSA_CUDA_LAUNCH_CHECK();

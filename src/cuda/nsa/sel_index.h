@@ -27,6 +27,10 @@ struct SelIndexView {
 
 // The arrays of the index for p's sizes (T, G, n_sel, TB), taken from ws.
 SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws);
+// Keys of the form (group·TB + block) << 32 | low bits (this index's and the block-major
+// forward's) are sorted on bits [0, sel_key_end_bit(p)): the padding key's are all ones there,
+// above every valid segment.
+int sel_key_end_bit(const NsaParams& p);
 // Reads p.sel_idx (and the layout fields of p).
 void build_sel_index(const NsaParams& p, const SelIndexView& v, cudaStream_t stream);
 // Points p.sel_entries / sel_seg_start / sel_seg_end at the index.
