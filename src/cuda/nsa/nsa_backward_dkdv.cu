@@ -17,6 +17,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "head_dims.h"
@@ -174,19 +175,30 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
     mma_smem_a_bt<DV, QT / 8>(dpt, sm.vs, warp * 16, st.d_o);
     const int last = it * QT + QT <= n_pairs ? QT - 1 : -1;
     const bool all = warp_full && last >= 0 && all_visible<B>(m, st.t[0], st.t[last], j0, j0 + 15);
+    // P and dS; the per-pair visibility test only where the tile is not wholly visible.
+    const auto scores = [&](auto whole_tile) {
 #pragma unroll
-    for (int nt = 0; nt < QT / 8; ++nt) {
+      for (int nt = 0; nt < QT / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int jl = jl_lo + (e >> 1) * 8, col = nt * 8 + 2 * tq + (e & 1);
-        const int t = st.t[col];
-        const bool vis = all || (jl < unit.rows && t >= 0 &&
-                                 key_visible<B>(m, t, static_cast<int>(unit.first) + jl));
-        const float pr = vis ? exp2f(sc[nt][e] * sl2 - st.lse2[col]) : 0.0f;
-        sc[nt][e] = pr * st.gate[col];
-        dpt[nt][e] = pr * (st.gate[col] * dpt[nt][e] - st.delta[col]);
-        if constexpr (kDq) sm.ds[col * SDS + jl] = __float2bfloat16(dpt[nt][e]);
+        for (int e = 0; e < 4; ++e) {
+          const int jl = jl_lo + (e >> 1) * 8, col = nt * 8 + 2 * tq + (e & 1);
+          float pr = fast_exp2(fmaf(sc[nt][e], sl2, -st.lse2[col]));
+          if constexpr (!decltype(whole_tile)::value) {
+            const int t = st.t[col];
+            const bool vis =
+                jl < unit.rows && t >= 0 && key_visible<B>(m, t, static_cast<int>(unit.first) + jl);
+            pr = vis ? pr : 0.0f;
+          }
+          sc[nt][e] = pr * st.gate[col];
+          dpt[nt][e] = pr * (st.gate[col] * dpt[nt][e] - st.delta[col]);
+          if constexpr (kDq) sm.ds[col * SDS + jl] = __float2bfloat16(dpt[nt][e]);
+        }
       }
+    };
+    if (all) {
+      scores(std::true_type{});
+    } else {
+      scores(std::false_type{});
     }
     mma_c_b<DV, QT / 16>(dv, sc, st.d_o);
     mma_c_b<DK, QT / 16>(dk, dpt, st.q);

@@ -112,13 +112,26 @@ template <int NT>
 __device__ __forceinline__ void mask_block(float s[][4], const PairRows& pr, int kbase, int nk,
                                            int64_t k_first, float sl2) {
   const int tq = threadIdx.x & 3;
+  int lim[2];  // row r sees the block's keys kk < lim[r]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t own = pr.t[r] - k_first + 1;
+    lim[r] = !pr.ok[r] ? 0 : (own < nk ? static_cast<int>(own) : nk);
+  }
+  if (kbase + NT * 8 <= (lim[0] < lim[1] ? lim[0] : lim[1])) {  // the whole sub-tile is visible
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] *= sl2;
+    }
+    return;
+  }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1, kk = kbase + nt * 8 + 2 * tq + (e & 1);
-      const bool vis = pr.ok[r] && kk < nk && k_first + kk <= pr.t[r];
-      s[nt][e] = vis ? s[nt][e] * sl2 : -INFINITY;
+      const int kk = kbase + nt * 8 + 2 * tq + (e & 1);
+      s[nt][e] = kk < lim[e >> 1] ? s[nt][e] * sl2 : -INFINITY;
     }
   }
 }

@@ -9,6 +9,8 @@
 // overlapping tokens in ascending order, p·overlap/l, exactly as the CPU accumulates it – and one
 // thread per query row inserts it into that row's top list with the (score desc, index asc) rule.
 // After the last tile the forced blocks (0, c−1, c) join, the set is sorted and written.
+#include <type_traits>
+
 #include "common/cuda_check.h"
 #include "head_dims.h"
 #include "nsa_kernels.h"
@@ -120,6 +122,27 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       const bf16* kt = ks + ((k0 / kKeyTile) & 1) * kKeyTile * tile_stride(DK);
       float gp[kKeyTile / 8][4] = {};
+      // Which of this thread's 32 scores are visible: the same for every head of the group, so
+      // it is worked out once per tile (bit 4·nt + e), or not at all when the warp's rows see the
+      // whole tile.
+      const int w_first = static_cast<int>(tile.first) + warp * 16;
+      const bool whole = warp * 16 + 16 <= tile.rows && k0 + kKeyTile <= keys.end &&
+                         all_visible<Branch::kCmp>(m, w_first, w_first + 15, static_cast<int>(k0),
+                                                   static_cast<int>(k0) + kKeyTile - 1);
+      uint32_t vis_bits = ~0u;
+      if (!whole) {
+#pragma unroll
+        for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int t = static_cast<int>(tile.first) + r_lo + (e >> 1) * 8;
+            const int j = static_cast<int>(k0) + nt * 8 + 2 * tq + (e & 1);
+            const bool vis = r_lo + (e >> 1) * 8 < tile.rows && j < keys.end &&
+                             key_visible<Branch::kCmp>(m, t, j);
+            if (!vis) vis_bits &= ~(1u << (4 * nt + e));
+          }
+        }
+      }
       for (int64_t hh = 0; hh < hpg; ++hh) {
         uint32_t qf[DK / 16][4];
         load_a_rows<DK>(qf, [&](int r) -> const bf16* {
@@ -130,15 +153,24 @@ __global__ void __launch_bounds__(kThreads)
         float s[kKeyTile / 8][4] = {};
         mma_a_bt<DK, kKeyTile / 8>(s, qf, kt);
         const float lo = lse2[hh * kRows + r_lo], hi = lse2[hh * kRows + r_lo + 8];
+        const auto accumulate = [&](auto whole_tile) {
 #pragma unroll
-        for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+          for (int nt = 0; nt < kKeyTile / 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t t = tile.first + r_lo + (e >> 1) * 8, j = k0 + nt * 8 + 2 * tq + (e & 1);
-            const bool vis = r_lo + (e >> 1) * 8 < tile.rows && j < keys.end &&
-                             key_visible<Branch::kCmp>(m, static_cast<int>(t), static_cast<int>(j));
-            gp[nt][e] += vis ? exp2f(s[nt][e] * sl2 - (e < 2 ? lo : hi)) : 0.0f;
+            for (int e = 0; e < 4; ++e) {
+              const float pr = fast_exp2(fmaf(s[nt][e], sl2, -(e < 2 ? lo : hi)));
+              if constexpr (decltype(whole_tile)::value) {
+                gp[nt][e] += pr;
+              } else {
+                gp[nt][e] += (vis_bits >> (4 * nt + e)) & 1u ? pr : 0.0f;
+              }
+            }
           }
+        };
+        if (whole) {
+          accumulate(std::true_type{});
+        } else {
+          accumulate(std::false_type{});
         }
       }
 #pragma unroll

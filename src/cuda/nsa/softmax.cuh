@@ -29,21 +29,23 @@ struct SoftmaxAcc {
       mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
       mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
     }
-    float alpha[2], mn[2], sum[2] = {0.0f, 0.0f};
+    // base: the new running max, or 0 while a row has seen no key (all its s are -inf, and
+    // 2^(-inf - 0) = 0 without a test per element; o and l are still 0, so alpha = 0 is harmless).
+    float alpha[2], base[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      mn[r] = fmaxf(m[r], quad_max(mx[r]));
-      alpha[r] = mn[r] == -INFINITY ? 1.0f : exp2f(m[r] - mn[r]);
-      m[r] = mn[r];
+      const float mn = fmaxf(m[r], quad_max(mx[r]));
+      base[r] = mn == -INFINITY ? 0.0f : mn;
+      alpha[r] = fast_exp2(m[r] - base[r]);
+      m[r] = mn;
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const float pr = mn[r] == -INFINITY ? 0.0f : exp2f(s[nt][e] - mn[r]);
+        const float pr = fast_exp2(s[nt][e] - base[e >> 1]);
         s[nt][e] = pr;
-        sum[r] += pr;
+        sum[e >> 1] += pr;
       }
     }
 #pragma unroll
@@ -68,7 +70,8 @@ struct SoftmaxAcc {
   }
 };
 
-// Per row half (r = 0: gid, 1: gid + 8): lse (log2 units), delta and gate of branch c.
+// Per row half (r = 0: gid, 1: gid + 8): lse (log2 units), delta and gate of branch c. A row
+// that is padding or sees no key gets lse2 = +inf, so that P = 2^(s - lse2) = 0 for every s.
 struct RowStats {
   float lse2[2], delta[2], gate[2];
   __device__ void load(const NsaParams& p, int c, int64_t th_lo, int64_t th_hi, bool ok_lo,
@@ -77,7 +80,8 @@ struct RowStats {
     const bool ok[2] = {ok_lo, ok_hi};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      lse2[r] = ok[r] ? p.lse[c][th[r]] * kLog2e : -INFINITY;
+      const float lse = ok[r] ? p.lse[c][th[r]] : -INFINITY;
+      lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
       delta[r] = ok[r] ? p.delta[c][th[r]] : 0.0f;
       gate[r] = ok[r] ? __bfloat162float(p.gate[c][th[r]]) : 0.0f;
     }
@@ -93,7 +97,7 @@ __device__ __forceinline__ void scores_to_ds(float s[][4], const float dp[][4],
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1;
-      const float pr = s[nt][e] == -INFINITY ? 0.0f : exp2f(s[nt][e] - st.lse2[r]);
+      const float pr = fast_exp2(s[nt][e] - st.lse2[r]);
       s[nt][e] = pr * (st.gate[r] * dp[nt][e] - st.delta[r]);
     }
   }
