@@ -179,18 +179,26 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
     const auto scores = [&](auto whole_tile) {
 #pragma unroll
       for (int nt = 0; nt < QT / 8; ++nt) {
+        // This thread's two pair columns' statistics, read once per column pair (the ds stores
+        // below may alias them for the compiler, which then re-read them per element).
+        const int c0 = nt * 8 + 2 * tq;
+        const float2 lse2 = *reinterpret_cast<const float2*>(st.lse2 + c0);
+        const float2 gate = *reinterpret_cast<const float2*>(st.gate + c0);
+        const float2 delta = *reinterpret_cast<const float2*>(st.delta + c0);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int jl = jl_lo + (e >> 1) * 8, col = nt * 8 + 2 * tq + (e & 1);
-          float pr = fast_exp2(fmaf(sc[nt][e], sl2, -st.lse2[col]));
+          const int jl = jl_lo + (e >> 1) * 8, col = c0 + (e & 1);
+          const float c_lse2 = e & 1 ? lse2.y : lse2.x, c_gate = e & 1 ? gate.y : gate.x;
+          const float c_delta = e & 1 ? delta.y : delta.x;
+          float pr = fast_exp2(fmaf(sc[nt][e], sl2, -c_lse2));
           if constexpr (!decltype(whole_tile)::value) {
             const int t = st.t[col];
             const bool vis =
                 jl < unit.rows && t >= 0 && key_visible<B>(m, t, static_cast<int>(unit.first) + jl);
             pr = vis ? pr : 0.0f;
           }
-          sc[nt][e] = pr * st.gate[col];
-          dpt[nt][e] = pr * (st.gate[col] * dpt[nt][e] - st.delta[col]);
+          sc[nt][e] = pr * c_gate;
+          dpt[nt][e] = pr * (c_gate * dpt[nt][e] - c_delta);
           if constexpr (kDq) sm.ds[col * SDS + jl] = __float2bfloat16(dpt[nt][e]);
         }
       }

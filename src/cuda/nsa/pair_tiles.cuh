@@ -78,7 +78,6 @@ struct PairList {
     const int64_t qi = qa + i / hpg;
     return u.list ? static_cast<int64_t>(u.list[qi] & 0xffffffffu) : u.seq_start + qi;
   }
-  __device__ int64_t row(int64_t entry) const { return u.list ? entry / n_sel : entry; }
 };
 
 __device__ __forceinline__ PairList chunk_pairs(const UnitQueries& u, int64_t z, int64_t chunks,
@@ -97,6 +96,10 @@ struct PairStage {
   static constexpr size_t kBytes = QT * sizeof(int64_t) + QT * tile_stride(DK) * sizeof(bf16) +
                                    (kGrad ? QT * tile_stride(DV) * sizeof(bf16) : 0) +
                                    QT * 5 * sizeof(float);
+  static_assert((QT * sizeof(int64_t) + QT * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16)) %
+                        8 ==
+                    0,
+                "the statistics are read as float2 pairs");
   int64_t* th;  // query row·H + head, −1 for padding pairs
   bf16* q;
   bf16* d_o;                   // kGrad only
@@ -137,12 +140,25 @@ __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64
   constexpr int QT = PairStage<DK, DV, kGrad>::QT;
   for (int i = threadIdx.x; i < QT; i += blockDim.x) {
     const int k = pb + i;
-    const int64_t entry = k < pairs.n ? pairs.entry(k) : 0;
-    const int64_t th =
-        k < pairs.n ? pairs.row(entry) * p.H + g * pairs.hpg + k % pairs.hpg : int64_t{-1};
+    int64_t th = -1;
+    int32_t t = -1, slot = 0;
+    if (k < pairs.n) {
+      // 32-bit divisions (a list entry row·n_sel + slot fits in 32 bits): with 64-bit ones the
+      // index threads kept the others waiting at the barrier below.
+      const int64_t entry = pairs.entry(k);
+      int64_t row = entry;
+      if (pairs.u.list) {
+        const uint32_t e32 = static_cast<uint32_t>(entry), n_sel = pairs.n_sel;
+        const uint32_t r32 = e32 / n_sel;
+        row = r32;
+        slot = static_cast<int32_t>(e32 - r32 * n_sel);
+      }
+      th = row * p.H + g * pairs.hpg + k % pairs.hpg;
+      t = static_cast<int32_t>(row - pairs.u.seq_start);
+    }
     st.th[i] = th;
-    st.t[i] = th < 0 ? -1 : static_cast<int32_t>(th / p.H - pairs.u.seq_start);
-    st.slot[i] = pairs.u.list ? static_cast<int32_t>(entry % pairs.n_sel) : 0;
+    st.t[i] = t;
+    st.slot[i] = slot;
     if constexpr (kGrad) {
       if (th >= 0) {
         cp_async4(st.lse2 + i, p.lse[c] + th);

@@ -168,8 +168,17 @@ __global__ void __launch_bounds__(kThreads)
     const uint64_t key0 = key_s[i];
     if (key0 == kPadKey) break;
     const uint64_t seg = key0 >> 32;
+    // The run's end: the first key of a later segment (binary search: block 0's run can span
+    // the whole chunk, and every thread finds the end).
     int j = i + 1;
-    while (j < n_here && (key_s[j] >> 32) == seg) ++j;
+    for (int hi = n_here; j < hi;) {
+      const int mid = j + (hi - j) / 2;
+      if ((key_s[mid] >> 32) == seg) {
+        j = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
     // Entries [i, j) chose block `blk` of group g in sequence n.
     const int64_t g = static_cast<int64_t>(seg) / p.TB;
     const int64_t row0 = a.r0 + static_cast<int64_t>(key0 & 0xffffffffu) / p.n_sel;

@@ -48,7 +48,33 @@ inline int strip_halo(const NsaParams& p) {
   return static_cast<int>((p.l_sel + p.l) / p.d + 1);
 }
 
-template <int DK>
+// A thread's best kRegTopMax candidates in registers, sorted by (score desc, index asc); empty
+// slots hold (-inf, kNoBlock). Inserting is a fixed pass of compare-and-swap (no memory, no
+// data-dependent loop): the list in shared memory, shifted one entry per dependent load, was the
+// kernel's hottest code (Nsight Compute source counters). Used when every row's list fits
+// (n_sel - 1 <= kRegTopMax) and the head dimension leaves the registers (dk <= 128).
+constexpr int kRegTopMax = 16;
+constexpr int32_t kNoBlock = 0x7fffffff;
+struct RegTop {
+  float s[kRegTopMax];
+  int32_t i[kRegTopMax];
+  __device__ void init() {
+#pragma unroll
+    for (int k = 0; k < kRegTopMax; ++k) s[k] = -INFINITY, i[k] = kNoBlock;
+  }
+  __device__ void insert(float cs, int32_t ci) {
+#pragma unroll
+    for (int k = 0; k < kRegTopMax; ++k) {
+      const bool take = cs > s[k] || (cs == s[k] && ci < i[k]);
+      const float ts = s[k];
+      const int32_t ti = i[k];
+      s[k] = take ? cs : ts, i[k] = take ? ci : ti;
+      cs = take ? ts : cs, ci = take ? ti : ci;
+    }
+  }
+};
+
+template <int DK, bool kRegTop>
 __global__ void __launch_bounds__(kThreads)
     select_blocks_kernel(const NsaParams p, const RowTile* __restrict__ tiles, int halo) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -97,6 +123,8 @@ __global__ void __launch_bounds__(kThreads)
   float* my_s = top_s + (half * kRows + my_row) * p.n_sel;
   int32_t* my_i = top_i + (half * kRows + my_row) * p.n_sel;
   int count = 0;
+  RegTop top;  // kRegTop: this thread's candidates in registers (unused otherwise)
+  top.init();
 
   // K tiles in two buffers: tile it + 1 is copied (cp.async) while tile it is used.
   const auto issue = [&](int64_t k0) {
@@ -198,13 +226,17 @@ __global__ void __launch_bounds__(kThreads)
           const int overlap = (b < hi_row ? b : hi_row) - (a > lo_row ? a : lo_row);
           if (overlap > 0) score += row_strip[i - k0i] * static_cast<float>(overlap) * inv_l;
         }
-        if (count == cap && !(score > my_s[count - 1])) continue;
-        int pos = count < cap ? count++ : count - 1;
-        while (pos > 0 && score > my_s[pos - 1]) {
-          my_s[pos] = my_s[pos - 1], my_i[pos] = my_i[pos - 1];
-          --pos;
+        if constexpr (kRegTop) {
+          if (score > top.s[kRegTopMax - 1]) top.insert(score, j);  // ties: the earlier block stays
+        } else {
+          if (count == cap && !(score > my_s[count - 1])) continue;
+          int pos = count < cap ? count++ : count - 1;
+          while (pos > 0 && score > my_s[pos - 1]) {
+            my_s[pos] = my_s[pos - 1], my_i[pos] = my_i[pos - 1];
+            --pos;
+          }
+          my_s[pos] = score, my_i[pos] = j;
         }
-        my_s[pos] = score, my_i[pos] = j;
       }
     }
     if (je > jb) jb = je;
@@ -216,6 +248,16 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
+  if constexpr (kRegTop) {  // the register list's first `cap` entries are this thread's top list
+    count = 0;
+#pragma unroll
+    for (int k = 0; k < kRegTopMax; ++k) {
+      if (k < cap && top.i[k] != kNoBlock) {
+        my_s[k] = top.s[k], my_i[k] = top.i[k];
+        count = k + 1;
+      }
+    }
+  }
   top_n[threadIdx.x] = count;
   __syncthreads();
   if (has_row && half == 0) {
@@ -258,7 +300,11 @@ void launch_select_blocks(const NsaParams& p, const RowTile* tiles, int64_t n_ti
   NSA_CHECK(halo <= kKeyTile, "CUDA block selection: (l_sel + l) / d = ", (p.l_sel + p.l) / p.d,
             " must be below ", kKeyTile);
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto) {
-    const auto kernel = select_blocks_kernel<DK()>;
+    // The register list costs ~40 registers: for the widest heads that would cost a CTA per SM.
+    auto kernel = select_blocks_kernel<DK(), false>;
+    if constexpr (DK() <= 128) {
+      if (p.n_sel - 1 <= kRegTopMax) kernel = select_blocks_kernel<DK(), true>;
+    }
     const size_t smem = static_cast<size_t>(select_smem(DK(), p.hpg, p.n_sel, halo).total);
     set_kernel_smem(kernel, smem);
     kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.G)), kThreads, smem,
