@@ -242,14 +242,41 @@ constexpr int merge_cols() {
   return D >= 64 ? D / 32 : 2;
 }
 
-// kPer consecutive bf16 (kPer even) as floats, added to acc with weight w.
-template <int kPer>
-__device__ __forceinline__ void add_bf16(float acc[kPer], const bf16* src, float w) {
+// acc += weight(a) · row a of src (row a at src + a·stride) for the set bits a of the warp-uniform
+// `mask`, in ascending order, four rows' loads in flight. Every lane calls it (weight may
+// shuffle); lanes with !active only keep the warp together.
+template <int kPer, typename Weight>
+__device__ __forceinline__ void add_rows_in_order(float acc[kPer], const bf16* src, int64_t stride,
+                                                  uint32_t mask, bool active, Weight weight) {
+  while (mask != 0) {
+    int a[4];
 #pragma unroll
-  for (int c = 0; c < kPer; c += 2) {
-    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + c));
-    acc[c] += w * x.x;
-    acc[c + 1] += w * x.y;
+    for (int u = 0; u < 4; ++u) {
+      a[u] = mask != 0 ? __ffs(mask) - 1 : -1;
+      mask &= mask - 1;
+    }
+    __nv_bfloat162 x[4][kPer / 2];
+    float wt[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      wt[u] = weight(a[u] < 0 ? 0 : a[u]);
+      if (active && a[u] >= 0) {
+#pragma unroll
+        for (int c = 0; c < kPer / 2; ++c) {
+          x[u][c] = reinterpret_cast<const __nv_bfloat162*>(src + a[u] * stride)[c];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (!active || a[u] < 0) continue;
+#pragma unroll
+      for (int c = 0; c < kPer / 2; ++c) {
+        const float2 f = __bfloat1622float2(x[u][c]);
+        acc[2 * c] += wt[u] * f.x;
+        acc[2 * c + 1] += wt[u] * f.y;
+      }
+    }
   }
 }
 
@@ -265,18 +292,27 @@ __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows
   const int64_t row = r0 + w / p.H, h = w % p.H, g = h / p.hpg, th = row * p.H + h;
   const int32_t* sel = p.sel_idx + (row * p.G + g) * p.n_sel;
   const float* pl = part_lse + w * p.n_sel;
+  // The slots' lse values and validity are read by the lanes in parallel (lane k: slot k0 + k),
+  // then broadcast in slot order: a loop that loaded them one by one waited on each load.
   float m = -INFINITY;
-  for (int64_t k = 0; k < p.n_sel; ++k) {
-    if (sel[k] >= 0) m = fmaxf(m, pl[k]);
+  for (int64_t k0 = 0; k0 < p.n_sel; k0 += 32) {
+    const int64_t k = k0 + lane;
+    if (k < p.n_sel && sel[k] >= 0) m = fmaxf(m, pl[k]);
   }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   float acc[kPer] = {}, sum = 0.0f;
   const int col = lane * kPer;
-#pragma unroll 4
-  for (int64_t k = 0; k < p.n_sel; ++k) {
-    if (sel[k] < 0) continue;
-    const float wk = exp2f((pl[k] - m) * kLog2e);
-    sum += wk;
-    if (col < DV) add_bf16<kPer>(acc, part + (w * p.n_sel + k) * DV + col, wk);
+  for (int64_t k0 = 0; k0 < p.n_sel; k0 += 32) {
+    const int64_t k = k0 + lane;
+    const bool valid = k < p.n_sel && sel[k] >= 0;
+    const float mine = valid ? exp2f((pl[k] - m) * kLog2e) : 0.0f;
+    const uint32_t mask = __ballot_sync(0xffffffffu, valid);
+    for (uint32_t left = mask; left != 0; left &= left - 1) {  // ascending slots
+      sum += __shfl_sync(0xffffffffu, mine, __ffs(left) - 1);
+    }
+    add_rows_in_order<kPer>(acc, part + (w * p.n_sel + k0) * DV + col, DV, mask, col < DV,
+                            [&](int kk) { return __shfl_sync(0xffffffffu, mine, kk); });
   }
   if (col < DV) {
     bf16* dst = p.o_branch[1] + th * DV + col;
@@ -287,8 +323,8 @@ __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows
 }
 
 // One warp per (row, head): d_q += scale · Σ partials over the valid slots and, within a slot's
-// block, the units up to the row's own position (later units saw no key of it). The (slot, unit)
-// pairs are walked flat, four at a time so that their loads are in flight together.
+// block, the units up to the row's own position (later units saw no key of it), in (slot, unit)
+// order.
 template <int DK>
 __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
                                 const bf16* __restrict__ part) {
@@ -302,16 +338,19 @@ __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
   const int upb = static_cast<int>(sel_units_per_block(p.l_sel));
   const int n = static_cast<int>(p.n_sel) * upb;
   const int col = lane * kPer;
-  if (col >= DK) return;
   const bf16* src = part + w * n * DK + col;
   float acc[kPer] = {};
-#pragma unroll 4
-  for (int i = 0; i < n; ++i) {
-    const int32_t b = sel[i / upb];
-    if (b >= 0 && b * p.l_sel + (i % upb) * kDkdvUnitRows <= t) {
-      add_bf16<kPer>(acc, src + static_cast<int64_t>(i) * DK, 1.0f);
-    }
+  // Which (slot, unit) pairs count is worked out by the lanes in parallel (lane i: pair i0 + i);
+  // the partials are then added in ascending order, several loads in flight.
+  for (int i0 = 0; i0 < n; i0 += 32) {
+    const int i = i0 + lane;
+    const int32_t b = i < n ? sel[i / upb] : -1;
+    const uint32_t mask =
+        __ballot_sync(0xffffffffu, b >= 0 && b * p.l_sel + (i % upb) * kDkdvUnitRows <= t);
+    add_rows_in_order<kPer>(acc, src + static_cast<int64_t>(i0) * DK, DK, mask, col < DK,
+                            [](int) { return 1.0f; });
   }
+  if (col >= DK) return;
   float* dst = p.d_q + th * DK + col;
 #pragma unroll
   for (int c = 0; c < kPer; ++c) dst[c] += p.scale * acc[c];

@@ -49,7 +49,7 @@ inline int strip_halo(const NsaParams& p) {
 }
 
 // A thread's best kRegTopMax candidates in registers, sorted by (score desc, index asc); empty
-// slots hold (-inf, kNoBlock). Inserting is a fixed pass of compare-and-swap (no memory, no
+// slots hold (-inf, kNoBlock). Inserting is a fixed set of compares and selects (no memory, no
 // data-dependent loop): the list in shared memory, shifted one entry per dependent load, was the
 // kernel's hottest code (Nsight Compute source counters). Used when every row's list fits
 // (n_sel - 1 <= kRegTopMax) and the head dimension leaves the registers (dk <= 128).
@@ -62,15 +62,18 @@ struct RegTop {
 #pragma unroll
     for (int k = 0; k < kRegTopMax; ++k) s[k] = -INFINITY, i[k] = kNoBlock;
   }
+  // The new entry's rank is the count of entries that stay ahead of it; every slot then takes its
+  // own, its predecessor's or the new value – independent selects, not a chain through the list.
   __device__ void insert(float cs, int32_t ci) {
+    int pos = 0;
 #pragma unroll
-    for (int k = 0; k < kRegTopMax; ++k) {
-      const bool take = cs > s[k] || (cs == s[k] && ci < i[k]);
-      const float ts = s[k];
-      const int32_t ti = i[k];
-      s[k] = take ? cs : ts, i[k] = take ? ci : ti;
-      cs = take ? ts : cs, ci = take ? ti : ci;
+    for (int k = 0; k < kRegTopMax; ++k) pos += s[k] > cs || (s[k] == cs && i[k] < ci);
+#pragma unroll
+    for (int k = kRegTopMax - 1; k > 0; --k) {
+      s[k] = k < pos ? s[k] : (k == pos ? cs : s[k - 1]);
+      i[k] = k < pos ? i[k] : (k == pos ? ci : i[k - 1]);
     }
+    if (pos == 0) s[0] = cs, i[0] = ci;
   }
 };
 
@@ -118,6 +121,10 @@ __global__ void __launch_bounds__(kThreads)
   const bool has_row = my_row < tile.rows;
   const int l_sel = static_cast<int>(p.l_sel), d = static_cast<int>(p.d), l = static_cast<int>(p.l);
   const int my_c = my_t / l_sel, my_nv = static_cast<int>(num_visible(p, my_t));
+  // When d divides l_sel and l, block j overlaps tokens j·per − lead .. j·per + per − 1 with
+  // overlaps that do not depend on j (each > 0 as l >= d): the scoring loop needs no division.
+  const bool periodic = l_sel % d == 0 && l % d == 0;
+  const int per = l_sel / d, lead = l / d - 1;
   const int n_forced = 1 + (my_c - 1 > 0) + (my_c > 0);
   const int cap = static_cast<int>(p.n_sel) - n_forced;
   float* my_s = top_s + (half * kRows + my_row) * p.n_sel;
@@ -219,12 +226,22 @@ __global__ void __launch_bounds__(kThreads)
       const int j0 = jb > 1 ? jb : 1;
       for (int j = j0 + ((j0 & 1) != half); j < je && j <= my_c - 2; j += 2) {
         const int lo_row = j * l_sel, hi_row = lo_row + l_sel;
-        int i = lo_row - l + 1 > 0 ? (lo_row - l + 1 + d - 1) / d : 0;
         float score = 0.0f;
-        for (; i < my_nv && i * d < hi_row; ++i) {
-          const int a = i * d, b = a + l;
-          const int overlap = (b < hi_row ? b : hi_row) - (a > lo_row ? a : lo_row);
-          if (overlap > 0) score += row_strip[i - k0i] * static_cast<float>(overlap) * inv_l;
+        if (periodic) {  // tokens j·per − lead + k, k < per + lead, all overlapping (see above)
+          const int i0 = j * per - lead;
+#pragma unroll 4
+          for (int k = i0 < 0 ? -i0 : 0; k < per + lead && i0 + k < my_nv; ++k) {
+            const int a = (k - lead) * d;  // token start − block start
+            const int overlap = (a + l < l_sel ? a + l : l_sel) - (a > 0 ? a : 0);
+            score += row_strip[i0 + k - k0i] * static_cast<float>(overlap) * inv_l;
+          }
+        } else {
+          int i = lo_row - l + 1 > 0 ? (lo_row - l + 1 + d - 1) / d : 0;
+          for (; i < my_nv && i * d < hi_row; ++i) {
+            const int a = i * d, b = a + l;
+            const int overlap = (b < hi_row ? b : hi_row) - (a > lo_row ? a : lo_row);
+            if (overlap > 0) score += row_strip[i - k0i] * static_cast<float>(overlap) * inv_l;
+          }
         }
         if constexpr (kRegTop) {
           if (score > top.s[kRegTopMax - 1]) top.insert(score, j);  // ties: the earlier block stays
