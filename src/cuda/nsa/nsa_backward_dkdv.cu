@@ -272,7 +272,8 @@ struct SelItems {
   int64_t n_units;
   const int64_t* item_end;  // inclusive prefix sum of the items per (unit, group)
   int64_t per_item;
-  float* part;  // [items, 64, dk + dv]: dK (scaled) / dV of the items of multi-item units
+  float* part;         // [items, 64, dk + dv]: dK (scaled) / dV of the items of multi-item units
+  SelItemDesc* items;  // [items]
 };
 
 // Index entries of (unit, group) ug in the pass's rows.
@@ -294,6 +295,18 @@ __global__ void count_items_kernel(const NsaParams p, const SelItems it, const S
   counts[ug] = (u.q_end - u.q_begin + it.per_item - 1) / it.per_item;
 }
 
+// Thread ug writes the descriptors of (unit, group) ug's items.
+__global__ void fill_items_kernel(const NsaParams p, const SelItems it, const SelDqPass dq) {
+  const int64_t ug = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ug >= it.n_units * p.G || it.units[ug % it.n_units].rows == 0) return;
+  const UnitQueries u = sel_unit_entries(p, it, dq, ug);
+  const int64_t first = ug > 0 ? it.item_end[ug - 1] : 0, n = it.item_end[ug] - first;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t qa = u.q_begin + j * it.per_item;
+    it.items[first + j] = {qa, qa + it.per_item < u.q_end ? qa + it.per_item : u.q_end, ug};
+  }
+}
+
 // The selected branch fused (dK/dV + dq): CTA i takes work item i. A unit's only item adds its
 // dK/dV to the gradient itself; items of units with several write part[i] for reduce_items_kernel.
 template <int DK, int DV>
@@ -303,23 +316,14 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
   const DkdvSmem<DK, DV, true> sm(smem);
   const int64_t i = blockIdx.x, U = it.n_units * p.G;
   if (i >= it.item_end[U - 1]) return;
-  int64_t lo = 0, hi = U - 1;  // the first ug with item_end[ug] > i
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (it.item_end[mid] > i) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  const int64_t ug = lo, g = ug / it.n_units, first = ug > 0 ? it.item_end[ug - 1] : 0;
-  const int64_t n_items = it.item_end[ug] - first, j = i - first;
+  const SelItemDesc d = it.items[i];
+  const int64_t ug = d.ug, g = ug / it.n_units, first = ug > 0 ? it.item_end[ug - 1] : 0;
+  const int64_t n_items = it.item_end[ug] - first;
   const RowTile unit = it.units[ug % it.n_units];
-  UnitQueries u = sel_unit_entries(p, it, dq, ug);
-  const int64_t qa = u.q_begin + j * it.per_item;
-  const int64_t qb = qa + it.per_item < u.q_end ? qa + it.per_item : u.q_end;
+  const UnitQueries u{p.cu_seqlens[unit.seq], d.qa, d.qb, p.sel_entries};
   const int hpg = static_cast<int>(p.hpg);
-  const PairList pairs{u, qa, static_cast<int>((qb - qa) * hpg), hpg, static_cast<int>(p.n_sel)};
+  const PairList pairs{u, d.qa, static_cast<int>((d.qb - d.qa) * hpg), hpg,
+                       static_cast<int>(p.n_sel)};
   float dk[DK / 8][4] = {}, dv[DV / 8][4] = {};
   unit_dkdv<DK, DV, Branch::kSel, true>(p, unit, g, pairs, dq, sm, dk, dv);
   if (n_items == 1) {
@@ -451,14 +455,15 @@ void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_unit
                         const SelDqPass& pass, const SelItemScratch& s, cudaStream_t stream) {
   const int64_t U = n_units * p.G;
   if (U == 0) return;
-  const SelItems it{units, n_units, s.item_end, sel_entries_per_item(p), s.part};
-  const SelDqPass dq{pass.r0, pass.r1, pass.dq_part};
+  const SelItems it{units, n_units, s.item_end, sel_entries_per_item(p), s.part, s.items};
   count_items_kernel<<<static_cast<unsigned>((U + 255) / 256), 256, 0, stream>>>(p, it, pass,
                                                                                  s.counts);
   NSA_CUDA_LAUNCH_CHECK();
   size_t temp = s.scan_temp_bytes;
   NSA_CUDA_CHECK(cub::DeviceScan::InclusiveSum(s.scan_temp, temp, s.counts, s.item_end,
                                                static_cast<int>(U), stream));
+  fill_items_kernel<<<static_cast<unsigned>((U + 255) / 256), 256, 0, stream>>>(p, it, pass);
+  NSA_CUDA_LAUNCH_CHECK();
   const int64_t bound = sel_items_bound(p, n_units, pass.r1 - pass.r0);
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = sel_item_kernel<DK(), DV()>;

@@ -43,13 +43,20 @@ int64_t sel_entries_per_item(const NsaParams& p);
 // Work items of a pass of `rows` query rows, at most.
 int64_t sel_items_bound(const NsaParams& p, int64_t n_units, int64_t rows);
 // Scratch of one pass: item counts and their prefix sum (n_units·G each), the scan's temporary
-// storage (sel_scan_temp_bytes(n_units·G)), the items' partials (bound·64·(dk + dv) floats).
+// storage (sel_scan_temp_bytes(n_units·G)), the items' partials (bound·64·(dk + dv) floats) and
+// descriptors (bound).
+// A work item: index entries [qa, qb) of (unit, group) ug, written by a small kernel after the
+// prefix sum so that an item's CTA starts with one load instead of a chain of binary searches.
+struct SelItemDesc {
+  int64_t qa, qb, ug;
+};
 struct SelItemScratch {
   int64_t* counts;
   int64_t* item_end;
   void* scan_temp;
   size_t scan_temp_bytes;
   float* part;
+  SelItemDesc* items;  // sel_items_bound entries
 };
 size_t sel_scan_temp_bytes(int64_t n);
 void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_units,

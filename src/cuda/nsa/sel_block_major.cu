@@ -407,8 +407,9 @@ SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budg
   v.item_end = ws.take<int64_t>(U);
   v.scan_temp_bytes = sel_scan_temp_bytes(U);
   v.scan_temp = ws.take_bytes(v.scan_temp_bytes);
-  v.item_part =
-      ws.take<float>(sel_items_bound(p, n_sel_units, v.rows) * kDkdvUnitRows * (p.dk + p.dv));
+  const int64_t bound = sel_items_bound(p, n_sel_units, v.rows);
+  v.item_part = ws.take<float>(bound * kDkdvUnitRows * (p.dk + p.dv));
+  v.items = ws.take<SelItemDesc>(bound);
   return v;
 }
 
@@ -454,7 +455,8 @@ void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v
     NSA_CUDA_CHECK(cudaMemsetAsync(p.d_k[1], 0, p.T * p.G * p.dk * sizeof(float), stream));
     NSA_CUDA_CHECK(cudaMemsetAsync(p.d_v[1], 0, p.T * p.G * p.dv * sizeof(float), stream));
   }
-  const SelItemScratch scratch{v.counts, v.item_end, v.scan_temp, v.scan_temp_bytes, v.item_part};
+  const SelItemScratch scratch{v.counts,          v.item_end,  v.scan_temp,
+                               v.scan_temp_bytes, v.item_part, v.items};
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto) {
     for (int64_t r0 = 0; r0 < p.T; r0 += v.rows) {
       const int64_t nr = std::min(v.rows, p.T - r0);

@@ -20,6 +20,7 @@
 
 #include "common/device_buffer.h"
 #include "common/workspace.h"
+#include "nsa_backward_dkdv.h"
 #include "nsa_params.h"
 
 namespace nsa::cuda {
@@ -56,6 +57,7 @@ struct SelBlockMajorView {
   void* scan_temp = nullptr;
   size_t scan_temp_bytes = 0;
   float* item_part = nullptr;
+  SelItemDesc* items = nullptr;
 };
 
 // n_sel_units: the selected branch's dK/dV units (table entries, padding included).
