@@ -13,7 +13,7 @@ enum class StepPhase : int {
   kAttentionBackward,     // the NSA layer's backward
   kGemmForward,           // the model's projections and MLP GEMMs, forward (recompute included)
   kGemmBackward,          // their input- and weight-gradient GEMMs
-  kElementwise,           // norms, RoPE, gates, SwiGLU, conversions, residual copies, embedding
+  kElementwise,           // norms, RoPE, gates, SwiGLU, conversions, reductions, embedding
   kLmHeadLoss,            // the LM head GEMMs (forward and backward) and the cross-entropy
   kOptimizer,             // gradient norm and AdamW
   kCommunication,         // the gradient all-reduce and ZeRO-1's gather (0 on one GPU)

@@ -189,11 +189,9 @@ void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, floa
     check_finite(ws.nsa.q_in(), {T, H, a.dk}, layer + "queries");
     check_finite(ws.nsa.o_out(), {T, H, a.dv}, layer + "NSA attention output");
   }
-  mark(StepPhase::kElementwise);
-  NSA_CUDA_CHECK(cudaMemcpyAsync(ws.x2.get(), x_in, ws.x2.bytes(), cudaMemcpyDeviceToDevice, st));
-  mark(StepPhase::kGemmForward);
-  gemm_.linear_forward(ws.nsa.o_out(), params_.weight_bf16(s.wo), f32(ws.x2.get()), T, H * a.dv, D,
-                       1.0f, st);
+  mark(StepPhase::kGemmForward);  // x2 = x + o·Woᵀ: the residual add in the GEMM's epilogue
+  gemm_.linear_forward_residual(ws.nsa.o_out(), params_.weight_bf16(s.wo), x_in, ws.x2.get(), T,
+                                H * a.dv, D, st);
   // x2 = x + wo·o: with x finite (checked before), x2 is finite exactly where wo·o is.
   if (check) check_finite(ws.x2.get(), {T, D}, layer + "attention projection (wo) output");
   mark(StepPhase::kElementwise);
@@ -210,14 +208,14 @@ void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, floa
   mark(StepPhase::kElementwise);
   launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_bf_.get(),
                         T * ffn_dim_, st);
-  NSA_CUDA_CHECK(cudaMemcpyAsync(x_out, ws.x2.get(), ws.x2.bytes(), cudaMemcpyDeviceToDevice, st));
-  mark(StepPhase::kGemmForward);
-  gemm_.linear_forward(mlp_act_bf_.get(), params_.weight_bf16(s.w2), f32(x_out), T, ffn_dim_, D,
-                       1.0f, st);
+  mark(StepPhase::kGemmForward);  // x_out = x2 + m·W2ᵀ
+  gemm_.linear_forward_residual(mlp_act_bf_.get(), params_.weight_bf16(s.w2), ws.x2.get(), x_out, T,
+                                ffn_dim_, D, st);
   if (check) check_finite(x_out, {T, D}, layer + "MLP output");  // x_out = x2 + w2·m, as above
 }
 
-// dx: in, the gradient of the layer's output; out, of its input.
+// dx: in, the gradient of the layer's output; out, of its input. residual_grad_bf_ holds dx in
+// bf16 on entry and on return (the norms' backwards write both).
 void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx) {
   const NsaConfig& a = cfg_.attn;
   const ModelParamsCuda::LayerSlots& s = params_.layer(li);
@@ -225,8 +223,6 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   cudaStream_t st = stream_;
   const bool swiglu = cfg_.mlp == "swiglu";
   // MLP.
-  mark(StepPhase::kElementwise);
-  launch_f32_to_bf16(dx, residual_grad_bf_.get(), T * D, st);
   mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.w2),
                           f32(mlp_act_grad_.get()), T, ffn_dim_, D, 0.0f, st);
@@ -251,10 +247,9 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   }
   mark(StepPhase::kElementwise);
   launch_rmsnorm_backward(ws.x2.get(), params_.weight(s.ffn_norm), ws.rstd2.get(),
-                          norm_out_grad_.get(), dx, true, params_.grad(s.ffn_norm),
-                          norm_partial_.get(), T, D, st);
+                          norm_out_grad_.get(), dx, true, residual_grad_bf_.get(),
+                          params_.grad(s.ffn_norm), norm_partial_.get(), T, D, st);
   // Attention: wo, NSA, gates, projections.
-  launch_f32_to_bf16(dx, residual_grad_bf_.get(), T * D, st);
   mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.wo), b16(ws.nsa.d_o_in()),
                           T, H * a.dv, D, 0.0f, st);
@@ -315,7 +310,8 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   }
   mark(StepPhase::kElementwise);
   launch_rmsnorm_backward(x_in, params_.weight(s.attn_norm), ws.rstd1.get(), norm_out_grad_.get(),
-                          dx, true, params_.grad(s.attn_norm), norm_partial_.get(), T, D, st);
+                          dx, true, li > 0 ? residual_grad_bf_.get() : nullptr,
+                          params_.grad(s.attn_norm), norm_partial_.get(), T, D, st);
 }
 
 double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
@@ -392,8 +388,8 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
     mark(StepPhase::kElementwise);
     launch_rmsnorm_backward(layer_inputs_[L].get(), params_.weight(params_.norm_slot()),
                             final_norm_rstd_.get(), norm_out_grad_.get(), residual_grad_.get(),
-                            false, params_.grad(params_.norm_slot()), norm_partial_.get(), T, D,
-                            st);
+                            false, residual_grad_bf_.get(), params_.grad(params_.norm_slot()),
+                            norm_partial_.get(), T, D, st);
     for (int64_t li = L; li-- > 0;) {
       Workspace& ws = *workspaces_[recompute_ ? 0 : li];
       // With recompute the workspace still holds the last layer's forward; refill it for the
@@ -441,6 +437,8 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
                   hit.value, " in the gradient of ", slot.name, " (element ", i, " of shape ",
                   shape_str(slot.shape), ")");
       }
+      NSA_CHECK(hit.index == ~0ull, "anomaly: non-finite value ", hit.value,
+                " in the gradient buffer's alignment padding (element ", hit.index, ")");
     }
   }
   mark(StepPhase::kOther);

@@ -30,11 +30,12 @@ void launch_embedding_backward(const int32_t* order, const int32_t* seg_token,
 // rmsnorm.cu: y = x·rstd·w in bf16, rstd = 1/sqrt(mean(x²) + eps) per row.
 void launch_rmsnorm_forward(const float* x, const float* w, float eps, bf16* y, float* rstd,
                             int64_t T, int64_t D, cudaStream_t stream);
-// dx (+)= rstd·(dy∘w − x̂·mean(dy∘w∘x̂)); dw += Σ_t dy∘x̂ (column sums in a fixed order through
-// `partial`: T·D + column_sum_partial_floats(T, D) floats of scratch).
+// dx (+)= rstd·(dy∘w − x̂·mean(dy∘w∘x̂)), and when dx_bf16 is given the bf16 copy of the new dx
+// (what the next GEMMs read); dw += Σ_t dy∘x̂ (column sums in a fixed order through `partial`:
+// T·D + column_sum_partial_floats(T, D) floats of scratch).
 void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy,
-                             float* dx, bool accumulate_dx, float* dw, float* partial, int64_t T,
-                             int64_t D, cudaStream_t stream);
+                             float* dx, bool accumulate_dx, bf16* dx_bf16, float* dw,
+                             float* partial, int64_t T, int64_t D, cudaStream_t stream);
 
 // reductions.cu
 int64_t column_sum_partial_floats(int64_t T, int64_t D);
