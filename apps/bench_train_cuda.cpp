@@ -1,5 +1,8 @@
 // Training throughput of the NSA model on one GPU (see bench_train_cuda.h): full optimizer steps
 // (forward, backward, AdamW) on synthetic tokens, wall-clock per step after warm-up steps, median.
+// Then the per-phase breakdown (bench_phases.h): as many steps again with the phase timer on
+// (CUDA events at every change of phase – kept out of the timed steps, so the events cannot
+// slow the headline number), their phases and wall time averaged.
 // Model FLOPs: 6·params per token for the dense parts plus NSA's useful attention FLOPs (forward
 // + 2.5× for the backward, as in `nsa bench attention`); MFU against the H100 SXM's 989 TFLOP/s
 // of dense bf16. Memory: every allocation of the model (weights, gradients, moments,
@@ -13,8 +16,10 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <vector>
 
 #include "attention_flops.h"
+#include "bench_phases.h"
 #include "cuda/common/cuda_check.h"
 #include "nsa/model_config.h"
 #include "train/cuda/train_model_cuda.h"
@@ -48,6 +53,7 @@ void bench_train_cuda(const TrainBenchArgs& a) {
               cfg.attn.summary().c_str(), a.recompute ? "recompute on" : "recompute off");
   std::printf("%7s %4s %10s %10s %9s %6s %11s %11s\n", "S", "B", "step ms", "tok/s", "TFLOP/s",
               "MFU", "model MiB", "device MiB");
+  std::vector<PhaseColumn> phases;
   for (int64_t S : a.seq_lens) {
     const int64_t B = std::max<int64_t>(1, a.tokens_per_step / S);
     const double base = used_device_bytes();
@@ -75,6 +81,26 @@ void bench_train_cuda(const TrainBenchArgs& a) {
       if (step >= a.warmup) ms.push_back(t);
     }
     const double used = used_device_bytes() - base;
+    PhaseColumn col;
+    col.seq_len = S, col.batch = B;
+    if (a.breakdown) {
+      model->time_phases(true);
+      for (int64_t step = a.warmup + a.steps; step < a.warmup + 2 * a.steps; ++step) {
+        const auto t0 = std::chrono::steady_clock::now();
+        model->zero_grads();
+        model->forward_backward(batch, true, nullptr);
+        model->optimizer_step(step, 1.0);
+        NSA_CUDA_CHECK(cudaDeviceSynchronize());
+        col.step_ms +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+        NSA_CHECK(model->take_phase_times(col.ms), "nsa bench train: no phase times recorded");
+      }
+      model->time_phases(false);
+      for (double& x : col.ms.ms) x /= static_cast<double>(a.steps);
+      col.step_ms /= static_cast<double>(a.steps);
+      phases.push_back(col);
+    }
     std::sort(ms.begin(), ms.end());
     const double step_ms = ms[ms.size() / 2];
     const double tokens = static_cast<double>(B * S);
@@ -94,8 +120,15 @@ void bench_train_cuda(const TrainBenchArgs& a) {
             << ",\"recompute\":" << (a.recompute ? "true" : "false") << ",\"step_ms\":" << step_ms
             << ",\"tokens_per_s\":" << tokens / (step_ms * 1e-3) << ",\"tflops\":" << tflops
             << ",\"mfu\":" << tflops / kPeakTflops << ",\"model_mib\":" << model_mib
-            << ",\"device_used_mib\":" << used / (1 << 20) << ",\"loss\":" << loss << "}\n";
+            << ",\"device_used_mib\":" << used / (1 << 20) << ",\"loss\":" << loss
+            << (a.breakdown ? phase_json_fields(col) : std::string()) << "}\n";
     }
+  }
+  if (!phases.empty()) {
+    std::printf(
+        "\nper-phase breakdown of one step (CUDA events; mean of %lld steps after the timed "
+        "ones):\n%s",
+        static_cast<long long>(a.steps), phase_table(phases).c_str());
   }
 }
 

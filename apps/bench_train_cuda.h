@@ -15,6 +15,7 @@ struct TrainBenchArgs {
   int64_t tokens_per_step = 65536;  // batch = max(1, tokens_per_step / S)
   int64_t steps = 5, warmup = 2;
   bool recompute = false;
+  bool breakdown = true;  // after the timed steps, `steps` more with phase timing (bench_phases.h)
   std::string json_path;
 };
 

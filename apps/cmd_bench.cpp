@@ -295,11 +295,18 @@ void register_bench_command(CLI::App& app) {
   tr->add_option("--set", *sets, "override a config field: --set vocab_size=8192 (repeatable)");
   tr->add_option("--seq-lens", ta->seq_lens, "sequence lengths")->delimiter(',');
   tr->add_option("--tokens-per-step", ta->tokens_per_step, "batch = tokens-per-step / S (min 1)");
-  tr->add_option("--steps", ta->steps, "timed optimizer steps (median reported)");
-  tr->add_option("--warmup", ta->warmup, "untimed steps first");
+  tr->add_option("--steps", ta->steps, "timed optimizer steps (median reported)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  tr->add_option("--warmup", ta->warmup, "untimed steps first")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}));
   tr->add_flag("--recompute", ta->recompute, "recompute each layer's activations in the backward");
+  tr->add_flag("!--no-breakdown", ta->breakdown,
+               "skip the per-phase breakdown (steps with CUDA events after the timed ones)");
+  auto tr_device = std::make_shared<std::string>("cuda");
+  tr->add_option("--device", *tr_device, "cuda (the benchmark runs on one GPU only)")
+      ->check(CLI::IsMember({"cuda"}));
   tr->add_option("--json", ta->json_path, "also write JSON lines to this file");
-  tr->callback([ta, sets] {
+  tr->callback([ta, sets, tr_device] {
     for (const std::string& s : *sets) {
       const size_t eq = s.find('=');
       NSA_CHECK(eq != std::string::npos && eq > 0, "--set '", s, "' must look like field=value");

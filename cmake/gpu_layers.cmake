@@ -3,7 +3,7 @@
 set(nsa_cuda_flags $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
 
 # model/cuda: cuBLASLt GEMMs, one .cu per model op, the parameter state, ModelCuda, logit rows,
-# token losses.
+# token losses, the step's phase timer.
 add_library(nsa_model_cuda STATIC
   src/model/cuda/gemm.cpp
   src/model/cuda/embedding.cu
@@ -14,6 +14,10 @@ add_library(nsa_model_cuda STATIC
   src/model/cuda/swiglu.cu
   src/model/cuda/decode_inputs.cu
   src/model/cuda/cross_entropy.cu
+  src/model/cuda/add_into.cu
+  src/model/cuda/finite_check.cu
+  src/model/cuda/sel_distance_hist.cu
+  src/model/cuda/phase_timer.cpp
   src/model/cuda/model_params_cuda.cpp
   src/model/cuda/model_cuda.cpp
   src/model/cuda/logit_rows_cuda.cpp

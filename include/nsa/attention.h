@@ -17,7 +17,9 @@
 
 namespace nsa {
 
-// The φ = mlp parameters for one tensor kind with feature dim D and hidden width Hd.
+// The φ = mlp parameters for one tensor kind with feature dim D and hidden width Hd
+// (kPhiMlpTensors of them, in this order wherever they are listed).
+constexpr int kPhiMlpTensors = 5;
 template <typename Real>
 struct PhiMlpParams {
   Tensor<Real> pos;  // [l, D]     intra-block position embedding

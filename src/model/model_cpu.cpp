@@ -11,6 +11,26 @@
 
 namespace nsa {
 
+void add_sel_distance_hist(const SeqLayout& layout, int64_t l_sel, const Tensor<int32_t>& sel_idx,
+                           int64_t (&hist)[16]) {
+  const int64_t per_row = sel_idx.shape.size() == 3 ? sel_idx.shape[1] * sel_idx.shape[2] : 0;
+  NSA_CHECK(per_row > 0 && sel_idx.shape[0] == layout.total_tokens(), "sel_idx of shape ",
+            shape_str(sel_idx.shape), " for ", layout.total_tokens(), " tokens");
+  for (int64_t n = 0; n < layout.num_seqs(); ++n) {
+    for (int64_t t = 0; t < layout.length(n); ++t) {
+      const int64_t c = t / l_sel;
+      const int32_t* sel = sel_idx.ptr() + (layout.start(n) + t) * per_row;
+      for (int64_t k = 0; k < per_row; ++k) {
+        const int64_t dist = c - sel[k];
+        if (sel[k] <= 0 || dist < 2) continue;  // padding and forced blocks (0, c−1, c)
+        int bucket = 0;
+        while (bucket < 15 && (int64_t{2} << bucket) <= dist) ++bucket;
+        ++hist[bucket];
+      }
+    }
+  }
+}
+
 // Embedding → blocks (model_layer_cpu.h) → final norm → head → cross-entropy, then the same in
 // reverse for the gradients.
 template <typename Real>

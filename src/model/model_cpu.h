@@ -38,6 +38,11 @@ struct ModelStats {
   std::vector<double> token_loss;        // [T]: each token's cross-entropy, the loss's terms
 };
 
+// ModelStats::sel_distance_hist's rule, for one layer: adds the freely chosen blocks of its
+// selection sel_idx [T, G, n_sel] (`layout`'s tokens, blocks of l_sel tokens) into hist.
+void add_sel_distance_hist(const SeqLayout& layout, int64_t l_sel, const Tensor<int32_t>& sel_idx,
+                           int64_t (&hist)[16]);
+
 // tokens, targets [T] laid out by `layout` (positions restart in each sequence). Returns the mean
 // loss; when grads != nullptr, adds every parameter's gradient into it; fills stats if given.
 template <typename Real>

@@ -84,21 +84,7 @@ void layer_forward_cpu(const ModelConfig& cfg, const LayerParams<Real>& L, const
   A.attn_in.phi_v = L.phi_v;
   A.attn = nsa_forward_cpu(a, layout, A.attn_in);
   if (stats && stats->keep_outputs) stats->sel_idx.push_back(A.attn.sel_idx);
-  if (stats) {
-    for (int64_t n = 0; n < layout.num_seqs(); ++n) {
-      for (int64_t tt = 0; tt < layout.length(n); ++tt) {
-        const int64_t c = tt / a.l_sel;
-        const int32_t* sel = A.attn.sel_idx.ptr() + (layout.start(n) + tt) * Gk * a.n_sel;
-        for (int64_t k = 0; k < Gk * a.n_sel; ++k) {
-          const int64_t dist = c - sel[k];
-          if (sel[k] <= 0 || dist < 2) continue;  // padding and forced blocks (0, c−1, c)
-          int bucket = 0;
-          while (bucket < 15 && (int64_t{2} << bucket) <= dist) ++bucket;
-          ++stats->sel_distance_hist[bucket];
-        }
-      }
-    }
-  }
+  if (stats) add_sel_distance_hist(layout, a.l_sel, A.attn.sel_idx, stats->sel_distance_hist);
   check(A.attn_in.q, layer + "queries");
   check(A.attn.o, layer + "NSA attention output");
   A.o_flat = reshaped(A.attn.o, {T, H * a.dv});

@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "dist/communicator.h"
 #include "model/model_cpu.h"
+#include "nsa/step_phases.h"
 #include "token_loader.h"
 
 namespace nsa {
@@ -38,8 +39,14 @@ class TrainModel {
   virtual void push() = 0;
   // Bytes the backend holds on its device (0 for the CPU, whose memory is in host_memory_stats).
   virtual size_t device_bytes() const = 0;
-  // "cpu" or "cuda"; the CPU also fills the selection-distance histogram of ModelStats.
+  // "cpu" or "cuda".
   virtual const char* device() const = 0;
+  // Phase timing of the steps that follow (nsa/step_phases.h; `nsa bench train`): on, each step
+  // from zero_grads to the end of optimizer_step is cut into phases; take_phase_times adds the
+  // phases since the last call into `out` (waiting for the device). A backend that cannot time
+  // its phases (the CPU) returns false.
+  virtual void time_phases(bool on) {}
+  virtual bool take_phase_times(StepPhaseTimes& out) { return false; }
 };
 
 // Builds the backend for a run: model config, micro-batch layout, optimizer config, whether to

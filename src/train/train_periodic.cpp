@@ -42,11 +42,9 @@ std::string metrics_line(const TrainRun& run, int64_t step, const StepResult& s,
   list("layer_forward_ms", stats.layer_forward_ms, 1.0);
   list("layer_backward_ms", stats.layer_backward_ms, 1.0);
   list("layer_mib", stats.layer_bytes, 1.0 / (1 << 20));
-  if (run.on_cpu) {
-    line << ",\"sel_distance_hist\":[";
-    for (int k = 0; k < 16; ++k) line << (k ? "," : "") << stats.sel_distance_hist[k];
-    line << "]";
-  }
+  line << ",\"sel_distance_hist\":[";
+  for (int k = 0; k < 16; ++k) line << (k ? "," : "") << stats.sel_distance_hist[k];
+  line << "]";
   return line.str();
 }
 

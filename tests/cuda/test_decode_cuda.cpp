@@ -307,6 +307,20 @@ TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
   EXPECT_THROW(small.step({0}), Error);                           // wrong batch
 }
 
+// The GPU decoder compresses by averaging only: φ = mlp (which trains on the GPU) is refused
+// before anything is allocated, with the way out named.
+TEST(CudaDecoderErrors, PhiMlpIsRefusedByName) {
+  const ModelConfig cfg = tiny_model({{"phi", "mlp"}});
+  const ModelParams<float> params = init_model_params<float>(cfg);
+  try {
+    cuda::ModelDecoderCuda gpu(cfg, params, 1, 8, false);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("phi = avg only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Variants, CudaDecoder,
     ::testing::Values(std::map<std::string, std::string>{},

@@ -9,12 +9,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
+#include <sstream>
 
 #include "io/token_shard.h"
 #include "model/cuda/model_cuda.h"
@@ -110,7 +113,13 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"small_dims_h8",
                   {{"heads", "8"}, {"groups", "2"}, {"dk", "32"}, {"dv", "32"}, {"dim", "128"}},
                   1,
-                  700}),
+                  700},
+        // φ = mlp: the compression MLPs' parameters and gradients in the model's flat buffers.
+        ModelCase{"phi_mlp", {{"phi", "mlp"}}, 2, 300},
+        ModelCase{"phi_mlp_shared_kv_hidden24",
+                  {{"phi", "mlp"}, {"kv", "shared"}, {"phi_hidden", "24"}},
+                  3,
+                  130}),
     [](const auto& info) { return info.param.name; });
 
 // Tensors (named or not) one after another in a single vector, for byte comparisons.
@@ -161,8 +170,10 @@ TEST(CudaModel, TokenLossesMatchTheCpuInEveryAttention) {
   }
 }
 
-TEST(CudaModel, RecomputeEqualsStoredAndRunsAreBitIdentical) {
-  const ModelConfig cfg = tiny({{"n_layers", "3"}});
+class CudaModelBitwise : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaModelBitwise, RecomputeEqualsStoredAndRunsAreBitIdentical) {
+  const ModelConfig cfg = tiny({{"n_layers", "3"}, {"phi", GetParam()}});
   const SeqLayout layout = SeqLayout::batch(2, 333);
   std::vector<int32_t> tokens, targets;
   random_tokens(layout.total_tokens(), cfg.vocab_size, 11, tokens, targets);
@@ -184,6 +195,181 @@ TEST(CudaModel, RecomputeEqualsStoredAndRunsAreBitIdentical) {
   const std::vector<float> g3 = grads_of(stored, cfg, params);
   EXPECT_EQ(0, std::memcmp(g1.data(), g3.data(), g1.size() * sizeof(float)));
   EXPECT_LT(recomputed.device_bytes(), stored.device_bytes());
+}
+
+INSTANTIATE_TEST_SUITE_P(Phi, CudaModelBitwise, ::testing::Values("avg", "mlp"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// The metrics of a micro-batch as the CPU model fills them: the selection-distance histogram is
+// exactly the CPU rule applied to the GPU's own selection (kept with keep_outputs) and within
+// 10 % (L1) of the CPU model's (bf16 rounding may flip near-tied block choices); gate means near
+// the CPU's; kept logits and token losses are the model's.
+TEST(CudaModel, StatsMatchTheCpuModel) {
+  const ModelConfig cfg = tiny({{"n_layers", "2"}});
+  const SeqLayout layout = SeqLayout::packed({0, 700, 1100}, 1100);  // positions restart
+  std::vector<int32_t> tokens, targets;
+  random_tokens(layout.total_tokens(), cfg.vocab_size, 17, tokens, targets);
+  ModelParams<float> params = init_model_params<float>(cfg);
+  for (auto& layer : params.layers) {  // sharper scores: fewer near-tied block choices to flip
+    for (float& x : layer.wq.data) x *= 6.0f;
+    for (auto& wk : layer.wk)
+      for (float& x : wk.data) x *= 6.0f;
+  }
+  ModelStats cpu;
+  model_loss_cpu<float>(cfg, params, layout, tokens, targets, nullptr, &cpu);
+  cuda::ModelCuda gpu(cfg, layout, false);
+  gpu.set_params(params);
+  ModelStats stats;
+  stats.keep_outputs = true;
+  stats.keep_token_losses = true;
+  stats.sel_distance_hist[3] = 99;  // stale values must not survive
+  const double loss = gpu.forward_backward(tokens, targets, false, &stats);
+  ASSERT_EQ(stats.sel_idx.size(), static_cast<size_t>(cfg.n_layers));
+  int64_t from_sel[16] = {};
+  for (const Tensor<int32_t>& sel : stats.sel_idx) {
+    add_sel_distance_hist(layout, cfg.attn.l_sel, sel, from_sel);
+  }
+  int64_t total = 0, diff = 0;
+  for (int k = 0; k < 16; ++k) {
+    EXPECT_EQ(stats.sel_distance_hist[k], from_sel[k]) << "bucket " << k;
+    total += cpu.sel_distance_hist[k];
+    diff += std::abs(stats.sel_distance_hist[k] - cpu.sel_distance_hist[k]);
+  }
+  std::printf("  histogram: %lld free blocks on the CPU, |gpu - cpu| summed over buckets %lld\n",
+              static_cast<long long>(total), static_cast<long long>(diff));
+  EXPECT_GT(total, 100);        // the case exercises the histogram
+  EXPECT_LE(diff, total / 10);  // a flipped choice may move a count between two buckets
+  for (int c = 0; c < kNumBranches; ++c) {
+    EXPECT_NEAR(stats.gate_mean[c], cpu.gate_mean[c], 1e-2) << kBranchNames[c];
+  }
+  ASSERT_EQ(stats.logits.numel(), layout.total_tokens() * cfg.vocab_size);
+  std::vector<float> row;
+  gpu.download_logit_rows({5}, row);
+  EXPECT_EQ(0, std::memcmp(row.data(), stats.logits.ptr() + 5 * cfg.vocab_size,
+                           row.size() * sizeof(float)));
+  ASSERT_EQ(stats.token_loss.size(), static_cast<size_t>(layout.total_tokens()));
+  double mean = 0;
+  for (double l : stats.token_loss) mean += l / static_cast<double>(stats.token_loss.size());
+  EXPECT_NEAR(mean, loss, 1e-5 * loss);
+}
+
+// The tensor named in an anomaly message: what follows "value X" (the NaN's sign may differ
+// between the CPU's and the GPU's arithmetic).
+std::string anomaly_tensor(const std::string& what) {
+  const size_t at = what.find(" in ");
+  EXPECT_EQ(what.rfind("anomaly: non-finite value ", 0), 0u) << what;
+  return at == std::string::npos ? what : what.substr(at);
+}
+
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an anomaly error";
+  return "";
+}
+
+// Anomaly mode on the GPU names the same first bad tensor, element and shape as the CPU model:
+// an activation (a NaN weight of layer 1's wo poisons its output), and a parameter gradient (a NaN
+// already in the accumulator of layer 0's wq).
+TEST(CudaModel, AnomalyNamesTheFirstBadTensorAsTheCpuModel) {
+  const ModelConfig cfg = tiny({{"n_layers", "2"}, {"phi", "mlp"}});
+  const SeqLayout layout = SeqLayout::batch(2, 150);
+  std::vector<int32_t> tokens, targets;
+  random_tokens(layout.total_tokens(), cfg.vocab_size, 19, tokens, targets);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ModelStats check;
+  check.check_finite = true;
+  {
+    ModelParams<float> params = init_model_params<float>(cfg);
+    params.layers[1].wo[0] = nan;
+    ModelParams<float> g = zeros_like(cfg, params);
+    const std::string cpu =
+        error_of([&] { model_loss_cpu<float>(cfg, params, layout, tokens, targets, &g, &check); });
+    cuda::ModelCuda gpu(cfg, layout, false);
+    gpu.set_params(params);
+    gpu.zero_grads();
+    const std::string got = error_of([&] { gpu.forward_backward(tokens, targets, true, &check); });
+    std::printf("  cpu: %s\n  gpu: %s\n", cpu.c_str(), got.c_str());
+    EXPECT_NE(cpu.find("layer 1 attention projection (wo) output"), std::string::npos) << cpu;
+    EXPECT_EQ(anomaly_tensor(got), anomaly_tensor(cpu));
+  }
+  {
+    ModelParams<float> params = init_model_params<float>(cfg);
+    ModelParams<float> g = zeros_like(cfg, params);
+    g.layers[0].wq[3] = nan;
+    const std::string cpu =
+        error_of([&] { model_loss_cpu<float>(cfg, params, layout, tokens, targets, &g, &check); });
+    cuda::ModelCuda gpu(cfg, layout, false);
+    gpu.set_params(params);
+    std::vector<float> flat;
+    gpu.params().download_grads_flat(flat);
+    std::fill(flat.begin(), flat.end(), 0.0f);
+    for (const auto& slot : gpu.params().slots()) {
+      if (slot.name == "layers.0.attention.wq.weight") flat[slot.offset + 3] = nan;
+    }
+    gpu.params().upload_grads_flat(flat);
+    const std::string got = error_of([&] { gpu.forward_backward(tokens, targets, true, &check); });
+    std::printf("  cpu: %s\n  gpu: %s\n", cpu.c_str(), got.c_str());
+    EXPECT_NE(cpu.find("the gradient of layers.0.attention.wq.weight (element 3"),
+              std::string::npos)
+        << cpu;
+    EXPECT_EQ(anomaly_tensor(got), anomaly_tensor(cpu));
+  }
+  // Finite inputs pass the checks, and the result is the unchecked one.
+  ModelParams<float> params = init_model_params<float>(cfg);
+  cuda::ModelCuda gpu(cfg, layout, false);
+  gpu.set_params(params);
+  gpu.zero_grads();
+  const double checked = gpu.forward_backward(tokens, targets, true, &check);
+  gpu.zero_grads();
+  EXPECT_EQ(checked, gpu.forward_backward(tokens, targets, true));
+}
+
+// The phase timer of `nsa bench train`: off, a step records nothing; on, every phase of a
+// one-GPU step shows (communication stays 0) and the phases add up to the step's wall time.
+TEST(CudaModel, PhaseTimesCoverTheStep) {
+  const ModelConfig cfg = tiny({{"n_layers", "2"}});
+  const SeqLayout layout = SeqLayout::batch(4, 512);
+  AdamWConfig adam;
+  adam.total_steps = 10;
+  std::unique_ptr<TrainModel> model = cuda::make_train_model_cuda(cfg, layout, adam, false);
+  Batch batch;
+  random_tokens(layout.total_tokens(), cfg.vocab_size, 23, batch.inputs, batch.targets);
+  const auto step = [&](int64_t i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    model->zero_grads();
+    model->forward_backward(batch, true, nullptr);
+    model->optimizer_step(i, 1.0);
+    NSA_CUDA_CHECK(cudaDeviceSynchronize());
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  step(0);
+  StepPhaseTimes none;
+  EXPECT_FALSE(model->take_phase_times(none));
+  model->time_phases(true);
+  for (int64_t i = 1; i < 4; ++i) {
+    StepPhaseTimes t;
+    const double wall = step(i);
+    ASSERT_TRUE(model->take_phase_times(t));
+    std::printf("  step %lld: phases %.3f ms of %.3f ms wall\n", static_cast<long long>(i),
+                t.total(), wall);
+    for (int p = 0; p < kNumStepPhases; ++p) {
+      if (static_cast<StepPhase>(p) == StepPhase::kCommunication) {
+        EXPECT_EQ(t.ms[p], 0.0);
+      } else {
+        EXPECT_GT(t.ms[p], 0.0) << kStepPhaseNames[p];
+      }
+    }
+    EXPECT_LE(t.total(), wall * 1.001 + 0.01);
+    EXPECT_GE(t.total(), wall * 0.9 - 0.2);
+  }
+  model->time_phases(false);
+  step(4);
+  EXPECT_FALSE(model->take_phase_times(none));
 }
 
 std::vector<Tensor<float>> moments_like(const ModelConfig& cfg, ModelParams<float>& params) {
@@ -302,6 +488,40 @@ TrainOptions gpu_run(const std::string& out) {
 TEST(CudaTrain, ResumeIsBitExact) {
   const fs::path base = fs::temp_directory_path() / "nsa_test_cuda_resume";
   expect_resume_exact(gpu_run((base / "unused").string()), base, 4);
+}
+
+TEST(CudaTrain, PhiMlpResumeIsBitExact) {
+  const fs::path base = fs::temp_directory_path() / "nsa_test_cuda_resume_mlp";
+  TrainOptions o = gpu_run((base / "unused").string());
+  o.overrides = {{"phi", "mlp"}};
+  expect_resume_exact(o, base, 4);
+}
+
+// --anomaly on the GPU trains (the checks pass on finite tensors), and the metrics carry the
+// selection-distance histogram.
+TEST(CudaTrain, AnomalyModeAndTheHistogramInTheMetrics) {
+  const fs::path out = fs::temp_directory_path() / "nsa_test_cuda_anomaly";
+  TrainOptions o = gpu_run(out.string());
+  o.steps = 2;
+  o.seq_len = 512;
+  o.anomaly = true;
+  const TrainResult r = train(o);
+  EXPECT_EQ(r.steps_done, 2);
+  std::ifstream metrics(out / "metrics.jsonl");
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  const std::string key = "\"sel_distance_hist\":[";
+  const size_t at = last.find(key);
+  ASSERT_NE(at, std::string::npos) << last;
+  int64_t sum = 0;
+  std::istringstream counts(last.substr(at + key.size()));
+  for (int k = 0; k < 16; ++k) {
+    int64_t n = 0;
+    counts >> n;
+    counts.ignore(1);
+    sum += n;
+  }
+  EXPECT_GT(sum, 0) << last;
 }
 
 // ZeRO-1 through the whole trainer: two ranks (the built-in TCP launcher) sharing this one GPU,

@@ -178,10 +178,30 @@ void NsaCudaLayer::set_inputs(const NsaTensors<float>& in) {
     }
     upload(gate_[c], to_bf16(in.gate[c]));
   }
-  if (mlp_k_) {
+  if (mlp_k_) {  // the layer's own copies again, should set_mlp_params have pointed elsewhere
     mlp_k_->set_params(in.phi_k);
     mlp_v_->set_params(in.phi_v);
+    mlp_args_[0] = mlp_k_->args();
+    mlp_args_[1] = mlp_v_->args();
   }
+}
+
+void NsaCudaLayer::set_mlp_params(const float* const k[kPhiMlpTensors],
+                                  const float* const v[kPhiMlpTensors]) {
+  NSA_CHECK(mlp_k_, "set_mlp_params: the layer's phi is avg, not mlp");
+  for (int kv = 0; kv < 2; ++kv) {
+    const float* const* p = kv == 0 ? k : v;
+    CompressMlpArgs& a = mlp_args_[kv];
+    a.pos = p[0], a.w1 = p[1], a.b1 = p[2], a.w2 = p[3], a.b2 = p[4];
+  }
+}
+
+const float* NsaCudaLayer::mlp_grad(int kv, int i) const {
+  NSA_CHECK(mlp_k_ && (kv == 0 || kv == 1) && i >= 0 && i < kPhiMlpTensors, "mlp_grad(", kv, ", ",
+            i, "): needs phi = mlp, kv in {0, 1}, i in [0, 5)");
+  const CompressMlpArgs& a = mlp_args_[kv];
+  const float* const d[kPhiMlpTensors] = {a.d_pos, a.d_w1, a.d_b1, a.d_w2, a.d_b2};
+  return d[i];
 }
 
 void NsaCudaLayer::set_output_grad(const Tensor<float>& d_o) {

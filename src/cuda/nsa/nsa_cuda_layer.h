@@ -63,7 +63,7 @@ class NsaCudaLayer {
 
   // Device-side I/O for callers whose tensors live on the GPU (the model): write the inputs and
   // dO in place (bf16, the host tensors' layouts), read o and the gradients. The φ = mlp
-  // parameters still come through set_inputs.
+  // parameters come through set_inputs, or stay in the caller's device memory: set_mlp_params.
   bf16* q_in() { return q_.get(); }
   bf16* k_in(int branch) { return k_[cfg_.kv_index(branch)].get(); }
   bf16* v_in(int branch) { return v_[cfg_.kv_index(branch)].get(); }
@@ -75,6 +75,13 @@ class NsaCudaLayer {
   const float* d_k_out(int branch) const { return bw_->d_k[cfg_.kv_index(branch)].get(); }
   const float* d_v_out(int branch) const { return bw_->d_v[cfg_.kv_index(branch)].get(); }
   const float* d_gate_out(int branch) const { return bw_->d_gate[branch].get(); }
+  // φ = mlp: from now on the compression MLPs read their parameters (fp32, PhiMlpParams layouts
+  // and order) from the caller's device memory – k for the keys' MLP, v for the values' – instead
+  // of the layer's own copies (the model keeps them in its flat weight buffer). The gradients
+  // stay the layer's: mlp_grad(kv, i) (kv 0 keys, 1 values; i in PhiMlpParams order), overwritten
+  // by every backward.
+  void set_mlp_params(const float* const k[kPhiMlpTensors], const float* const v[kPhiMlpTensors]);
+  const float* mlp_grad(int kv, int i) const;
 
   // The kernel workshop (bench/kernels) launches single kernels on the layer's state.
   const NsaParams& params() const { return p_; }

@@ -11,6 +11,15 @@
 namespace nsa::cuda {
 namespace {
 
+// The decode kernels compress with φ = avg only (training and evaluation on the GPU take both).
+const ModelConfig& checked_for_gpu_decoding(const ModelConfig& cfg) {
+  checked_for_gpu(cfg);
+  NSA_CHECK(cfg.attn.phi == Phi::kAvg,
+            "--device cuda: decoding on the GPU supports phi = avg only (phi = mlp decodes on "
+            "--device cpu)");
+  return cfg;
+}
+
 void upload_f32(DeviceBuffer<float>& dst, const Tensor<float>& src) {
   dst.upload(src.ptr(), src.numel());
 }
@@ -27,7 +36,7 @@ void upload_bf16(DeviceBuffer<bf16>& dst, const Tensor<float>& src) {
 
 ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<float>& params,
                                    int64_t batch, int64_t max_len, bool dense)
-    : cfg_(checked_for_gpu(cfg)),
+    : cfg_(checked_for_gpu_decoding(cfg)),
       B_(batch),
       max_len_(max_len),
       F_(cfg.ffn_hidden()),

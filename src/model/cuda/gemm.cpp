@@ -26,7 +26,7 @@ Gemm::~Gemm() {
 
 void Gemm::matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const __nv_bfloat16* a,
                   int64_t lda, const __nv_bfloat16* b, int64_t ldb, GemmOut d, int64_t ldd,
-                  float beta, cudaStream_t stream) {
+                  float beta, cudaStream_t stream, const void* c) {
   if (m == 0 || n == 0) return;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
@@ -58,8 +58,11 @@ void Gemm::matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const __nv_
     it = algos_.emplace(key, result.algo).first;
   }
   const float alpha = 1.0f;
-  NSA_CUBLAS_CHECK(cublasLtMatmul(handle_, op, &alpha, a, la, b, lb, &beta, d.ptr, ld, d.ptr, ld,
-                                  &it->second, workspace_.get(), kWorkspaceBytes, stream));
+  // The heuristic saw C = D's layout either way, so a separate C runs the algorithm of the
+  // in-place call (cuBLASLt reads C and writes D; they may differ when their layouts agree).
+  NSA_CUBLAS_CHECK(cublasLtMatmul(handle_, op, &alpha, a, la, b, lb, &beta, c ? c : d.ptr, ld,
+                                  d.ptr, ld, &it->second, workspace_.get(), kWorkspaceBytes,
+                                  stream));
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(ld);
@@ -70,6 +73,12 @@ void Gemm::matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const __nv_
 void Gemm::linear_forward(const __nv_bfloat16* x, const __nv_bfloat16* w, GemmOut y, int64_t T,
                           int64_t in, int64_t out, float beta, cudaStream_t stream) {
   matmul(true, false, out, T, in, w, in, x, in, y, out, beta, stream);
+}
+
+void Gemm::linear_forward_residual(const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                   const float* residual, float* y, int64_t T, int64_t in,
+                                   int64_t out, cudaStream_t stream) {
+  matmul(true, false, out, T, in, w, in, x, in, f32(y), out, 1.0f, stream, residual);
 }
 
 // dxᵀ[in, T] = Wcm[in, out] · dyᵀ[out, T].

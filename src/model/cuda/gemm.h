@@ -1,6 +1,7 @@
 // Row-major GEMMs of the model on cuBLASLt: bf16 operands, fp32 accumulation, bf16 or fp32
 // results, D = alpha·op(A)·op(B) + beta·D in place (beta = 1 accumulates: weight gradients over
-// micro-batches, residual adds, sums of input gradients).
+// micro-batches, sums of input gradients), or D = op(A)·op(B) + C with C another fp32 matrix of
+// D's shape (the residual add in the GEMM's epilogue: x2 = x + o·Woᵀ without a copy of x).
 //
 // The three products of a linear layer y = x·Wᵀ (W [out, in], row-major as in checkpoints):
 //   forward      y[T, out]   = x[T, in] · Wᵀ
@@ -42,6 +43,11 @@ class Gemm {
   // y (+)= x·Wᵀ: x [T, in], W [out, in].
   void linear_forward(const __nv_bfloat16* x, const __nv_bfloat16* w, GemmOut y, int64_t T,
                       int64_t in, int64_t out, float beta, cudaStream_t stream);
+  // y = residual + x·Wᵀ (fp32 y and residual [T, out]; bitwise the copy of residual into y
+  // followed by linear_forward with beta = 1).
+  void linear_forward_residual(const __nv_bfloat16* x, const __nv_bfloat16* w,
+                               const float* residual, float* y, int64_t T, int64_t in, int64_t out,
+                               cudaStream_t stream);
   // dx (+)= dy·W.
   void linear_input_grad(const __nv_bfloat16* dy, const __nv_bfloat16* w, GemmOut dx, int64_t T,
                          int64_t in, int64_t out, float beta, cudaStream_t stream);
@@ -51,9 +57,10 @@ class Gemm {
 
  private:
   // Column-major D[m, n] = alpha·op(A)·op(B) + beta·D.
+  // c: the C matrix (D's type and layout), null for D itself.
   void matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const __nv_bfloat16* a,
               int64_t lda, const __nv_bfloat16* b, int64_t ldb, GemmOut d, int64_t ldd, float beta,
-              cudaStream_t stream);
+              cudaStream_t stream, const void* c = nullptr);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<char> workspace_;

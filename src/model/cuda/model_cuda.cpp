@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <string>
 #include <utility>
 
 #include "cuda/common/convert.h"
@@ -49,9 +51,6 @@ cudaStream_t new_stream() {
 const ModelConfig& checked_for_gpu(const ModelConfig& cfg) {
   NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
   cfg.validate();
-  NSA_CHECK(
-      cfg.attn.phi == Phi::kAvg,
-      "--device cuda: the GPU model supports phi = avg only (phi = mlp runs on --device cpu)");
   return cfg;
 }
 
@@ -106,6 +105,8 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   gate_logit_grad_bf_.resize(T * 3 * H);
   q_grad_bf_.resize(T * H * a.dk);
   kv_grad_bf_.resize(T * Gk * std::max(a.dk, a.dv));
+  sel_hist_.resize(kSelDistanceBuckets);
+  nonfinite_.resize(1);
   for (int64_t i = 0; i < 2 * L; ++i) {
     fwd_events_.emplace_back();
     bwd_events_.emplace_back();
@@ -120,25 +121,47 @@ ModelCuda::~ModelCuda() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+template <typename T>
+void ModelCuda::check_finite(const T* x, const Shape& shape, const std::string& what) {
+  if (!checking_) return;
+  launch_find_nonfinite(x, shape_numel(shape), nonfinite_.get(), stream_);
+  NonFiniteHit hit{};
+  NSA_CUDA_CHECK(
+      cudaMemcpyAsync(&hit, nonfinite_.get(), sizeof(hit), cudaMemcpyDeviceToHost, stream_));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  NSA_CHECK(hit.index == ~0ull, "anomaly: non-finite value ", hit.value, " in ", what, " (element ",
+            hit.index, " of shape ", shape_str(shape), ")");
+}
+
 // model_cpu.cpp's layer forward: norm → q, k, v (RoPE), gates → NSA → wo + residual → norm → MLP
-// + residual.
-void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out) {
+// + residual. The anomaly checks are the CPU's, in its order.
+void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out,
+                              bool recomputing) {
   const NsaConfig& a = cfg_.attn;
   const ModelParamsCuda::LayerSlots& s = params_.layer(li);
   const int64_t T = n_tokens_, D = cfg_.dim, H = a.heads, Gk = a.groups;
+  const bool check = !recomputing;
+  const std::string layer = "layer " + std::to_string(li) + " ";
   cudaStream_t st = stream_;
+  mark(StepPhase::kElementwise);
   launch_rmsnorm_forward(x_in, params_.weight(s.attn_norm), static_cast<float>(cfg_.norm_eps),
                          ws.h1.get(), ws.rstd1.get(), T, D, st);
+  if (check) check_finite(ws.h1.get(), {T, D}, layer + "attention_norm output");
+  mark(StepPhase::kGemmForward);
   gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wq), f32(proj_out_.get()), T, D, H * a.dk,
                        0.0f, st);
+  mark(StepPhase::kElementwise);
   launch_rope_to_bf16(proj_out_.get(), ws.nsa.q_in(), positions_.get(), T, H, a.dk, cfg_.rope_base,
                       false, st);
   for (int c = 0; c < kNumBranches; ++c) {
     if (a.kv_index(c) != c) continue;
+    mark(StepPhase::kGemmForward);
     gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wk[c]), f32(proj_out_.get()), T, D,
                          Gk * a.dk, 0.0f, st);
+    mark(StepPhase::kElementwise);
     launch_rope_to_bf16(proj_out_.get(), ws.nsa.k_in(c), positions_.get(), T, Gk, a.dk,
                         cfg_.rope_base, false, st);
+    mark(StepPhase::kGemmForward);
     gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wv[c]), b16(ws.nsa.v_in(c)), T, D,
                          Gk * a.dv, 0.0f, st);
   }
@@ -150,29 +173,49 @@ void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, floa
     enabled[c] = cfg_.branch_enabled(c);
     gates[c] = ws.nsa.gate_in(c);
   }
+  mark(StepPhase::kElementwise);
   launch_gate_forward(proj_out_.get(), params_.weight(s.bg), a.gate == GateActivation::kSoftmax,
                       enabled, ws.g_raw.get(), gates, T, H, st);
+  if (a.phi == Phi::kMlp) {  // the compression MLPs read their weights in the flat buffer
+    const float* phi[2][kPhiMlpTensors];
+    for (int kv = 0; kv < 2; ++kv) {
+      for (int i = 0; i < kPhiMlpTensors; ++i) phi[kv][i] = params_.weight(s.phi[kv][i]);
+    }
+    ws.nsa.set_mlp_params(phi[0], phi[1]);
+  }
+  mark(StepPhase::kAttentionForward);
   ws.nsa.forward(st);
-  NSA_CUDA_CHECK(cudaMemcpyAsync(ws.x2.get(), x_in, ws.x2.bytes(), cudaMemcpyDeviceToDevice, st));
-  gemm_.linear_forward(ws.nsa.o_out(), params_.weight_bf16(s.wo), f32(ws.x2.get()), T, H * a.dv, D,
-                       1.0f, st);
+  if (check) {
+    check_finite(ws.nsa.q_in(), {T, H, a.dk}, layer + "queries");
+    check_finite(ws.nsa.o_out(), {T, H, a.dv}, layer + "NSA attention output");
+  }
+  mark(StepPhase::kGemmForward);  // x2 = x + o·Woᵀ: the residual add in the GEMM's epilogue
+  gemm_.linear_forward_residual(ws.nsa.o_out(), params_.weight_bf16(s.wo), x_in, ws.x2.get(), T,
+                                H * a.dv, D, st);
+  // x2 = x + wo·o: with x finite (checked before), x2 is finite exactly where wo·o is.
+  if (check) check_finite(ws.x2.get(), {T, D}, layer + "attention projection (wo) output");
+  mark(StepPhase::kElementwise);
   launch_rmsnorm_forward(ws.x2.get(), params_.weight(s.ffn_norm), static_cast<float>(cfg_.norm_eps),
                          ws.h2.get(), ws.rstd2.get(), T, D, st);
   const bool swiglu = cfg_.mlp == "swiglu";
+  mark(StepPhase::kGemmForward);
   gemm_.linear_forward(ws.h2.get(), params_.weight_bf16(s.w1), b16(ws.u1.get()), T, D, ffn_dim_,
                        0.0f, st);
   if (swiglu)
     gemm_.linear_forward(ws.h2.get(), params_.weight_bf16(s.w3), b16(ws.u3.get()), T, D, ffn_dim_,
                          0.0f, st);
   // m = silu(u1)·u3 is not kept: the backward recomputes it from u1, u3.
+  mark(StepPhase::kElementwise);
   launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_bf_.get(),
                         T * ffn_dim_, st);
-  NSA_CUDA_CHECK(cudaMemcpyAsync(x_out, ws.x2.get(), ws.x2.bytes(), cudaMemcpyDeviceToDevice, st));
-  gemm_.linear_forward(mlp_act_bf_.get(), params_.weight_bf16(s.w2), f32(x_out), T, ffn_dim_, D,
-                       1.0f, st);
+  mark(StepPhase::kGemmForward);  // x_out = x2 + m·W2ᵀ
+  gemm_.linear_forward_residual(mlp_act_bf_.get(), params_.weight_bf16(s.w2), ws.x2.get(), x_out, T,
+                                ffn_dim_, D, st);
+  if (check) check_finite(x_out, {T, D}, layer + "MLP output");  // x_out = x2 + w2·m, as above
 }
 
-// dx: in, the gradient of the layer's output; out, of its input.
+// dx: in, the gradient of the layer's output; out, of its input. residual_grad_bf_ holds dx in
+// bf16 on entry and on return (the norms' backwards write both).
 void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx) {
   const NsaConfig& a = cfg_.attn;
   const ModelParamsCuda::LayerSlots& s = params_.layer(li);
@@ -180,15 +223,19 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   cudaStream_t st = stream_;
   const bool swiglu = cfg_.mlp == "swiglu";
   // MLP.
-  launch_f32_to_bf16(dx, residual_grad_bf_.get(), T * D, st);
+  mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.w2),
                           f32(mlp_act_grad_.get()), T, ffn_dim_, D, 0.0f, st);
+  mark(StepPhase::kElementwise);
   launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_bf_.get(),
                         T * ffn_dim_, st);
+  mark(StepPhase::kGemmBackward);
   gemm_.linear_weight_grad(residual_grad_bf_.get(), mlp_act_bf_.get(), params_.grad(s.w2), T,
                            ffn_dim_, D, st);
+  mark(StepPhase::kElementwise);
   launch_swiglu_backward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_grad_.get(),
                          up1_grad_bf_.get(), up3_grad_bf_.get(), T * ffn_dim_, st);
+  mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(up1_grad_bf_.get(), params_.weight_bf16(s.w1), f32(norm_out_grad_.get()),
                           T, D, ffn_dim_, 0.0f, st);
   gemm_.linear_weight_grad(up1_grad_bf_.get(), ws.h2.get(), params_.grad(s.w1), T, D, ffn_dim_, st);
@@ -198,16 +245,28 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
     gemm_.linear_weight_grad(up3_grad_bf_.get(), ws.h2.get(), params_.grad(s.w3), T, D, ffn_dim_,
                              st);
   }
+  mark(StepPhase::kElementwise);
   launch_rmsnorm_backward(ws.x2.get(), params_.weight(s.ffn_norm), ws.rstd2.get(),
-                          norm_out_grad_.get(), dx, true, params_.grad(s.ffn_norm),
-                          norm_partial_.get(), T, D, st);
+                          norm_out_grad_.get(), dx, true, residual_grad_bf_.get(),
+                          params_.grad(s.ffn_norm), norm_partial_.get(), T, D, st);
   // Attention: wo, NSA, gates, projections.
-  launch_f32_to_bf16(dx, residual_grad_bf_.get(), T * D, st);
+  mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.wo), b16(ws.nsa.d_o_in()),
                           T, H * a.dv, D, 0.0f, st);
   gemm_.linear_weight_grad(residual_grad_bf_.get(), ws.nsa.o_out(), params_.grad(s.wo), T, H * a.dv,
                            D, st);
+  mark(StepPhase::kAttentionBackward);
   ws.nsa.backward(st);
+  mark(StepPhase::kElementwise);
+  if (a.phi == Phi::kMlp) {  // the layer's φ gradients (overwritten each backward) into the sums
+    for (int kv = 0; kv < 2; ++kv) {
+      for (int i = 0; i < kPhiMlpTensors; ++i) {
+        const int slot = s.phi[kv][i];
+        launch_add_into(ws.nsa.mlp_grad(kv, i), params_.grad(slot), params_.slots()[slot].numel,
+                        st);
+      }
+    }
+  }
   bool enabled[3];
   const float* d_gate[3];
   for (int c = 0; c < kNumBranches; ++c) {
@@ -219,37 +278,47 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   launch_column_sum_accumulate(gate_logit_grad_.get(), T, 3 * H, norm_partial_.get(),
                                params_.grad(s.bg), st);
   launch_f32_to_bf16(gate_logit_grad_.get(), gate_logit_grad_bf_.get(), T * 3 * H, st);
+  mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(gate_logit_grad_bf_.get(), params_.weight_bf16(s.wg),
                           f32(norm_out_grad_.get()), T, D, 3 * H, 0.0f, st);
   gemm_.linear_weight_grad(gate_logit_grad_bf_.get(), ws.h1.get(), params_.grad(s.wg), T, D, 3 * H,
                            st);
+  mark(StepPhase::kElementwise);
   launch_rope_to_bf16(ws.nsa.d_q_out(), q_grad_bf_.get(), positions_.get(), T, H, a.dk,
                       cfg_.rope_base, true, st);
+  mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(q_grad_bf_.get(), params_.weight_bf16(s.wq), f32(norm_out_grad_.get()), T,
                           D, H * a.dk, 1.0f, st);
   gemm_.linear_weight_grad(q_grad_bf_.get(), ws.h1.get(), params_.grad(s.wq), T, D, H * a.dk, st);
   for (int c = 0; c < kNumBranches; ++c) {
     if (a.kv_index(c) != c) continue;
+    mark(StepPhase::kElementwise);
     launch_rope_to_bf16(ws.nsa.d_k_out(c), kv_grad_bf_.get(), positions_.get(), T, Gk, a.dk,
                         cfg_.rope_base, true, st);
+    mark(StepPhase::kGemmBackward);
     gemm_.linear_input_grad(kv_grad_bf_.get(), params_.weight_bf16(s.wk[c]),
                             f32(norm_out_grad_.get()), T, D, Gk * a.dk, 1.0f, st);
     gemm_.linear_weight_grad(kv_grad_bf_.get(), ws.h1.get(), params_.grad(s.wk[c]), T, D, Gk * a.dk,
                              st);
+    mark(StepPhase::kElementwise);
     launch_f32_to_bf16(ws.nsa.d_v_out(c), kv_grad_bf_.get(), T * Gk * a.dv, st);
+    mark(StepPhase::kGemmBackward);
     gemm_.linear_input_grad(kv_grad_bf_.get(), params_.weight_bf16(s.wv[c]),
                             f32(norm_out_grad_.get()), T, D, Gk * a.dv, 1.0f, st);
     gemm_.linear_weight_grad(kv_grad_bf_.get(), ws.h1.get(), params_.grad(s.wv[c]), T, D, Gk * a.dv,
                              st);
   }
+  mark(StepPhase::kElementwise);
   launch_rmsnorm_backward(x_in, params_.weight(s.attn_norm), ws.rstd1.get(), norm_out_grad_.get(),
-                          dx, true, params_.grad(s.attn_norm), norm_partial_.get(), T, D, st);
+                          dx, true, li > 0 ? residual_grad_bf_.get() : nullptr,
+                          params_.grad(s.attn_norm), norm_partial_.get(), T, D, st);
 }
 
 double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
                                    const std::vector<int32_t>& targets, bool backward,
                                    ModelStats* stats) {
   const int64_t T = n_tokens_, D = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
+  const NsaConfig& a = cfg_.attn;
   NSA_CHECK(static_cast<int64_t>(tokens.size()) == T && static_cast<int64_t>(targets.size()) == T,
             "model: ", tokens.size(), " tokens and ", targets.size(), " targets for a layout of ",
             T);
@@ -259,27 +328,54 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
     NSA_CHECK(targets[t] >= 0 && targets[t] < V, "target id ", targets[t], " at position ", t,
               " is outside the vocabulary [0, ", V, ")");
   }
+  if (stats) {  // as model_loss_cpu: the request flags stay, the results start over
+    ModelStats fresh;
+    fresh.check_finite = stats->check_finite;
+    fresh.keep_outputs = stats->keep_outputs;
+    fresh.keep_token_losses = stats->keep_token_losses;
+    *stats = std::move(fresh);
+  }
+  checking_ = stats && stats->check_finite;
+  const bool keep = stats && stats->keep_outputs;
   cudaStream_t st = stream_;
+  mark(StepPhase::kOther);
   NSA_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens.data(), T * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, st));
   NSA_CUDA_CHECK(cudaMemcpyAsync(targets_.get(), targets.data(), T * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, st));
   step_scalars_.zero(st);
+  if (stats) sel_hist_.zero(st);
+  mark(StepPhase::kElementwise);
   launch_embedding_forward(tokens_.get(), params_.weight(params_.tok_emb_slot()),
                            layer_inputs_[0].get(), T, D, st);
+  check_finite(layer_inputs_[0].get(), {T, D}, "the token embedding output");
   for (int64_t li = 0; li < L; ++li) {
     Workspace& ws = *workspaces_[recompute_ ? 0 : li];
     NSA_CUDA_CHECK(cudaEventRecord(fwd_events_[2 * li], st));
-    layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get());
+    layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get(), false);
     NSA_CUDA_CHECK(cudaEventRecord(fwd_events_[2 * li + 1], st));
-    launch_column_sum_accumulate(ws.g_raw.get(), T * cfg_.attn.heads, 3, norm_partial_.get(),
+    mark(StepPhase::kElementwise);
+    launch_column_sum_accumulate(ws.g_raw.get(), T * a.heads, 3, norm_partial_.get(),
                                  step_scalars_.get() + kGateSum, st);
+    if (stats) {
+      launch_sel_distance_hist(ws.nsa.sel_idx_out(), positions_.get(), T, a.groups, a.n_sel,
+                               a.l_sel, sel_hist_.get(), st);
+    }
+    if (keep) {
+      Tensor<int32_t> sel({T, a.groups, a.n_sel});
+      NSA_CUDA_CHECK(cudaMemcpyAsync(sel.ptr(), ws.nsa.sel_idx_out(), sel.numel() * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, st));
+      NSA_CUDA_CHECK(cudaStreamSynchronize(st));
+      stats->sel_idx.push_back(std::move(sel));
+    }
   }
   launch_rmsnorm_forward(layer_inputs_[L].get(), params_.weight(params_.norm_slot()),
                          static_cast<float>(cfg_.norm_eps), final_norm_out_.get(),
                          final_norm_rstd_.get(), T, D, st);
+  mark(StepPhase::kLmHeadLoss);
   gemm_.linear_forward(final_norm_out_.get(), params_.weight_bf16(params_.output_slot()),
                        f32(logits_.get()), T, D, V, 0.0f, st);
+  check_finite(logits_.get(), {T, V}, "the logits");
   launch_cross_entropy(logits_.get(), targets_.get(), T, V, 1.0f / static_cast<float>(T),
                        row_loss_.get(), backward ? logits_grad_bf_.get() : nullptr, st);
   launch_sum(row_loss_.get(), T, false, 1.0f / static_cast<float>(T), sum_partial_.get(),
@@ -289,21 +385,25 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
                             f32(norm_out_grad_.get()), T, D, V, 0.0f, st);
     gemm_.linear_weight_grad(logits_grad_bf_.get(), final_norm_out_.get(),
                              params_.grad(params_.output_slot()), T, D, V, st);
+    mark(StepPhase::kElementwise);
     launch_rmsnorm_backward(layer_inputs_[L].get(), params_.weight(params_.norm_slot()),
                             final_norm_rstd_.get(), norm_out_grad_.get(), residual_grad_.get(),
-                            false, params_.grad(params_.norm_slot()), norm_partial_.get(), T, D,
-                            st);
+                            false, residual_grad_bf_.get(), params_.grad(params_.norm_slot()),
+                            norm_partial_.get(), T, D, st);
     for (int64_t li = L; li-- > 0;) {
       Workspace& ws = *workspaces_[recompute_ ? 0 : li];
       // With recompute the workspace still holds the last layer's forward; refill it for the
       // others (the recomputed output equals layer_inputs_[li + 1] bit for bit).
       NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li], st));
       if (recompute_ && li != L - 1)
-        layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get());
+        layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get(), true);
       layer_backward(li, ws, layer_inputs_[li].get(), residual_grad_.get());
       NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li + 1], st));
+      check_finite(residual_grad_.get(), {T, D},
+                   "the gradient of layer " + std::to_string(li) + "'s input");
     }
     // Rows grouped by token (a counting sort), so the embedding gradient sums in a fixed order.
+    mark(StepPhase::kOther);
     std::vector<int32_t> count(static_cast<size_t>(V) + 1, 0), order(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) ++count[tokens[t] + 1];
     for (int64_t v = 0; v < V; ++v) count[v + 1] += count[v];
@@ -321,14 +421,46 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
                                    seg_token.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st));
     NSA_CUDA_CHECK(cudaMemcpyAsync(emb_seg_start_.get(), seg_start.data(),
                                    seg_start.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    mark(StepPhase::kElementwise);
     launch_embedding_backward(emb_order_.get(), emb_seg_token_.get(), emb_seg_start_.get(),
                               static_cast<int64_t>(seg_token.size()), residual_grad_.get(),
                               params_.grad(params_.tok_emb_slot()), D, st);
+    if (checking_) {  // every parameter gradient, in named order: the first bad element's slot
+      launch_find_nonfinite(params_.grads_flat(), params_.flat_size(), nonfinite_.get(), st);
+      NonFiniteHit hit{};
+      NSA_CUDA_CHECK(
+          cudaMemcpyAsync(&hit, nonfinite_.get(), sizeof(hit), cudaMemcpyDeviceToHost, st));
+      NSA_CUDA_CHECK(cudaStreamSynchronize(st));
+      for (const ModelParamsCuda::Slot& slot : params_.slots()) {
+        const int64_t i = static_cast<int64_t>(hit.index) - slot.offset;
+        NSA_CHECK(hit.index == ~0ull || i < 0 || i >= slot.numel, "anomaly: non-finite value ",
+                  hit.value, " in the gradient of ", slot.name, " (element ", i, " of shape ",
+                  shape_str(slot.shape), ")");
+      }
+      NSA_CHECK(hit.index == ~0ull, "anomaly: non-finite value ", hit.value,
+                " in the gradient buffer's alignment padding (element ", hit.index, ")");
+    }
   }
+  mark(StepPhase::kOther);
   float host[4];
+  unsigned long long hist[kSelDistanceBuckets];
   NSA_CUDA_CHECK(
       cudaMemcpyAsync(host, step_scalars_.get(), sizeof(host), cudaMemcpyDeviceToHost, st));
+  if (stats) {
+    NSA_CUDA_CHECK(
+        cudaMemcpyAsync(hist, sel_hist_.get(), sizeof(hist), cudaMemcpyDeviceToHost, st));
+  }
+  if (keep) {
+    stats->logits = Tensor<float>({T, V});
+    NSA_CUDA_CHECK(cudaMemcpyAsync(stats->logits.ptr(), logits_.get(), logits_.bytes(),
+                                   cudaMemcpyDeviceToHost, st));
+  }
   NSA_CUDA_CHECK(cudaStreamSynchronize(st));
+  if (stats && stats->keep_token_losses) {
+    std::vector<float> losses;
+    download_token_losses(losses);
+    stats->token_loss.assign(losses.begin(), losses.end());
+  }
   if (stats) {
     stats->layer_forward_ms.assign(static_cast<size_t>(L), 0.0);
     stats->layer_backward_ms.assign(static_cast<size_t>(L), 0.0);
@@ -347,9 +479,12 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
           (recompute_ && li > 0 ? 0 : workspaces_[recompute_ ? 0 : li]->bytes()));
     }
     for (int c = 0; c < kNumBranches; ++c) {
-      stats->gate_mean[c] = cfg_.branch_enabled(c)
-                                ? host[kGateSum + c] / static_cast<double>(T * cfg_.attn.heads * L)
-                                : 0.0;
+      stats->gate_mean[c] =
+          cfg_.branch_enabled(c) ? host[kGateSum + c] / static_cast<double>(T * a.heads * L) : 0.0;
+    }
+    static_assert(std::size(ModelStats{}.sel_distance_hist) == kSelDistanceBuckets);
+    for (int k = 0; k < kSelDistanceBuckets; ++k) {
+      stats->sel_distance_hist[k] = static_cast<int64_t>(hist[k]);
     }
   }
   return host[kLoss];

@@ -8,21 +8,30 @@
 // with `recompute` a single one that the backward refills by running each layer's forward again.
 // What a backward needs only while it runs (the NSA gradients and partial sums, the MLP product
 // silu(u1)·u3, recomputed) is one set shared by all layers.
-// Everything is deterministic (no atomics anywhere), so a step is bit-identical across runs and
-// recompute on = off bitwise. One host synchronisation per micro-batch (to read the loss) and one
-// per optimizer step (the gradient norm for clipping).
+// φ = mlp: the compression MLPs' parameters live in the flat weight buffer with the others (so the
+// optimizer, checkpoints and collectives see them); the attention layer reads them in place and
+// its parameter gradients are added into the flat gradient buffer after each layer's backward.
+// Everything is deterministic (no floating-point atomics), so a step is bit-identical across runs
+// and recompute on = off bitwise. One host synchronisation per micro-batch (to read the loss and
+// the metrics) and one per optimizer step (the gradient norm for clipping); anomaly mode
+// (ModelStats::check_finite) adds one per checked tensor.
+//
+// Phase timing (phase_timer.h, off unless turned on: `nsa bench train`): the passes mark where
+// each phase of the step begins on the stream.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/common/device_buffer.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/model_ops.h"
 #include "model/cuda/model_params_cuda.h"
+#include "model/cuda/phase_timer.h"
 #include "model/model_cpu.h"
 #include "model/model_params.h"
 
@@ -31,15 +40,13 @@ namespace nsa::cuda {
 class NsaCudaLayer;
 struct NsaBackwardBuffers;
 
-// The config, validated, when a GPU is present and the GPU model supports it (φ = avg); throws
-// nsa::Error otherwise. GPU classes call it in their first member's initialiser, before anything
-// touches the device.
+// The config, validated, when a GPU is present; throws nsa::Error otherwise. GPU classes call it
+// in their first member's initialiser, before anything touches the device.
 const ModelConfig& checked_for_gpu(const ModelConfig& cfg);
 
 class ModelCuda {
  public:
-  // Throws nsa::Error without a GPU, for φ = mlp (not on the GPU model yet), or for head dims the
-  // attention kernels are not built for.
+  // Throws nsa::Error without a GPU, or for head dims the attention kernels are not built for.
   ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recompute);
   ~ModelCuda();
   ModelCuda(const ModelCuda&) = delete;
@@ -58,8 +65,12 @@ class ModelCuda {
   int64_t grads_size() const { return params_.flat_size(); }
   cudaStream_t stream() const { return stream_; }
   // One micro-batch laid out as the constructor's layout: returns its mean loss; with `backward`
-  // adds every parameter's gradient into the gradient buffer. stats: gate means (the selection
-  // histogram is not collected on the GPU).
+  // adds every parameter's gradient into the gradient buffer. stats (as model_loss_cpu fills
+  // them): gate means, the selection-distance histogram, per-layer times and bytes; with
+  // check_finite the CPU model's anomaly checks (the same tensors in the same order, the same
+  // message – where the GPU adds a product straight into the residual stream, the sum is
+  // checked); keep_outputs and keep_token_losses download the logits, every layer's selection
+  // and the token losses.
   double forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
                           bool backward, ModelStats* stats = nullptr);
   // The logits of token rows `rows` of the last forward_backward, [rows.size(), vocab] (fp32).
@@ -73,13 +84,23 @@ class ModelCuda {
   // The passes' buffers and the parameter state (weights, bf16 copies, gradients); no optimizer.
   size_t device_bytes() const;
 
+  // Phase timing of the step's work on the model's stream (the optimizer and the trainer mark
+  // their phases on it too).
+  PhaseTimer& phase_timer() { return timer_; }
+
  private:
   struct Workspace;
   // step_scalars_ entries: the micro-batch loss, the gate sums of the three branches, Σ g².
   enum Scalar { kLoss = 0, kGateSum = 1, kGradSquares = 4, kNumScalars = 8 };
 
-  void layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out);
+  // recomputing: the backward's second forward of the layer (no anomaly checks: bit-identical).
+  void layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out, bool recomputing);
   void layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx);
+  void mark(StepPhase phase) { timer_.mark(phase, stream_); }
+  // Anomaly mode: throws naming `what` when x [numel(shape)] holds a NaN or ±Inf (synchronises);
+  // nothing unless this micro-batch checks.
+  template <typename T>
+  void check_finite(const T* x, const Shape& shape, const std::string& what);
 
   ModelConfig cfg_;
   bool recompute_;
@@ -106,6 +127,11 @@ class ModelCuda {
   DeviceBuffer<float> final_norm_rstd_;
   // Per-layer telemetry: events around each layer's forward and backward ([2·li], [2·li + 1]).
   std::vector<cudaEvent_t> fwd_events_, bwd_events_;
+  // Metrics and anomaly mode: the selection-distance histogram, the last check's answer.
+  DeviceBuffer<unsigned long long> sel_hist_;
+  DeviceBuffer<NonFiniteHit> nonfinite_;
+  bool checking_ = false;  // this micro-batch runs the anomaly checks
+  PhaseTimer timer_;
 };
 
 }  // namespace nsa::cuda

@@ -1,9 +1,11 @@
 // The kernels of the NSA language model on the GPU besides attention and GEMMs, one .cu per op.
 //
 // Conventions: the residual stream and every gradient that is accumulated are fp32; GEMM operands
-// are bf16 (weights: bf16 copies of the fp32 master weights). Every reduction has a fixed order
-// (no atomics), so a training step is bit-identical from run to run. All launches are
-// asynchronous on `stream`; nothing here synchronises with the host.
+// are bf16 (weights: bf16 copies of the fp32 master weights). Every floating-point reduction has a
+// fixed order (no atomics), so a training step is bit-identical from run to run; the only atomics
+// are on integers (the selection histogram's counts, the anomaly check's first index), whose
+// results do not depend on the order. All launches are asynchronous on `stream`; nothing here
+// synchronises with the host.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,11 +30,12 @@ void launch_embedding_backward(const int32_t* order, const int32_t* seg_token,
 // rmsnorm.cu: y = x·rstd·w in bf16, rstd = 1/sqrt(mean(x²) + eps) per row.
 void launch_rmsnorm_forward(const float* x, const float* w, float eps, bf16* y, float* rstd,
                             int64_t T, int64_t D, cudaStream_t stream);
-// dx (+)= rstd·(dy∘w − x̂·mean(dy∘w∘x̂)); dw += Σ_t dy∘x̂ (column sums in a fixed order through
-// `partial`: T·D + column_sum_partial_floats(T, D) floats of scratch).
+// dx (+)= rstd·(dy∘w − x̂·mean(dy∘w∘x̂)), and when dx_bf16 is given the bf16 copy of the new dx
+// (what the next GEMMs read); dw += Σ_t dy∘x̂ (column sums in a fixed order through `partial`:
+// T·D + column_sum_partial_floats(T, D) floats of scratch).
 void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy,
-                             float* dx, bool accumulate_dx, float* dw, float* partial, int64_t T,
-                             int64_t D, cudaStream_t stream);
+                             float* dx, bool accumulate_dx, bf16* dx_bf16, float* dw,
+                             float* partial, int64_t T, int64_t D, cudaStream_t stream);
 
 // reductions.cu
 int64_t column_sum_partial_floats(int64_t T, int64_t D);
@@ -84,5 +87,26 @@ void launch_swiglu_backward(const bf16* u1, const bf16* u3, const float* dm, bf1
 // given, dlogits[t] = (softmax(logits[t]) − onehot)·grad_scale in bf16.
 void launch_cross_entropy(const float* logits, const int32_t* targets, int64_t T, int64_t V,
                           float grad_scale, float* row_loss, bf16* dlogits, cudaStream_t stream);
+
+// add_into.cu: dst[i] += src[i].
+void launch_add_into(const float* src, float* dst, int64_t n, cudaStream_t stream);
+
+// finite_check.cu (anomaly mode): hit->index = the smallest i with x[i] NaN or ±Inf (all bits
+// set when there is none) and hit->value = x[i] as float. The caller reads `hit` back.
+struct NonFiniteHit {
+  unsigned long long index;
+  float value;
+};
+void launch_find_nonfinite(const float* x, int64_t n, NonFiniteHit* hit, cudaStream_t stream);
+void launch_find_nonfinite(const bf16* x, int64_t n, NonFiniteHit* hit, cudaStream_t stream);
+
+// sel_distance_hist.cu: hist[k] += how many of the selected blocks sel_idx [T, groups, n_sel]
+// were freely chosen (not padding, not the forced blocks 0, c−1 and c, where c is the query's
+// block positions[t] / l_sel) and lie 2^k ≤ c − block < 2^(k+1) blocks back (k capped at the last
+// bucket) – ModelStats::sel_distance_hist of the CPU model.
+constexpr int kSelDistanceBuckets = 16;
+void launch_sel_distance_hist(const int32_t* sel_idx, const int32_t* positions, int64_t T,
+                              int64_t groups, int64_t n_sel, int64_t l_sel,
+                              unsigned long long* hist, cudaStream_t stream);
 
 }  // namespace nsa::cuda

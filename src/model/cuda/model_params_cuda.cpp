@@ -22,7 +22,7 @@ ModelParamsCuda::ModelParamsCuda(const ModelConfig& cfg, cudaStream_t stream)
   const auto named = ref.named(cfg);
   int64_t total = 0;
   for (const auto& [name, t] : named) {
-    slots_.push_back(Slot{total, t->numel(), t->shape.size() == 2});
+    slots_.push_back(Slot{total, t->numel(), t->shape.size() == 2, name, t->shape});
     total += (t->numel() + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
   }
   const auto slot_of = [&](const Tensor<float>& t) {
@@ -42,6 +42,11 @@ ModelParamsCuda::ModelParamsCuda(const ModelConfig& cfg, cudaStream_t stream)
     for (int c = 0; c < kNumBranches; ++c) {
       s.wk[c] = slot_of(lp.wk[a.kv_index(c)]);
       s.wv[c] = slot_of(lp.wv[a.kv_index(c)]);
+    }
+    for (int kv = 0; kv < 2; ++kv) {  // -1 for φ = avg: the tensors are not among the named
+      const PhiMlpParams<float>& phi = kv == 0 ? lp.phi_k : lp.phi_v;
+      const Tensor<float>* ts[kPhiMlpTensors] = {&phi.pos, &phi.w1, &phi.b1, &phi.w2, &phi.b2};
+      for (int i = 0; i < kPhiMlpTensors; ++i) s.phi[kv][i] = slot_of(*ts[i]);
     }
     layer_slots_.push_back(s);
   }

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cuda/common/device_buffer.h"
@@ -19,14 +20,18 @@ namespace nsa::cuda {
 class ModelParamsCuda {
  public:
   // One parameter tensor in the flat buffers: [offset, offset + numel); `decay`: a matrix
-  // (weight decay applies).
+  // (weight decay applies); its checkpoint name and shape (for messages).
   struct Slot {
     int64_t offset = 0, numel = 0;
     bool decay = false;
+    std::string name;
+    Shape shape;
   };
-  // The slot index of each tensor of one transformer layer (wk/wv per branch: kv_index applied).
+  // The slot index of each tensor of one transformer layer (wk/wv per branch: kv_index applied;
+  // phi[0] keys, phi[1] values, in PhiMlpParams order pos, w1, b1, w2, b2 – φ = mlp only, else -1).
   struct LayerSlots {
     int attn_norm, wq, wk[3], wv[3], wg, bg, wo, ffn_norm, w1, w2, w3;
+    int phi[2][kPhiMlpTensors];
   };
 
   // Lays out the slots and uploads the config's seeded initial weights; gradients start at zero.

@@ -87,6 +87,7 @@ void AdamWCuda::download_weight_slice(std::vector<float>& flat) {
 }
 
 double AdamWCuda::step(const AdamWConfig& adam, int64_t step, double grad_scale) {
+  model_.phase_timer().mark(StepPhase::kOptimizer, stream_);
   const float sq = model_.grad_sum_of_squares();
   const double norm = std::sqrt(static_cast<double>(sq)) * grad_scale;
   const double clip = adam.clip > 0 && norm > adam.clip ? adam.clip / norm : 1.0;

@@ -40,13 +40,17 @@ class TrainModelCuda : public TrainModel {
     model_.set_params(params_);  // the same seeded initialisation as the CPU backend
   }
 
-  void zero_grads() override { model_.zero_grads(); }
+  void zero_grads() override {
+    mark(StepPhase::kOther);  // a step starts here (phase timing)
+    model_.zero_grads();
+  }
   double forward_backward(const Batch& b, bool backward, ModelStats* stats) override {
     return model_.forward_backward(b.inputs, b.targets, backward, stats);
   }
   // GPU to GPU with NCCL when the build has it (NSA_GPU_ALLREDUCE=host forces the other way);
   // otherwise through host memory and the host communicator.
   void allreduce_grads(Communicator& comm) override {
+    mark(StepPhase::kCommunication);
 #ifdef NSA_HAVE_NCCL
     if (!host_allreduce()) {
       if (!nccl_) nccl_ = std::make_unique<NcclReducer>(comm);
@@ -69,10 +73,12 @@ class TrainModelCuda : public TrainModel {
   double optimizer_step(int64_t step, double grad_scale) override {
     const double norm = optimizer_.step(adam_, step, grad_scale);
     if (zero_comm_) {
+      mark(StepPhase::kCommunication);
       optimizer_.download_weight_slice(flat_);
       zero_comm_->allgather_ranges(flat_.data(), offsets_);
       model_.params().upload_weights_flat(flat_);
     }
+    model_.phase_timer().stop(model_.stream());  // the step ends here
     return norm;
   }
   NamedTensors named_params() override {
@@ -100,8 +106,18 @@ class TrainModelCuda : public TrainModel {
   const char* device() const override {
     return "cuda";
   }
+  void time_phases(bool on) override {
+    model_.phase_timer().set_enabled(on);
+  }
+  bool take_phase_times(StepPhaseTimes& out) override {
+    return model_.phase_timer().collect(out);
+  }
 
  private:
+  void mark(StepPhase phase) {
+    model_.phase_timer().mark(phase, model_.stream());
+  }
+
   ModelConfig cfg_;
   AdamWConfig adam_;
   ModelCuda model_;

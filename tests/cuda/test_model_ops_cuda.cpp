@@ -1,0 +1,159 @@
+// The model's element-wise kernels take a vector path (128-bit loads, several elements per thread)
+// where the pointers are aligned and a scalar path otherwise; both must give the same bits, so
+// the vector path changes no result of the model. Each kernel runs on the same data twice – at
+// aligned addresses and at addresses one element off (forcing the scalar path) – with sizes that
+// leave a tail. Also: the GEMM's residual form equals a copy followed by the in-place GEMM.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/common/convert.h"
+#include "cuda/common/device_buffer.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/model_ops.h"
+
+namespace nsa::cuda {
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16(v[i]);
+  return out;
+}
+
+// Device copies of host data at element offset `off` (0: aligned; 1: one element off).
+template <typename T>
+struct Placed {
+  DeviceBuffer<T> buf;
+  int64_t off, n;
+  Placed(const std::vector<T>& host, int64_t offset) : off(offset), n(host.size()) {
+    buf.resize(n + 8);
+    buf.zero();
+    NSA_CUDA_CHECK(cudaMemcpy(buf.get() + off, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  Placed(int64_t count, int64_t offset) : off(offset), n(count) {
+    buf.resize(n + 8);
+    buf.zero();
+  }
+  T* get() { return buf.get() + off; }
+  std::vector<T> host() {
+    NSA_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> out(static_cast<size_t>(n));
+    NSA_CUDA_CHECK(cudaMemcpy(out.data(), get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+template <typename T>
+void expect_same_bits(const std::vector<T>& a, const std::vector<T>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(T))) << what;
+}
+
+TEST(ModelOpsVectorPaths, SwigluForwardAndBackward) {
+  const int64_t n = 8 * 1000 + 5;
+  const auto u1 = to_bf16(random_floats(n, 1, 2.0f)), u3 = to_bf16(random_floats(n, 2));
+  const auto dm = random_floats(n, 3);
+  for (bool gated : {true, false}) {
+    std::vector<std::vector<bf16>> m(2), du1(2), du3(2);
+    for (int64_t off : {0, 1}) {
+      Placed<bf16> a(u1, off), b(u3, off), out(n, off), g1(n, off), g3(n, off);
+      Placed<float> d(dm, off);
+      launch_swiglu_forward(a.get(), gated ? b.get() : nullptr, out.get(), n, nullptr);
+      launch_swiglu_backward(a.get(), gated ? b.get() : nullptr, d.get(), g1.get(),
+                             gated ? g3.get() : nullptr, n, nullptr);
+      m[off] = out.host(), du1[off] = g1.host(), du3[off] = g3.host();
+    }
+    expect_same_bits(m[0], m[1], gated ? "swiglu m" : "silu m");
+    expect_same_bits(du1[0], du1[1], "du1");
+    expect_same_bits(du3[0], du3[1], "du3");
+  }
+}
+
+TEST(ModelOpsVectorPaths, F32ToBf16) {
+  const int64_t n = 4 * 999 + 3;
+  const auto x = random_floats(n, 4, 100.0f);
+  std::vector<std::vector<bf16>> out(2);
+  for (int64_t off : {0, 1}) {
+    Placed<float> src(x, off);
+    Placed<bf16> dst(n, off);
+    launch_f32_to_bf16(src.get(), dst.get(), n, nullptr);
+    out[off] = dst.host();
+  }
+  expect_same_bits(out[0], out[1], "f32_to_bf16");
+  for (int64_t i = 0; i < n; ++i) {  // and round to nearest even, as the host rounds
+    const bf16 h = __float2bfloat16(x[i]);
+    ASSERT_EQ(0, std::memcmp(&h, &out[0][i], sizeof(bf16))) << "element " << i;
+  }
+}
+
+TEST(ModelOpsVectorPaths, RmsNormForwardAndBackward) {
+  const int64_t T = 37, D = 768;
+  const auto x = random_floats(T * D, 5), w = random_floats(D, 6), dy = random_floats(T * D, 7);
+  const auto dx0 = random_floats(T * D, 8);
+  std::vector<std::vector<bf16>> y(2), dxb(2), dxb_converted(2);
+  std::vector<std::vector<float>> rstd(2), dx(2), dw(2);
+  for (int64_t off : {0, 1}) {
+    Placed<float> px(x, off), pw(w, off), pdy(dy, off), pdx(dx0, off), pr(T, off), pdw(D, off);
+    Placed<bf16> py(T * D, off), pdxb(T * D, off), conv(T * D, off);
+    Placed<float> partial(T * D + column_sum_partial_floats(T, D), off);
+    launch_rmsnorm_forward(px.get(), pw.get(), 1e-5f, py.get(), pr.get(), T, D, nullptr);
+    launch_rmsnorm_backward(px.get(), pw.get(), pr.get(), pdy.get(), pdx.get(), true, pdxb.get(),
+                            pdw.get(), partial.get(), T, D, nullptr);
+    launch_f32_to_bf16(pdx.get(), conv.get(), T * D, nullptr);
+    y[off] = py.host(), rstd[off] = pr.host(), dx[off] = pdx.host(), dw[off] = pdw.host();
+    dxb[off] = pdxb.host(), dxb_converted[off] = conv.host();
+  }
+  expect_same_bits(y[0], y[1], "rmsnorm y");
+  expect_same_bits(rstd[0], rstd[1], "rstd");
+  expect_same_bits(dx[0], dx[1], "dx");
+  expect_same_bits(dw[0], dw[1], "dw");
+  expect_same_bits(dxb[0], dxb[1], "dx in bf16");
+  expect_same_bits(dxb[0], dxb_converted[0], "dx in bf16 vs converted");  // the dropped pass
+}
+
+TEST(ModelOpsVectorPaths, Rope) {
+  const int64_t T = 41, heads = 3, D = 64;
+  const auto x = random_floats(T * heads * D, 9);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(t * 37 % 1000);
+  DeviceBuffer<int32_t> positions;
+  positions.upload(pos.data(), T);
+  for (bool inverse : {false, true}) {
+    std::vector<std::vector<bf16>> out(2);
+    for (int64_t off : {0, 1}) {
+      Placed<float> in(x, off);
+      Placed<bf16> o(T * heads * D, off);
+      launch_rope_to_bf16(in.get(), o.get(), positions.get(), T, heads, D, 10000.0, inverse,
+                          nullptr);
+      out[off] = o.host();
+    }
+    expect_same_bits(out[0], out[1], inverse ? "rope inverse" : "rope");
+  }
+}
+
+TEST(ModelOpsVectorPaths, GemmResidualEqualsCopyThenAccumulate) {
+  const int64_t T = 300, in = 96, out = 80;
+  const auto x = to_bf16(random_floats(T * in, 10)), w = to_bf16(random_floats(out * in, 11));
+  const auto res = random_floats(T * out, 12);
+  Placed<bf16> px(x, 0), pw(w, 0);
+  Placed<float> pres(res, 0), y1(res, 0), y2(T * out, 0);
+  Gemm gemm;
+  gemm.linear_forward(px.get(), pw.get(), f32(y1.get()), T, in, out, 1.0f, nullptr);
+  gemm.linear_forward_residual(px.get(), pw.get(), pres.get(), y2.get(), T, in, out, nullptr);
+  expect_same_bits(y1.host(), y2.host(), "x·Wᵀ + residual");
+  expect_same_bits(pres.host(), res, "the residual is only read");
+}
+
+}  // namespace
+}  // namespace nsa::cuda
