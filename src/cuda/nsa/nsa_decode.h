@@ -7,16 +7,19 @@
 // compressed K/V – one token emitted every d steps once l are available (φ = avg). Dense decoding
 // (the baseline of `nsa bench decode`) keeps only the first cache and attends over all of it.
 //
-// A step is five kernels, all reading the positions from device memory (nothing on the host
-// depends on them, so a step can be captured in a CUDA graph and replayed), none with a serial
-// loop over the context; each takes the one parameter struct DecodeParams (nsa_decode.cu):
-//   append      write the token's K/V, emit a compressed token when its block completes;
-//   cmp parts   compressed attention in chunks of kCmpPart keys: scores kept, partial softmax;
-//   block top-n block scores (nsa.md) over chunks of blocks, each chunk's best n_sel − forced;
-//   attn parts  selected blocks and window chunks of kAttnPart keys (dense: kDensePart chunks);
-//               each selected part first merges the chunks' sorted candidates into the exact
-//               top-n (one warp, a lane per chunk);
-//   combine     merge the compressed, selected and window parts, gate the branches: o [B, H·dv].
+// A step is three kernels (dense: two), all reading the positions from device memory (nothing on
+// the host depends on them, so a step can be captured in a CUDA graph and replayed), each taking
+// the one parameter struct DecodeParams (decode_params.cuh) and launched as a programmatic
+// dependent launch; the work of one (sequence, group) is split over many CTAs ("parts" of up to
+// 128 keys, the group's heads as the rows of tensor-core tiles):
+//   parts   the token's K/V appended to the caches (a block's compressed token is averaged by the
+//           CTA that attends it); compressed parts (scores kept), window parts and the forced
+//           selected blocks 0, c − 1, c: a partial softmax each (dense: parts over 0..t);
+//   top-n   block scores (docs/nsa.md) over chunks of blocks, each chunk's best n_sel − forced;
+//           compressed parts pre-merged eight at a time;
+//   picks   each CTA merges the chunks' candidates into the exact top-n and attends its share
+//           of the picked blocks; the last CTA of a (sequence, group) to finish merges every
+//           branch's partials and gates them: o [B, H·dv] (dense: a combine kernel).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,8 +34,6 @@ namespace nsa::cuda {
 
 class NsaDecodeCuda {
  public:
-  static constexpr int kCmpPart = 128, kAttnPart = 64, kDensePart = 256;
-
   // dense: the baseline (full causal attention over the selected branch's K/V, no gates).
   NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_len, bool dense);
 
@@ -68,14 +69,17 @@ class NsaDecodeCuda {
 
  private:
   size_t block_topk_smem_bytes() const;
-  size_t part_smem_bytes(int part, bool selection) const;
   NsaConfig cfg_;
-  int64_t B_, max_len_, max_cmp_, cmp_parts_, attn_parts_, sel_chunk_ = 1, sel_chunks_ = 1;
+  int64_t B_, max_len_, max_cmp_, sel_chunk_ = 1, sel_chunks_ = 1;
+  // Parts per (sequence, group) of each kind and the slots of their partials (decode_params.cuh).
+  int64_t cmp_parts_ = 0, win_parts_ = 0, forced_parts_ = 0, pick_parts_ = 0, cmp_groups_ = 0;
+  int64_t dense_parts_ = 0, slots_ = 0;
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
   DeviceBuffer<float> scores_, part_ml_, part_o_;
   DeviceBuffer<int32_t> candidates_;  // [B, G, sel_chunks, n_sel] (score bits, block) pairs
   DeviceBuffer<int32_t> sel_;
+  DeviceBuffer<int32_t> arrived_;  // [B, G] CTAs of the picks kernel done this step; 0 between
 };
 
 // pos[b] += 1 for b < batch: the end of a step, on the device (so a captured step replays).

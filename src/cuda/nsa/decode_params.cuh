@@ -1,0 +1,133 @@
+// The sizes and the one parameter struct of the NSA decode kernels (nsa_decode.cu), and the layout
+// of the partial results they hand each other (docs/inference.md, "Decoding on the GPU").
+//
+// Every kernel works on "parts": up to kPartKeys keys of one (sequence, group), attended by one CTA
+// for the group's hpg heads at once (the MMA rows), leaving a partial softmax (max m, sum of exp l,
+// unnormalised output o) per head in a slot of part_ml / part_o. Slots of one (sequence, group):
+//   [0, cmp_parts)                 compressed parts (keys i·kPartKeys ..), scores kept
+//   [slot_win, + win_parts)        window parts (positions max(0, t − w + 1) + k·kPartKeys ..)
+//   [slot_forced, + forced_parts)  the forced selected blocks 0, c − 1, c
+//   [slot_pick, + pick_parts)      the blocks picked by the top-n
+//   [slot_group, + cmp_groups)     compressed parts pre-merged kGroupParts at a time
+// (dense decoding: [0, dense_parts), positions k·kPartKeys ..). The selected branch's slots are
+// contiguous (forced, then picked), so every branch merges one range of slots.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "nsa/attention.h"
+
+namespace nsa::cuda::decode {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kMaxHeadsPerGroup = 16;  // the rows of one m16n8k16 tile
+constexpr int kPartKeys = 128;         // keys per part CTA
+constexpr int kPartThreads = 128;      // four warps per part CTA
+constexpr int kGroupParts = 8;         // compressed parts per pre-merged group
+constexpr int kMaxSel = 64;            // n_sel limit of the candidate merge (plus forced slack)
+constexpr int kMaxTopkChunks = 32;     // block top-n chunks per (sequence, group): one lane each
+
+// Sizes of one decoder (int: head dims, block sizes and part counts are small; row offsets are
+// computed in 64 bits where they multiply).
+struct DecodeDims {
+  int G, hpg, dk, dv, l, d, l_sel, n_sel, w;
+  int64_t max_len, max_cmp;
+  // Selected parts: keys per segment (one block, or a kPartKeys slice of a long block), blocks per
+  // part (kPartKeys / l_sel, at least 1) and parts per block (⌈l_sel / kPartKeys⌉).
+  int seg_len, bpp, sub;
+  int cmp_parts, win_parts, forced_parts, pick_parts, cmp_groups, dense_parts;
+  int slot_win, slot_forced, slot_pick, slot_group, slots;
+  int sel_chunk, sel_chunks;  // candidate blocks per block top-n CTA, CTAs per (sequence, group)
+  float scale;
+};
+
+struct Candidate {
+  float score;  // < 0: empty slot
+  int block;
+};
+
+// The one parameter struct every decode kernel takes (as NsaParams for the training kernels):
+// the sizes, the step's inputs and outputs, the caches and the scratch between the kernels.
+// Caches are [B, rows, G, dk|dv] (bf16); the dense baseline leaves the NSA-only ones null.
+struct DecodeParams {
+  DecodeDims dims;
+  bool dense;
+  const int32_t* pos;  // [B] each sequence's position this step
+  // Inputs: q [B, H, dk]; the token's K/V per branch (kv = shared: all three the same) [B, G,
+  // dk|dv]; gates per branch [B, H].
+  const bf16* q;
+  const bf16* k_in[kNumBranches];
+  const bf16* v_in[kNumBranches];
+  const bf16* gate[kNumBranches];
+  // Caches: every position (selected branch and dense), the window ring, the ring of the last l
+  // raw rows, the compressed tokens.
+  bf16 *k_sel, *v_sel, *k_win, *v_win, *k_raw, *v_raw, *k_cmp, *v_cmp;
+  // Scratch: compressed scores [B, H, max_cmp]; partials [B·G, slots, hpg, 2 | dv]; block
+  // candidates [B·G, sel_chunks, n_sel]; one arrival counter per (sequence, group), 0 between
+  // steps.
+  float *scores, *part_ml, *part_o;
+  Candidate* cand;
+  int32_t* arrived;
+  // Outputs: the selected blocks [B, G, n_sel] (NSA) and o [B, H·dv].
+  int32_t* sel;
+  bf16* o;
+};
+
+__device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {
+  return t + 1 < m.l ? 0 : (t + 1 - m.l) / m.d + 1;
+}
+
+// Row r of sequence b, group g in a cache [B, rows, G, dim].
+template <typename T>  // bf16 or const bf16
+__device__ __forceinline__ T* row(T* base, int b, int64_t rows, int64_t r, int g,
+                                  const DecodeDims& m, int dim) {
+  return base + ((static_cast<int64_t>(b) * rows + r) * m.G + g) * dim;
+}
+
+// First (head 0) row of slot `slot` of group-row bg in part_ml (×2) / part_o (×dv).
+__device__ __forceinline__ int64_t part_index(const DecodeDims& m, int bg, int slot) {
+  return (static_cast<int64_t>(bg) * m.slots + slot) * m.hpg;
+}
+
+// The forced selected blocks of position t (docs/nsa.md, "Top-n"): 0, c − 1, c (those ≥ 0,
+// once each), ascending; the partial block c, if any, is the last.
+__device__ __forceinline__ int num_forced(const DecodeDims& m, int t) {
+  const int c = t / m.l_sel;
+  return 1 + (c - 1 > 0) + (c > 0);
+}
+__device__ __forceinline__ int forced_block(const DecodeDims& m, int t, int k) {
+  const int c = t / m.l_sel;
+  return k == 0 ? 0 : (k == 1 && c - 1 > 0 ? c - 1 : c);
+}
+
+// Selected part k over an ascending list of n blocks (only its last block may end before l_sel, at
+// t): entries e0 .. e0 + nseg − 1, each seg_len keys from `off` into its block but the last,
+// `count` keys in all. Key c of the part is key off + c mod seg_len of entry e0 + c / seg_len.
+struct SelPart {
+  int e0, nseg, off, count;
+};
+
+template <typename BlockAt>
+__device__ __forceinline__ SelPart sel_part(const DecodeDims& m, int t, int k, int n,
+                                            BlockAt&& block_at) {
+  SelPart s{};
+  if (m.sub == 1) {
+    s.e0 = k * m.bpp;
+    s.nseg = max(0, min(m.bpp, n - s.e0));
+  } else {
+    s.e0 = k / m.sub;
+    s.nseg = s.e0 < n ? 1 : 0;
+    s.off = (k % m.sub) * m.seg_len;
+  }
+  if (s.nseg == 0) return s;
+  const int64_t last_start = static_cast<int64_t>(block_at(s.e0 + s.nseg - 1)) * m.l_sel + s.off;
+  const int64_t last = min(static_cast<int64_t>(min(m.seg_len, m.l_sel - s.off)),
+                           static_cast<int64_t>(t) + 1 - last_start);
+  s.count = (s.nseg - 1) * m.seg_len + static_cast<int>(max(int64_t{0}, last));
+  return s;
+}
+
+}  // namespace nsa::cuda::decode

@@ -1,0 +1,169 @@
+// Decode selection (docs/nsa.md, "Selection scores" and "Top-n"), split over CTAs: block_topk
+// scores one chunk of candidate blocks of one (sequence, group) and keeps the chunk's best
+// n_sel − forced in rank order; select_blocks merges the chunks' lists into the exact top-n (the
+// union of the chunks' bests holds the global best). The arithmetic is the reference's order:
+// the group probability of each compressed token (Σ over heads in head order, each normalised by
+// its head's merged max and sum), then each block's Σ over tokens ascending of P[i]·overlap·(1/l);
+// ties go to the lower block.
+#pragma once
+
+#include <climits>
+
+#include "decode_merge.cuh"
+
+namespace nsa::cuda::decode {
+
+constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64;
+
+// Block scores and a partial top-n for chunk `chunk` of group-row bg: the candidate blocks
+// [1 + chunk·sel_chunk, 1 + (chunk + 1)·sel_chunk) ∩ [1, c − 2], the chunk's best
+// `free` = n_sel − forced by (score desc, index asc) in rank order into cand (the rest of its n_sel
+// entries empty). Latency: the first kTopkTokens tokens' scores per thread are loaded before the
+// heads' merged statistics, so both arrive in one round trip. smem: block scores [sel_chunk], then
+// the group probabilities of the tokens that meet the chunk. Every thread of the CTA calls it.
+__device__ void block_topk(const DecodeDims& m, int t, int bg, int chunk, const float* scores,
+                           const float* part_ml, Candidate* cand, float* smem) {
+  __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
+  const int n = num_cmp(m, t), parts = (n + kPartKeys - 1) / kPartKeys;
+  const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
+  Candidate* out = cand + (static_cast<int64_t>(bg) * m.sel_chunks + chunk) * m.n_sel;
+  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = Candidate{-1.0f, INT_MAX};
+  const int j0 = 1 + chunk * m.sel_chunk, j1 = min(j0 + m.sel_chunk, c - 1);  // [j0, j1)
+  if (j0 >= j1 || free <= 0) return;
+  // Compressed tokens i whose raw range [i·d, i·d + l) meets block j: [i_lo(j), i_hi(j)].
+  const auto i_lo = [&m](int j) {
+    const int lo_num = j * m.l_sel - m.l + 1;
+    return lo_num <= 0 ? 0 : (lo_num + m.d - 1) / m.d;
+  };
+  const auto i_hi = [&m, n](int j) { return min(n - 1, ((j + 1) * m.l_sel - 1) / m.d); };
+  const int gi0 = i_lo(j0), gi1 = i_hi(j1 - 1);
+  const float* sc = scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp;
+  // Every head's score of token i (independent loads, issued together).
+  const auto load = [&](int i, float* x) {
+#pragma unroll
+    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
+      x[hh] = hh < m.hpg && i <= gi1 ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
+  };
+  float x[kTopkTokens][kMaxHeadsPerGroup];
+#pragma unroll
+  for (int k = 0; k < kTopkTokens; ++k) load(gi0 + threadIdx.x + k * blockDim.x, x[k]);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int h = warp; h < m.hpg; h += nw) {
+    float mx = -FLT_MAX, sum = 0.0f;
+    fold_slots(m, part_ml, bg, h, 0, parts, lane, 32, mx, sum);
+    lanes_fold(mx, sum, 32);
+    if (lane == 0) {
+      head_max[h] = mx;
+      head_sum[h] = sum;
+    }
+  }
+  __syncthreads();
+  // The group probabilities of the chunk's compressed tokens, staged in shared memory.
+  float* block_score = smem;
+  float* gp = smem + m.sel_chunk;
+  const auto stage = [&](int i, const float* xi) {
+    if (i > gi1) return;
+    float p = 0.0f;
+#pragma unroll
+    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
+      if (hh < m.hpg) p += __expf(xi[hh] - head_max[hh]) / head_sum[hh];
+    gp[i - gi0] = p;
+  };
+#pragma unroll
+  for (int k = 0; k < kTopkTokens; ++k) stage(gi0 + threadIdx.x + k * blockDim.x, x[k]);
+  for (int i = gi0 + threadIdx.x + kTopkTokens * blockDim.x; i <= gi1; i += blockDim.x) {
+    load(i, x[0]);
+    stage(i, x[0]);
+  }
+  __syncthreads();
+  const float inv_l = 1.0f / static_cast<float>(m.l);
+  for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    float score = 0.0f;  // ascending over the compressed tokens
+    for (int i = i_lo(j), hi = i_hi(j); i <= hi; ++i) {
+      const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
+      score += gp[i - gi0] * static_cast<float>(overlap) * inv_l;
+    }
+    block_score[j - j0] = score;
+  }
+  __syncthreads();
+  for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const float sj = block_score[j - j0];
+    int rank = 0;
+    for (int k = j0; k < j1 && rank < free; ++k) {
+      const float sk = block_score[k - j0];
+      rank += (sk > sj || (sk == sj && k < j)) ? 1 : 0;
+    }
+    if (rank < free) out[rank] = Candidate{sj, j};
+  }
+}
+
+// Shared memory of select_blocks.
+struct SelectScratch {
+  Candidate cand[kMaxTopkChunks * kMaxSel];
+  int list[kMaxSel];
+};
+
+__device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
+  return a.score > b.score || (a.score == b.score && a.block < b.block);
+}
+
+// The selection of group-row bg at position t: all selected blocks ascending, −1 padded, into
+// slot[0, n_sel), and the picked (non-forced) ones ascending into picks[]; returns their number.
+// Forced 0, c − 1, c; then the best `free` of the chunks' candidates by (score desc, index asc).
+// Each chunk's list is already in that order, so one warp merges them, a lane per chunk (≤ 32):
+// each round the lanes' heads meet in a warp argmax and the winner's lane moves on – `free`
+// rounds, whatever the number of chunks. slot and picks are shared memory; every thread of the
+// CTA calls it.
+__device__ int select_blocks(const DecodeDims& m, int t, const Candidate* cand, int bg,
+                             SelectScratch& sh, int* slot, int* picks) {
+  const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
+  const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
+  const int npicks = max(0, min(c - 2, free)), nc = npicks > 0 ? chunks * m.n_sel : 0;
+  const Candidate* in = cand + static_cast<int64_t>(bg) * m.sel_chunks * m.n_sel;
+  for (int k = threadIdx.x; k < nc; k += blockDim.x) sh.cand[k] = in[k];
+  if (threadIdx.x < forced) sh.list[threadIdx.x] = forced_block(m, t, threadIdx.x);
+  __syncthreads();
+  if (chunks == 1) {  // one list: already the answer
+    for (int r = threadIdx.x; r < npicks; r += blockDim.x) sh.list[forced + r] = sh.cand[r].block;
+  } else if (threadIdx.x < 32 && npicks > 0) {
+    const int lane = threadIdx.x;
+    const Candidate none{-1.0f, INT_MAX};
+    int head = 0;  // this lane's next entry: its chunk's list holds ≥ min(free, blocks) valid ones
+    const auto at_head = [&] {
+      const Candidate x = lane < chunks && head < m.n_sel ? sh.cand[lane * m.n_sel + head] : none;
+      return x.score < 0.0f ? none : x;
+    };
+    Candidate x = at_head();
+    for (int r = 0; r < npicks; ++r) {
+      Candidate best = x;
+      for (int off = 16; off > 0; off >>= 1) {
+        const Candidate y{__shfl_xor_sync(0xffffffffu, best.score, off),
+                          __shfl_xor_sync(0xffffffffu, best.block, off)};
+        if (beats(y, best)) best = y;
+      }
+      if (lane == 0) sh.list[forced + r] = best.block;
+      if (x.block == best.block) {  // blocks are distinct: this lane won the round
+        ++head;
+        x = at_head();
+      }
+    }
+  }
+  __syncthreads();
+  const int total = forced + npicks;
+  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) slot[k] = -1;
+  __syncthreads();
+  for (int k = threadIdx.x; k < total; k += blockDim.x) {
+    int at = 0, at_pick = 0;  // ascending positions: the entries below it (all distinct)
+    for (int q = 0; q < total; ++q) {
+      const bool below = sh.list[q] < sh.list[k];
+      at += below ? 1 : 0;
+      at_pick += below && q >= forced ? 1 : 0;
+    }
+    if (at < m.n_sel) slot[at] = sh.list[k];
+    if (k >= forced) picks[at_pick] = sh.list[k];
+  }
+  __syncthreads();
+  return npicks;
+}
+
+}  // namespace nsa::cuda::decode

@@ -1,0 +1,173 @@
+// One part of decode attention (decode_params.cuh): the group's hpg ≤ 16 heads against up to
+// kPartKeys keys staged in shared memory, on the tensor cores – the heads are the 16 rows of
+// m16n8k16 tiles (rows ≥ hpg are zeros and ignored), S = Q·Kᵀ with the keys split over the warps,
+// the part's softmax per head in fp32, then O = P·V with the value columns split over the warps
+// (P in bf16, as the training forward). A part issues every load it needs (q, key and value rows,
+// cp.async) before it waits for any: one memory round trip.
+#pragma once
+
+#include <cfloat>
+
+#include "common/mma.cuh"
+#include "decode_params.cuh"
+
+namespace nsa::cuda::decode {
+
+__host__ __device__ constexpr int round16(int x) {
+  return (x + 15) / 16 * 16;
+}
+
+// The staged tile: q [16, dk], keys [kPartKeys, dk], values [kPartKeys, dv] (bf16), scores
+// [16, kPartKeys] (fp32) and probabilities [16, kPartKeys] (bf16), rows padded (mma.cuh's
+// tile_stride) so that the fragment loads are free of bank conflicts.
+struct Tile {
+  bf16 *q, *k, *v, *p;
+  float* s;
+  int qs, ks, vs, ps, ss;  // row strides in elements
+};
+
+constexpr int kScoreStride = kPartKeys + 4;
+
+__host__ __device__ constexpr size_t tile_bytes(int dk, int dv) {
+  return sizeof(bf16) * (static_cast<size_t>(kMaxHeadsPerGroup) * tile_stride(dk) +
+                         static_cast<size_t>(kPartKeys) * (tile_stride(dk) + tile_stride(dv)) +
+                         static_cast<size_t>(kMaxHeadsPerGroup) * tile_stride(kPartKeys)) +
+         sizeof(float) * kMaxHeadsPerGroup * kScoreStride;
+}
+
+// Carves the tile out of dynamic shared memory at `base` (16-byte aligned; every piece is a
+// multiple of 16 bytes).
+__device__ __forceinline__ Tile carve_tile(unsigned char* base, int dk, int dv) {
+  Tile t;
+  t.qs = tile_stride(dk), t.ks = tile_stride(dk), t.vs = tile_stride(dv);
+  t.ps = tile_stride(kPartKeys), t.ss = kScoreStride;
+  t.q = reinterpret_cast<bf16*>(base);
+  t.k = t.q + kMaxHeadsPerGroup * t.qs;
+  t.v = t.k + kPartKeys * t.ks;
+  t.p = t.v + kPartKeys * t.vs;
+  t.s = reinterpret_cast<float*>(t.p + kMaxHeadsPerGroup * t.ps);
+  return t;
+}
+
+// Starts copying the group's q rows ([hpg, dk] bf16, contiguous in q [B, H, dk]); rows hpg .. 15
+// are zeroed.
+__device__ __forceinline__ void tile_issue_q(const DecodeDims& m, const bf16* q, int b, int g,
+                                             const Tile& tl) {
+  const bf16* src = q + (static_cast<int64_t>(b) * m.G * m.hpg + g * m.hpg) * m.dk;
+  const int n8 = m.dk / 8;
+  for (int i = threadIdx.x; i < kMaxHeadsPerGroup * n8; i += blockDim.x) {
+    const int r = i / n8, c8 = i % n8;
+    bf16* dst = tl.q + r * tl.qs + 8 * c8;
+    if (r < m.hpg) {
+      cp_async16(dst, src + r * m.dk + 8 * c8);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// The source rows of the tile's keys: key c of the part is k_rows[c] / v_rows[c] (nullptr: the
+// caller writes that row into the tile itself). Filled by the caller, one thread per key.
+struct KeyRows {
+  const bf16* k[kPartKeys];
+  const bf16* v[kPartKeys];
+};
+
+// Starts copying keys 0 .. count − 1 (after a barrier that made `rows` visible) and zeroes the
+// rows count .. round16(count) − 1, which the MMAs read: a value row of junk could hold a NaN,
+// and 0 · NaN is NaN.
+__device__ __forceinline__ void tile_issue_kv(const DecodeDims& m, const Tile& tl,
+                                              const KeyRows& rows, int count) {
+  const int nk = m.dk / 8, nv = m.dv / 8, per = nk + nv;
+  for (int i = threadIdx.x; i < count * per; i += blockDim.x) {
+    const int c = i / per, j = i % per;
+    const bf16* src = j < nk ? rows.k[c] : rows.v[c];
+    if (src == nullptr) continue;
+    if (j < nk) {
+      cp_async16(tl.k + c * tl.ks + 8 * j, src + 8 * j);
+    } else {
+      cp_async16(tl.v + c * tl.vs + 8 * (j - nk), src + 8 * (j - nk));
+    }
+  }
+  for (int i = threadIdx.x; i < (round16(count) - count) * per; i += blockDim.x) {
+    const int c = count + i / per, j = i % per;
+    bf16* dst = j < nk ? tl.k + c * tl.ks + 8 * j : tl.v + c * tl.vs + 8 * (j - nk);
+    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The attention of the staged part (its loads landed and a barrier passed): per head h < hpg the
+// part's max and sum of exp (ml[2h], ml[2h + 1], fp32) and its unnormalised output o[h·dv + e],
+// written to global memory; with s_out, also the scaled scores s_out[h·s_stride + c]. count ≥ 1.
+// Every thread of the CTA calls it.
+__device__ void tile_attend(const DecodeDims& m, const Tile& tl, int count, float* s_out,
+                            int64_t s_stride, float* ml, float* o) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  const int gid = lane / 4, tq = lane % 4, kc = round16(count);
+  // S = Q·Kᵀ, one 16-key tile per warp at a time, scaled and masked into tl.s.
+  for (int n0 = 16 * warp; n0 < kc; n0 += 16 * nw) {
+    float c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
+    for (int k0 = 0; k0 < m.dk; k0 += 16) {
+      uint32_t a[4], bb[4];
+      load_a(a, tl.q, tl.qs, 0, k0);
+      load_b_rows_x2(bb, tl.k, tl.ks, n0, k0);
+      mma_16816(c0, a, bb);
+      mma_16816(c1, a, bb + 2);
+    }
+    const auto put = [&](int r, int col, float x) {
+      tl.s[r * tl.ss + col] = col < count ? x * m.scale : -FLT_MAX;
+    };
+    const int col = n0 + 2 * tq;
+    put(gid, col, c0[0]), put(gid, col + 1, c0[1]);
+    put(gid + 8, col, c0[2]), put(gid + 8, col + 1, c0[3]);
+    put(gid, col + 8, c1[0]), put(gid, col + 9, c1[1]);
+    put(gid + 8, col + 8, c1[2]), put(gid + 8, col + 9, c1[3]);
+  }
+  __syncthreads();
+  // Per head (a warp each): max, then p = exp(s − max) (bf16 into tl.p) and its sum in fp32.
+  for (int h = warp; h < m.hpg; h += nw) {
+    const float* sh = tl.s + h * tl.ss;
+    float mx = -FLT_MAX;
+    for (int c = lane; c < count; c += 32) mx = fmaxf(mx, sh[c]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.0f;
+    for (int c = lane; c < kc; c += 32) {
+      const float x = sh[c];
+      if (s_out && c < count) s_out[h * s_stride + c] = x;
+      const float p = c < count ? __expf(x - mx) : 0.0f;
+      tl.p[h * tl.ps + c] = __float2bfloat16(p);
+      sum += p;
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) *reinterpret_cast<float2*>(ml + 2 * h) = make_float2(mx, sum);
+  }
+  __syncthreads();
+  // O = P·V, one 16-column tile per warp at a time; rows < hpg go out.
+  for (int n0 = 16 * warp; n0 < m.dv; n0 += 16 * nw) {
+    float c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
+    for (int k0 = 0; k0 < kc; k0 += 16) {
+      uint32_t a[4], bb[4];
+      load_a(a, tl.p, tl.ps, 0, k0);
+      load_b_cols_x2(bb, tl.v, tl.vs, k0, n0);
+      mma_16816(c0, a, bb);
+      mma_16816(c1, a, bb + 2);
+    }
+    const int col = n0 + 2 * tq;
+    if (gid < m.hpg) {
+      *reinterpret_cast<float2*>(o + gid * m.dv + col) = make_float2(c0[0], c0[1]);
+      *reinterpret_cast<float2*>(o + gid * m.dv + col + 8) = make_float2(c1[0], c1[1]);
+    }
+    if (gid + 8 < m.hpg) {
+      *reinterpret_cast<float2*>(o + (gid + 8) * m.dv + col) = make_float2(c0[2], c0[3]);
+      *reinterpret_cast<float2*>(o + (gid + 8) * m.dv + col + 8) = make_float2(c1[2], c1[3]);
+    }
+  }
+}
+
+// An empty part: max −FLT_MAX, sum 0 for every head (the merges skip it; its o is not read).
+__device__ __forceinline__ void write_empty(const DecodeDims& m, float* ml) {
+  for (int h = threadIdx.x; h < m.hpg; h += blockDim.x)
+    *reinterpret_cast<float2*>(ml + 2 * h) = make_float2(-FLT_MAX, 0.0f);
+}
+
+}  // namespace nsa::cuda::decode
