@@ -226,16 +226,21 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"tiny", layer_config(4, 2, 16, 16, 16, 8, 32, 4, 64), 2, 333},
         // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions.
         LayerCase{"m7c", layer_config(12, 2, 64, 64, 32, 16, 64, 16, 512), 1, 700},
-        // l_sel > the part size (two sub-parts per block), dv ≠ dk, one group of 16 heads.
+        // l_sel = 128 (one block per 128-key part), dv ≠ dk, one group of 16 heads, n_sel = 3
+        // (nothing to pick: the picks kernel only combines).
         LayerCase{"wide", layer_config(16, 1, 32, 48, 32, 16, 128, 3, 96), 3, 420},
-        // Small blocks, long: 299 compressed tokens (3 compressed parts merged), 150 blocks (3
-        // block top-n chunks whose candidates are merged).
+        // l_sel = 256: each block split over two 128-key parts, forced and picked; a window of
+        // 160 in a full and a partial part.
+        LayerCase{"long_blocks", layer_config(8, 2, 32, 32, 32, 16, 256, 5, 160), 2, 1600},
+        // Small blocks, long: 299 compressed tokens (3 compressed parts, one pre-merged group), 150
+        // blocks (3 block top-n chunks whose candidates are merged), 16 blocks per selected part.
         LayerCase{"long", layer_config(4, 1, 16, 16, 8, 4, 8, 6, 32), 2, 1200},
         // The same with caches for 60,000 tokens: block top-n chunks of 256 blocks, whose 514
-        // compressed tokens take every path of the staging (two per thread, then the rest).
+        // compressed tokens take every path of the staging (two per thread, then the rest); 549
+        // compressed tokens in 5 parts at the end.
         LayerCase{"long_chunks", layer_config(4, 1, 16, 16, 8, 4, 8, 6, 32), 1, 2200, 60000},
-        // Large heads: dk 192 (key rows in three 64-wide slabs), dv 256 (value rows staged 64 at a
-        // time, so compressed parts of 86 tokens and dense parts load a second chunk).
+        // Large heads: dk 192, dv 256 (twelve k-steps of the score MMAs, sixteen value column
+        // tiles; a part's tile takes 135 KiB of shared memory).
         LayerCase{"deep", layer_config(4, 2, 192, 256, 16, 8, 32, 4, 64), 1, 700}),
     [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 

@@ -125,8 +125,7 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
     const bool active = pair < pairs;
     const int hh = active ? pair / br.n : 0, r = active ? pair % br.n : 0;
     float mx = -FLT_MAX, sum = 0.0f;
-    if (active)
-      fold_slots(m, part_ml, bg, h0 + hh, br.lo[r], br.hi[r], lane8, kStatLanes, mx, sum);
+    if (active) fold_slots(m, part_ml, bg, h0 + hh, br.lo[r], br.hi[r], lane8, kStatLanes, mx, sum);
     lanes_fold(mx, sum, kStatLanes);
     if (active && lane8 == 0) {
       const int64_t gi = static_cast<int64_t>(b) * H + g * m.hpg + h0 + hh;

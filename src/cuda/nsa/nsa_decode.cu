@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const DecodeParams p
   const int parts = (num_cmp(m, t) + kPartKeys - 1) / kPartKeys;
   const int groups = (parts + kGroupParts - 1) / kGroupParts;
   for (int gi = chunk; gi < groups; gi += gridDim.y) {
-    merge_group(m, p.part_ml, p.part_o, bg, gi * kGroupParts,
-                min(parts, (gi + 1) * kGroupParts), m.slot_group + gi);
+    merge_group(m, p.part_ml, p.part_o, bg, gi * kGroupParts, min(parts, (gi + 1) * kGroupParts),
+                m.slot_group + gi);
   }
 }
 
@@ -240,7 +240,8 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   br.hi[kWin] = m.slot_win + m.win_parts;
   for (int r = 0; r < kNumBranches; ++r) br.gate[r] = p.gate[r];
   combine(m, p.part_ml, p.part_o, b, g, 0, m.hpg, br, p.o);
-  if (threadIdx.x == 0) p.arrived[bg] = 0;  // every CTA of the group has counted: ready for the next
+  if (threadIdx.x == 0)
+    p.arrived[bg] = 0;  // every CTA of the group has counted: ready for the next
 }
 
 // Dense decoding, grid (B, H): one head's parts over 0..t merged into o.
@@ -276,6 +277,15 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes) {
   }
 }
 
+// One L1 / shared-memory split for every kernel of the step, the largest shared: an SM holding
+// one kernel's CTAs cannot take the next kernel's early (programmatic dependent launch) under a
+// different split, which it would have to drain to change. A hint to the driver; not measured.
+template <typename Kernel>
+void prefer_shared_carveout(Kernel kernel) {
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
+}
+
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
@@ -297,8 +307,8 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
             "decode on the GPU supports up to ", kMaxHeadsPerGroup,
             " heads per group and dk, dv up to 256 and multiples of 16; got ", hpg, ", ", cfg.dk,
             ", ", cfg.dv);
-  NSA_CHECK(cfg.n_sel <= kMaxSel - 3, "decode on the GPU supports n_sel <= ", kMaxSel - 3,
-            ", got ", cfg.n_sel);
+  NSA_CHECK(cfg.n_sel <= kMaxSel - 3, "decode on the GPU supports n_sel <= ", kMaxSel - 3, ", got ",
+            cfg.n_sel);
   const int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv, H = cfg.heads;
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
   // Candidate blocks per block top-n CTA: kTopkChunk, or a multiple of it so that at most
@@ -320,7 +330,8 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     win_parts_ = ceil_div(std::min(cfg.w, max_len), kPartKeys);
     forced_parts_ = sub == 1 ? ceil_div(3, bpp) : 3 * sub;
     // Picks exist only once c ≥ 3, when the three forced blocks are distinct: n_sel − 3 at most.
-    pick_parts_ = std::max<int64_t>(1, sub == 1 ? ceil_div(cfg.n_sel - 3, bpp) : (cfg.n_sel - 3) * sub);
+    pick_parts_ =
+        std::max<int64_t>(1, sub == 1 ? ceil_div(cfg.n_sel - 3, bpp) : (cfg.n_sel - 3) * sub);
     cmp_groups_ = ceil_div(cmp_parts_, kGroupParts);
     slots_ = cmp_parts_ + win_parts_ + forced_parts_ + pick_parts_ + cmp_groups_;
   }
@@ -351,6 +362,10 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     allow_dynamic_smem(topk_kernel, block_topk_smem_bytes());
     allow_dynamic_smem(picks_kernel, picks_smem_bytes(cfg));
   }
+  prefer_shared_carveout(parts_kernel);
+  prefer_shared_carveout(topk_kernel);
+  prefer_shared_carveout(picks_kernel);
+  prefer_shared_carveout(dense_combine_kernel);
   part_ml_.resize(B_ * G * slots_ * hpg * 2);
   part_o_.resize(B_ * G * slots_ * hpg * dv);
 }
@@ -405,20 +420,20 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.sel = sel_.get();
   p.o = o;
   const unsigned BG = static_cast<unsigned>(B_ * m.G);
-  const unsigned parts = static_cast<unsigned>(dense_ ? dense_parts_
-                                                      : cmp_parts_ + win_parts_ + forced_parts_);
-  launch_dependent(parts_kernel, dim3(BG, parts), dim3(kPartThreads),
-                   tile_bytes(m.dk, m.dv), stream, p);
+  const unsigned parts =
+      static_cast<unsigned>(dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + forced_parts_);
+  launch_dependent(parts_kernel, dim3(BG, parts), dim3(kPartThreads), tile_bytes(m.dk, m.dv),
+                   stream, p);
   if (dense_) {
-    launch_dependent(dense_combine_kernel, dim3(static_cast<unsigned>(B_),
-                                                static_cast<unsigned>(c.heads)),
+    launch_dependent(dense_combine_kernel,
+                     dim3(static_cast<unsigned>(B_), static_cast<unsigned>(c.heads)),
                      dim3(kPartThreads), 0, stream, p);
     return;
   }
   launch_dependent(topk_kernel, dim3(BG, static_cast<unsigned>(sel_chunks_)), dim3(kTopkThreads),
                    block_topk_smem_bytes(), stream, p);
-  launch_dependent(picks_kernel, dim3(BG, static_cast<unsigned>(pick_parts_)),
-                   dim3(kPartThreads), picks_smem_bytes(c), stream, p);
+  launch_dependent(picks_kernel, dim3(BG, static_cast<unsigned>(pick_parts_)), dim3(kPartThreads),
+                   picks_smem_bytes(c), stream, p);
 }
 
 void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream) {
