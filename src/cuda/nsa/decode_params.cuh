@@ -5,12 +5,16 @@
 // for the group's hpg heads at once (the MMA rows), leaving a partial softmax (max m, sum of exp l,
 // unnormalised output o) per head in a slot of part_ml / part_o. Slots of one (sequence, group):
 //   [0, cmp_parts)                 compressed parts (keys i·kPartKeys ..), scores kept
-//   [slot_win, + win_parts)        window parts (positions max(0, t − w + 1) + k·kPartKeys ..)
-//   [slot_forced, + forced_parts)  the forced selected blocks 0, c − 1, c
+//   [slot_win, + win_parts)        window parts (ring slots k·kPartKeys ..)
+//   [slot_block0, + block0_parts)  the forced block 0 (its first keys do not depend on t)
+//   [slot_late, + late_parts)      the forced blocks c − 1 and c (those > 0)
 //   [slot_pick, + pick_parts)      the blocks picked by the top-n
 //   [slot_group, + cmp_groups)     compressed parts pre-merged kGroupParts at a time
 // (dense decoding: [0, dense_parts), positions k·kPartKeys ..). The selected branch's slots are
-// contiguous (forced, then picked), so every branch merges one range of slots.
+// contiguous (block 0, c − 1 and c, then the picks), so every branch merges one range of slots.
+// The parts kernel takes the parts whose rows do not depend on the position (compressed, window,
+// block 0, dense), so it issues their loads before it reads the position; the picks kernel the
+// rest.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -38,8 +42,8 @@ struct DecodeDims {
   // Selected parts: keys per segment (one block, or a kPartKeys slice of a long block), blocks per
   // part (kPartKeys / l_sel, at least 1) and parts per block (⌈l_sel / kPartKeys⌉).
   int seg_len, bpp, sub;
-  int cmp_parts, win_parts, forced_parts, pick_parts, cmp_groups, dense_parts;
-  int slot_win, slot_forced, slot_pick, slot_group, slots;
+  int cmp_parts, win_parts, block0_parts, late_parts, pick_parts, cmp_groups, dense_parts;
+  int slot_win, slot_block0, slot_late, slot_pick, slot_group, slots;
   int sel_chunk, sel_chunks;  // candidate blocks per block top-n CTA, CTAs per (sequence, group)
   float scale;
 };
@@ -101,6 +105,13 @@ __device__ __forceinline__ int num_forced(const DecodeDims& m, int t) {
 __device__ __forceinline__ int forced_block(const DecodeDims& m, int t, int k) {
   const int c = t / m.l_sel;
   return k == 0 ? 0 : (k == 1 && c - 1 > 0 ? c - 1 : c);
+}
+// The forced blocks after block 0 ("late": they move with t): c − 1 and c, those > 0.
+__device__ __forceinline__ int num_late(const DecodeDims& m, int t) {
+  return num_forced(m, t) - 1;
+}
+__device__ __forceinline__ int late_block(const DecodeDims& m, int t, int k) {
+  return forced_block(m, t, k + 1);
 }
 
 // Selected part k over an ascending list of n blocks (only its last block may end before l_sel, at

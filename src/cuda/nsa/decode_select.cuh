@@ -9,6 +9,7 @@
 
 #include <climits>
 
+#include "common/mma.cuh"
 #include "decode_merge.cuh"
 
 namespace nsa::cuda::decode {
@@ -18,39 +19,67 @@ constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64;
 // Block scores and a partial top-n for chunk `chunk` of group-row bg: the candidate blocks
 // [1 + chunk·sel_chunk, 1 + (chunk + 1)·sel_chunk) ∩ [1, c − 2], the chunk's best
 // `free` = n_sel − forced by (score desc, index asc) in rank order into cand (the rest of its n_sel
-// entries empty). Latency: the first kTopkTokens tokens' scores per thread are loaded before the
-// heads' merged statistics, so both arrive in one round trip. smem: block scores [sel_chunk], then
-// the group probabilities of the tokens that meet the chunk. Every thread of the CTA calls it.
-__device__ void block_topk(const DecodeDims& m, int t, int bg, int chunk, const float* scores,
-                           const float* part_ml, Candidate* cand, float* smem) {
+// entries empty). Latency: the scores of the chunk's first kTopkTokens·blockDim tokens and the
+// statistics of the first kStatParts·32 compressed parts are loaded before the position, so all
+// arrive in one round trip (those past the position's last token are then left out). smem: block
+// scores [sel_chunk], then the group probabilities of the tokens that meet the chunk. Every thread
+// of the CTA calls it.
+constexpr int kStatParts = 2;
+constexpr int kStatHeads = (kMaxHeadsPerGroup + kTopkThreads / 32 - 1) / (kTopkThreads / 32);
+
+__device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int bg, int chunk,
+                           const float* scores, const float* part_ml, Candidate* cand,
+                           float* smem) {
   __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
-  const int n = num_cmp(m, t), parts = (n + kPartKeys - 1) / kPartKeys;
-  const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
-  Candidate* out = cand + (static_cast<int64_t>(bg) * m.sel_chunks + chunk) * m.n_sel;
-  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = Candidate{-1.0f, INT_MAX};
-  const int j0 = 1 + chunk * m.sel_chunk, j1 = min(j0 + m.sel_chunk, c - 1);  // [j0, j1)
-  if (j0 >= j1 || free <= 0) return;
-  // Compressed tokens i whose raw range [i·d, i·d + l) meets block j: [i_lo(j), i_hi(j)].
+  // Compressed tokens i whose raw range [i·d, i·d + l) meets block j: [i_lo(j), i_hi(j)] (i_hi
+  // before the clamp to the last token).
   const auto i_lo = [&m](int j) {
     const int lo_num = j * m.l_sel - m.l + 1;
     return lo_num <= 0 ? 0 : (lo_num + m.d - 1) / m.d;
   };
-  const auto i_hi = [&m, n](int j) { return min(n - 1, ((j + 1) * m.l_sel - 1) / m.d); };
-  const int gi0 = i_lo(j0), gi1 = i_hi(j1 - 1);
+  const auto i_end = [&m](int j) { return ((j + 1) * m.l_sel - 1) / m.d; };
+  const int j0 = 1 + chunk * m.sel_chunk;
+  const int gi0 = i_lo(j0);
+  const int gi_max = min(static_cast<int>(m.max_cmp) - 1, i_end(j0 + m.sel_chunk - 1));
   const float* sc = scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp;
   // Every head's score of token i (independent loads, issued together).
-  const auto load = [&](int i, float* x) {
+  const auto load = [&](int i, int last, float* x) {
 #pragma unroll
     for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
-      x[hh] = hh < m.hpg && i <= gi1 ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
+      x[hh] = hh < m.hpg && i <= last ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
   };
   float x[kTopkTokens][kMaxHeadsPerGroup];
 #pragma unroll
-  for (int k = 0; k < kTopkTokens; ++k) load(gi0 + threadIdx.x + k * blockDim.x, x[k]);
+  for (int k = 0; k < kTopkTokens; ++k) load(gi0 + threadIdx.x + k * blockDim.x, gi_max, x[k]);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  for (int h = warp; h < m.hpg; h += nw) {
+  float2 st[kStatHeads][kStatParts];
+#pragma unroll
+  for (int hi = 0; hi < kStatHeads; ++hi) {
+#pragma unroll
+    for (int i = 0; i < kStatParts; ++i) {
+      const int h = warp + hi * nw, p = lane + 32 * i;
+      st[hi][i] = h < m.hpg && p < m.cmp_parts ? load_ml(m, part_ml, bg, p, h)
+                                               : make_float2(-FLT_MAX, 0.0f);
+    }
+  }
+  const int t = pos[b];
+  const int n = num_cmp(m, t), parts = (n + kPartKeys - 1) / kPartKeys;
+  const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
+  Candidate* out = cand + (static_cast<int64_t>(bg) * m.sel_chunks + chunk) * m.n_sel;
+  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = Candidate{-1.0f, INT_MAX};
+  const int j1 = min(j0 + m.sel_chunk, c - 1);  // [j0, j1)
+  if (j0 >= j1 || free <= 0) return;
+  const int gi1 = min(n - 1, i_end(j1 - 1));
+#pragma unroll
+  for (int hi = 0; hi < kStatHeads; ++hi) {
+    const int h = warp + hi * nw;
+    if (h >= m.hpg) break;  // warp-uniform
     float mx = -FLT_MAX, sum = 0.0f;
-    fold_slots(m, part_ml, bg, h, 0, parts, lane, 32, mx, sum);
+#pragma unroll
+    for (int i = 0; i < kStatParts; ++i) {
+      if (lane + 32 * i < parts) fold_stats(mx, sum, st[hi][i].x, st[hi][i].y);
+    }
+    fold_slots(m, part_ml, bg, h, 0, parts, lane + 32 * kStatParts, 32, mx, sum);
     lanes_fold(mx, sum, 32);
     if (lane == 0) {
       head_max[h] = mx;
@@ -72,14 +101,14 @@ __device__ void block_topk(const DecodeDims& m, int t, int bg, int chunk, const 
 #pragma unroll
   for (int k = 0; k < kTopkTokens; ++k) stage(gi0 + threadIdx.x + k * blockDim.x, x[k]);
   for (int i = gi0 + threadIdx.x + kTopkTokens * blockDim.x; i <= gi1; i += blockDim.x) {
-    load(i, x[0]);
+    load(i, gi1, x[0]);
     stage(i, x[0]);
   }
   __syncthreads();
   const float inv_l = 1.0f / static_cast<float>(m.l);
   for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
     float score = 0.0f;  // ascending over the compressed tokens
-    for (int i = i_lo(j), hi = i_hi(j); i <= hi; ++i) {
+    for (int i = i_lo(j), hi = min(n - 1, i_end(j)); i <= hi; ++i) {
       const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
       score += gp[i - gi0] * static_cast<float>(overlap) * inv_l;
     }
@@ -107,20 +136,28 @@ __device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
   return a.score > b.score || (a.score == b.score && a.block < b.block);
 }
 
-// The selection of group-row bg at position t: all selected blocks ascending, −1 padded, into
-// slot[0, n_sel), and the picked (non-forced) ones ascending into picks[]; returns their number.
-// Forced 0, c − 1, c; then the best `free` of the chunks' candidates by (score desc, index asc).
-// Each chunk's list is already in that order, so one warp merges them, a lane per chunk (≤ 32):
-// each round the lanes' heads meet in a warp argmax and the winner's lane moves on – `free`
-// rounds, whatever the number of chunks. slot and picks are shared memory; every thread of the
-// CTA calls it.
-__device__ int select_blocks(const DecodeDims& m, int t, const Candidate* cand, int bg,
-                             SelectScratch& sh, int* slot, int* picks) {
+// Starts copying every chunk's candidate list of group-row bg into sh.cand (the chunks that hold
+// candidates at this step's position are a prefix; the position is not needed yet).
+__device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Candidate* cand, int bg,
+                                                 SelectScratch& sh) {
+  const int* in =
+      reinterpret_cast<const int*>(cand + static_cast<int64_t>(bg) * m.sel_chunks * m.n_sel);
+  int* out = reinterpret_cast<int*>(sh.cand);
+  for (int i = threadIdx.x; i < 2 * m.sel_chunks * m.n_sel; i += blockDim.x)
+    cp_async4(out + i, in + i);
+}
+
+// The selection at position t from the candidate lists in sh.cand (landed, after a barrier): all
+// selected blocks ascending, −1 padded, into slot[0, n_sel), and the picked (non-forced) ones
+// ascending into picks[]; returns their number. Forced 0, c − 1, c; then the best `free` of the
+// chunks' candidates by (score desc, index asc). Each chunk's list is already in that order, so
+// one warp merges them, a lane per chunk (≤ 32): each round the lanes' heads meet in a warp
+// argmax and the winner's lane moves on – `free` rounds, whatever the number of chunks. slot and
+// picks are shared memory; every thread of the CTA calls it.
+__device__ int select_blocks(const DecodeDims& m, int t, SelectScratch& sh, int* slot, int* picks) {
   const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
   const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
-  const int npicks = max(0, min(c - 2, free)), nc = npicks > 0 ? chunks * m.n_sel : 0;
-  const Candidate* in = cand + static_cast<int64_t>(bg) * m.sel_chunks * m.n_sel;
-  for (int k = threadIdx.x; k < nc; k += blockDim.x) sh.cand[k] = in[k];
+  const int npicks = max(0, min(c - 2, free));
   if (threadIdx.x < forced) sh.list[threadIdx.x] = forced_block(m, t, threadIdx.x);
   __syncthreads();
   if (chunks == 1) {  // one list: already the answer

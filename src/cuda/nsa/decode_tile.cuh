@@ -66,34 +66,70 @@ __device__ __forceinline__ void tile_issue_q(const DecodeDims& m, const bf16* q,
   }
 }
 
-// The source rows of the tile's keys: key c of the part is k_rows[c] / v_rows[c] (nullptr: the
-// caller writes that row into the tile itself). Filled by the caller, one thread per key.
+// Starts copying `n` key and value rows that lie at a fixed stride in a cache (row c of the part at
+// k_first + c·k_stride, v_first + c·v_stride) – the parts whose rows do not depend on the position.
+// Rows past the part's real count are fixed afterwards (tile_fix_rows).
+__device__ __forceinline__ void tile_issue_rows(const DecodeDims& m, const Tile& tl, int n,
+                                                const bf16* k_first, const bf16* v_first,
+                                                int64_t k_stride, int64_t v_stride) {
+  const int nk = m.dk / 8, nv = m.dv / 8, per = nk + nv;
+  for (int i = threadIdx.x; i < n * per; i += blockDim.x) {
+    const int c = i / per, j = i % per;
+    if (j < nk) {
+      cp_async16(tl.k + c * tl.ks + 8 * j, k_first + c * k_stride + 8 * j);
+    } else {
+      cp_async16(tl.v + c * tl.vs + 8 * (j - nk), v_first + c * v_stride + 8 * (j - nk));
+    }
+  }
+}
+
+// One 16-byte piece of the token's key row (pieces 0 .. dk/8 − 1) and value row (the next dv/8)
+// per thread, loaded before the position is known: the part may hold position t, whose row is not
+// in the caches yet.
+__device__ __forceinline__ uint4 load_input_piece(const DecodeDims& m, const bf16* k_in,
+                                                  const bf16* v_in) {
+  const int nk = m.dk / 8, j = threadIdx.x;
+  if (j < nk) return reinterpret_cast<const uint4*>(k_in)[j];
+  if (j < nk + m.dv / 8) return reinterpret_cast<const uint4*>(v_in)[j - nk];
+  return make_uint4(0, 0, 0, 0);
+}
+
+// After the issued rows landed (and a barrier): zeroes rows count .. round16(count) − 1, which the
+// MMAs read (a value row of junk could hold a NaN, and 0 · NaN is NaN), and writes the token's
+// pieces into row `patch` (if ≥ 0). A barrier must follow.
+__device__ __forceinline__ void tile_fix_rows(const DecodeDims& m, const Tile& tl, int count,
+                                              int patch, uint4 piece) {
+  const int nk = m.dk / 8, nv = m.dv / 8, per = nk + nv;
+  const auto at = [&](int c, int j) {
+    return reinterpret_cast<uint4*>(j < nk ? tl.k + c * tl.ks + 8 * j
+                                           : tl.v + c * tl.vs + 8 * (j - nk));
+  };
+  for (int i = threadIdx.x; i < (round16(count) - count) * per; i += blockDim.x)
+    *at(count + i / per, i % per) = make_uint4(0, 0, 0, 0);
+  if (patch >= 0 && threadIdx.x < per) *at(patch, threadIdx.x) = piece;
+}
+
+// The source rows of a part's keys where they follow no stride (picked blocks): key c is
+// k[c] / v[c], filled by the caller (one thread per key) before a barrier.
 struct KeyRows {
   const bf16* k[kPartKeys];
   const bf16* v[kPartKeys];
 };
 
-// Starts copying keys 0 .. count − 1 (after a barrier that made `rows` visible) and zeroes the
-// rows count .. round16(count) − 1, which the MMAs read: a value row of junk could hold a NaN,
-// and 0 · NaN is NaN.
+// Starts copying keys 0 .. count − 1 from `rows` and zeroes the rows count .. round16(count) − 1
+// (as tile_fix_rows).
 __device__ __forceinline__ void tile_issue_kv(const DecodeDims& m, const Tile& tl,
                                               const KeyRows& rows, int count) {
   const int nk = m.dk / 8, nv = m.dv / 8, per = nk + nv;
   for (int i = threadIdx.x; i < count * per; i += blockDim.x) {
     const int c = i / per, j = i % per;
-    const bf16* src = j < nk ? rows.k[c] : rows.v[c];
-    if (src == nullptr) continue;
     if (j < nk) {
-      cp_async16(tl.k + c * tl.ks + 8 * j, src + 8 * j);
+      cp_async16(tl.k + c * tl.ks + 8 * j, rows.k[c] + 8 * j);
     } else {
-      cp_async16(tl.v + c * tl.vs + 8 * (j - nk), src + 8 * (j - nk));
+      cp_async16(tl.v + c * tl.vs + 8 * (j - nk), rows.v[c] + 8 * (j - nk));
     }
   }
-  for (int i = threadIdx.x; i < (round16(count) - count) * per; i += blockDim.x) {
-    const int c = count + i / per, j = i % per;
-    bf16* dst = j < nk ? tl.k + c * tl.ks + 8 * j : tl.v + c * tl.vs + 8 * (j - nk);
-    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-  }
+  tile_fix_rows(m, tl, count, -1, make_uint4(0, 0, 0, 0));
 }
 
 // The attention of the staged part (its loads landed and a barrier passed): per head h < hpg the

@@ -66,8 +66,6 @@ __device__ void compress_row(const DecodeParams& p, int b, int g, int t, int e, 
   }
 }
 
-enum class PartKind { kCompressed, kWindow, kForced, kDense };
-
 // The token's rows of a branch: position t comes from the step's inputs.
 struct InputRows {
   const bf16 *k, *v;
@@ -79,114 +77,110 @@ __device__ __forceinline__ InputRows input_rows(const DecodeParams& p, int br, i
   return InputRows{p.k_in[br] + r * m.dk, p.v_in[br] + r * m.dv};
 }
 
-// Grid (B·G, parts): the parts that need no selection. NSA: compressed parts [0, cmp_parts),
-// window parts, forced-block parts (decode_params.cuh's slots); dense: parts over 0..t. The CTA
-// of part 0 also appends the token's K/V.
+enum class PartKind { kCompressed, kWindow, kBlock0, kDense };
+
+// Grid (B·G, parts): the parts whose rows do not depend on the position – NSA: compressed parts
+// [0, cmp_parts), window parts (ring slots), the forced block 0 (decode_params.cuh's slots); dense:
+// parts over positions k·kPartKeys .. – so each CTA issues its loads, then reads the position: one
+// round trip. Then the rows past the position are cut off, the token's own row (position t, not
+// in the caches yet) is put in from the inputs, and a compressed token that completes at t is
+// averaged here. The CTA of part 0 also appends the token's K/V.
 __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   wait_for_previous_kernel();
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ KeyRows rows;
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
   const Tile tl = carve_tile(smem, m.dk, m.dv);
-  tile_issue_q(m, p.q, b, g, tl);  // in flight while the part is worked out
-  const int t = p.pos[b];
-  if (y == 0) append_rows(p, b, g, t);
+  // What the part reads: `avail` rows from row `first` on of a cache of `rows` rows per sequence.
   PartKind kind;
-  int k = y, first = 0, count = 0, slot = y, emit = -1;
-  SelPart sp{};
+  int k = y, first = k * kPartKeys, slot = y, avail;
+  const bf16 *kc, *vc;
+  int64_t rows;
   if (p.dense) {
     kind = PartKind::kDense;
-    first = k * kPartKeys;
-    count = max(0, min(kPartKeys, t + 1 - first));
+    kc = p.k_sel, vc = p.v_sel, rows = m.max_len;
   } else if (k < m.cmp_parts) {
     kind = PartKind::kCompressed;
-    const int n = num_cmp(m, t);
-    first = k * kPartKeys;
-    count = max(0, min(kPartKeys, n - first));
-    // The token that completes at t is not in the cache yet: this part computes it.
-    if (n > 0 && (t + 1 - m.l) % m.d == 0 && n - 1 >= first && n - 1 < first + count)
-      emit = n - 1 - first;
+    kc = p.k_cmp, vc = p.v_cmp, rows = m.max_cmp;
   } else if ((k -= m.cmp_parts) < m.win_parts) {
     kind = PartKind::kWindow;
-    first = max(0, t - m.w + 1) + k * kPartKeys;
-    count = max(0, min(kPartKeys, t + 1 - first));
-    slot = m.slot_win + k;
+    first = k * kPartKeys, slot = m.slot_win + k;
+    kc = p.k_win, vc = p.v_win, rows = m.w;
   } else {
     k -= m.win_parts;
-    kind = PartKind::kForced;
-    sp = sel_part(m, t, k, num_forced(m, t), [&](int e) { return forced_block(m, t, e); });
-    count = sp.count;
-    slot = m.slot_forced + k;
+    kind = PartKind::kBlock0;
+    first = k * m.seg_len, slot = m.slot_block0 + k;
+    kc = p.k_sel, vc = p.v_sel, rows = m.max_len;
+  }
+  avail = static_cast<int>(
+      min(static_cast<int64_t>(kind == PartKind::kBlock0 ? m.seg_len : kPartKeys), rows - first));
+  if (kind == PartKind::kBlock0) avail = min(avail, m.l_sel - first);
+  tile_issue_q(m, p.q, b, g, tl);
+  tile_issue_rows(m, tl, avail, row(kc, b, rows, first, g, m, m.dk),
+                  row(vc, b, rows, first, g, m, m.dv), static_cast<int64_t>(m.G) * m.dk,
+                  static_cast<int64_t>(m.G) * m.dv);
+  cp_async_commit();
+  const int br = kind == PartKind::kWindow ? kWin : kind == PartKind::kCompressed ? kCmp : kSel;
+  const int64_t in_row = static_cast<int64_t>(b) * m.G + g;
+  const uint4 piece = load_input_piece(m, p.k_in[br] + in_row * m.dk, p.v_in[br] + in_row * m.dv);
+  const int t = p.pos[b];
+  if (y == 0) append_rows(p, b, g, t);
+  // Keys count of the part, the row of position t (−1: none), the compressed token averaged here.
+  int count, patch = -1, emit = -1;
+  if (kind == PartKind::kCompressed) {
+    const int n = num_cmp(m, t);
+    count = max(0, min(avail, n - first));
+    if (n > 0 && (t + 1 - m.l) % m.d == 0 && n - 1 >= first && n - 1 < first + count)
+      emit = n - 1 - first;
+  } else {
+    // Window: slots 0 .. min(w, t + 1) − 1 hold positions t − w + 1 .. t (slot = position mod
+    // w); the others: rows are positions.
+    const int valid = kind == PartKind::kWindow ? min(m.w, t + 1) : t + 1;
+    count = max(0, min(avail, valid - first));
+    const int at = (kind == PartKind::kWindow ? t % m.w : t) - first;
+    patch = at >= 0 && at < count ? at : -1;
   }
   float* ml = p.part_ml + 2 * part_index(m, bg, slot);
+  cp_async_wait<0>();  // (also before an exit: the copies land before shared memory is released)
   if (count == 0) {
-    // Compressed parts past the last token are not read (the merges stop at the last part); the
-    // other kinds' slots are always merged, so they say "empty".
-    if (kind == PartKind::kWindow || kind == PartKind::kForced) write_empty(m, ml);
-    cp_async_commit();
-    cp_async_wait<0>();  // q's copy lands before the CTA's shared memory is released
+    // Compressed and dense parts past the last key are not read (their merges stop at the last
+    // part); window and block-0 slots are always merged, so they say "empty".
+    if (kind == PartKind::kWindow || kind == PartKind::kBlock0) write_empty(m, ml);
     return;
   }
-  const int br = kind == PartKind::kWindow ? kWin : kind == PartKind::kCompressed ? kCmp : kSel;
-  const InputRows in = input_rows(p, br, b, g);
-  for (int c = threadIdx.x; c < count; c += blockDim.x) {
-    const bf16 *kr = nullptr, *vr = nullptr;
-    if (kind == PartKind::kCompressed) {
-      if (c != emit) {
-        kr = row(p.k_cmp, b, m.max_cmp, first + c, g, m, m.dk);
-        vr = row(p.v_cmp, b, m.max_cmp, first + c, g, m, m.dv);
-      }
-    } else {
-      int64_t pos = first + c;
-      if (kind == PartKind::kForced) {
-        pos = static_cast<int64_t>(forced_block(m, t, sp.e0 + c / m.seg_len)) * m.l_sel + sp.off +
-              c % m.seg_len;
-      }
-      if (pos == t) {
-        kr = in.k, vr = in.v;
-      } else if (kind == PartKind::kWindow) {
-        kr = row(p.k_win, b, m.w, pos % m.w, g, m, m.dk);
-        vr = row(p.v_win, b, m.w, pos % m.w, g, m, m.dv);
-      } else {
-        kr = row(p.k_sel, b, m.max_len, pos, g, m, m.dk);
-        vr = row(p.v_sel, b, m.max_len, pos, g, m, m.dv);
-      }
-    }
-    rows.k[c] = kr;
-    rows.v[c] = vr;
-  }
-  __syncthreads();
-  tile_issue_kv(m, tl, rows, count);
-  cp_async_commit();
+  __syncthreads();  // every copy has landed
+  tile_fix_rows(m, tl, count, patch, piece);
   if (emit >= 0) compress_row(p, b, g, t, first + emit, tl.k + emit * tl.ks, tl.v + emit * tl.vs);
-  cp_async_wait<0>();
-  __syncthreads();  // q, keys and values have landed
+  __syncthreads();
   float* s_out = kind == PartKind::kCompressed
                      ? p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first
                      : nullptr;
   tile_attend(m, tl, count, s_out, m.max_cmp, ml, p.part_o + part_index(m, bg, slot) * m.dv);
 }
 
-// Grid (B·G, sel_chunks): block scores and each chunk's candidates (decode_select.cuh), then the
-// compressed parts pre-merged kGroupParts at a time (groups dealt round robin to the CTAs).
+// Grid (B·G, sel_chunks + cmp_groups): CTAs below sel_chunks score a chunk of blocks and keep its
+// candidates (decode_select.cuh); the others each pre-merge one group of kGroupParts compressed
+// parts for the final combine.
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   wait_for_previous_kernel();
   extern __shared__ float topk_smem[];
-  const int bg = blockIdx.x, b = bg / m.G, chunk = blockIdx.y, t = p.pos[b];
-  block_topk(m, t, bg, chunk, p.scores, p.part_ml, p.cand, topk_smem);
-  const int parts = (num_cmp(m, t) + kPartKeys - 1) / kPartKeys;
-  const int groups = (parts + kGroupParts - 1) / kGroupParts;
-  for (int gi = chunk; gi < groups; gi += gridDim.y) {
-    merge_group(m, p.part_ml, p.part_o, bg, gi * kGroupParts, min(parts, (gi + 1) * kGroupParts),
-                m.slot_group + gi);
+  const int bg = blockIdx.x, b = bg / m.G, y = blockIdx.y;
+  if (y < m.sel_chunks) {
+    block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem);
+    return;
   }
+  const int gi = y - m.sel_chunks;
+  const int parts = (num_cmp(m, p.pos[b]) + kPartKeys - 1) / kPartKeys;
+  if (gi * kGroupParts >= parts) return;  // not merged this step
+  merge_group(m, p.part_ml, p.part_o, bg, gi * kGroupParts, min(parts, (gi + 1) * kGroupParts),
+              m.slot_group + gi);
 }
 
-// Grid (B·G, pick_parts): each CTA merges the chunks' candidates into the selection (CTA 0 writes
-// it out) and attends its share of the picked blocks; the CTA of a (sequence, group) that arrives
-// last merges every branch and gates them into o.
+// Grid (B·G, late_parts + pick_parts): each CTA merges the chunks' candidates into the selection
+// (CTA 0 writes it out; the candidate lists are loaded with the position) and attends its share of
+// the forced blocks c − 1, c (CTAs below late_parts) or of the picked blocks; the CTA of a
+// (sequence, group) that arrives last merges every branch and gates them into o.
 __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   wait_for_previous_kernel();
@@ -194,29 +188,37 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   __shared__ KeyRows rows;
   __shared__ int slot[kMaxSel], picks[kMaxSel];
   __shared__ int is_last;
-  const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, k = blockIdx.y;
+  const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
   const Tile tl = carve_tile(smem, m.dk, m.dv);
   SelectScratch& scratch = *reinterpret_cast<SelectScratch*>(smem + tile_bytes(m.dk, m.dv));
-  tile_issue_q(m, p.q, b, g, tl);  // in flight while the selection is merged
+  tile_issue_q(m, p.q, b, g, tl);
+  issue_candidates(m, p.cand, bg, scratch);
+  cp_async_commit();
   const int t = p.pos[b];
-  const int npicks = select_blocks(m, t, p.cand, bg, scratch, slot, picks);
-  if (k == 0) {
+  cp_async_wait<0>();
+  __syncthreads();
+  const int npicks = select_blocks(m, t, scratch, slot, picks);
+  if (y == 0) {
     for (int j = threadIdx.x; j < m.n_sel; j += blockDim.x)
       p.sel[static_cast<int64_t>(bg) * m.n_sel + j] = slot[j];
   }
-  const SelPart sp = sel_part(m, t, k, npicks, [&](int e) { return picks[e]; });
-  for (int c = threadIdx.x; c < sp.count; c += blockDim.x) {  // picked blocks end before t
+  const bool late = y < m.late_parts;
+  const int k = late ? y : y - m.late_parts;
+  const auto block_at = [&](int e) { return late ? late_block(m, t, e) : picks[e]; };
+  const SelPart sp = sel_part(m, t, k, late ? num_late(m, t) : npicks, block_at);
+  const InputRows in = input_rows(p, kSel, b, g);
+  for (int c = threadIdx.x; c < sp.count; c += blockDim.x) {
     const int64_t pos =
-        static_cast<int64_t>(picks[sp.e0 + c / m.seg_len]) * m.l_sel + sp.off + c % m.seg_len;
-    rows.k[c] = row(p.k_sel, b, m.max_len, pos, g, m, m.dk);
-    rows.v[c] = row(p.v_sel, b, m.max_len, pos, g, m, m.dv);
+        static_cast<int64_t>(block_at(sp.e0 + c / m.seg_len)) * m.l_sel + sp.off + c % m.seg_len;
+    rows.k[c] = pos == t ? in.k : row(p.k_sel, b, m.max_len, pos, g, m, m.dk);
+    rows.v[c] = pos == t ? in.v : row(p.v_sel, b, m.max_len, pos, g, m, m.dv);
   }
   __syncthreads();
   tile_issue_kv(m, tl, rows, sp.count);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  const int64_t pi = part_index(m, bg, m.slot_pick + k);
+  const int64_t pi = part_index(m, bg, (late ? m.slot_late : m.slot_pick) + k);
   if (sp.count > 0) {
     tile_attend(m, tl, sp.count, nullptr, 0, p.part_ml + 2 * pi, p.part_o + pi * m.dv);
   } else {
@@ -234,7 +236,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   br.n = kNumBranches;
   br.lo[kCmp] = m.slot_group;
   br.hi[kCmp] = m.slot_group + (parts + kGroupParts - 1) / kGroupParts;
-  br.lo[kSel] = m.slot_forced;
+  br.lo[kSel] = m.slot_block0;
   br.hi[kSel] = m.slot_pick + m.pick_parts;
   br.lo[kWin] = m.slot_win;
   br.hi[kWin] = m.slot_win + m.win_parts;
@@ -328,14 +330,14 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     const int64_t sub = ceil_div(cfg.l_sel, kPartKeys);
     cmp_parts_ = ceil_div(max_cmp_, kPartKeys);
     win_parts_ = ceil_div(std::min(cfg.w, max_len), kPartKeys);
-    forced_parts_ = sub == 1 ? ceil_div(3, bpp) : 3 * sub;
+    block0_parts_ = sub;
+    late_parts_ = sub == 1 ? ceil_div(2, bpp) : 2 * sub;
     // Picks exist only once c ≥ 3, when the three forced blocks are distinct: n_sel − 3 at most.
-    pick_parts_ =
-        std::max<int64_t>(1, sub == 1 ? ceil_div(cfg.n_sel - 3, bpp) : (cfg.n_sel - 3) * sub);
+    pick_parts_ = sub == 1 ? ceil_div(cfg.n_sel - 3, bpp) : (cfg.n_sel - 3) * sub;
     cmp_groups_ = ceil_div(cmp_parts_, kGroupParts);
-    slots_ = cmp_parts_ + win_parts_ + forced_parts_ + pick_parts_ + cmp_groups_;
+    slots_ = cmp_parts_ + win_parts_ + block0_parts_ + late_parts_ + pick_parts_ + cmp_groups_;
   }
-  const int64_t grid_y = dense ? dense_parts_ : cmp_parts_ + win_parts_ + forced_parts_;
+  const int64_t grid_y = dense ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_;
   NSA_CHECK(grid_y <= 65535 && B_ * G <= 65535 && B_ <= 65535, "decode on the GPU: batch ", B_,
             " and max length ", max_len, " need more CTAs than a grid holds; shorten them");
   k_sel_.resize(B_ * max_len * G * dk);
@@ -392,13 +394,15 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   m.seg_len = m.sub == 1 ? m.l_sel : kPartKeys;
   m.cmp_parts = static_cast<int>(cmp_parts_);
   m.win_parts = static_cast<int>(win_parts_);
-  m.forced_parts = static_cast<int>(forced_parts_);
+  m.block0_parts = static_cast<int>(block0_parts_);
+  m.late_parts = static_cast<int>(late_parts_);
   m.pick_parts = static_cast<int>(pick_parts_);
   m.cmp_groups = static_cast<int>(cmp_groups_);
   m.dense_parts = static_cast<int>(dense_parts_);
   m.slot_win = m.cmp_parts;
-  m.slot_forced = m.slot_win + m.win_parts;
-  m.slot_pick = m.slot_forced + m.forced_parts;
+  m.slot_block0 = m.slot_win + m.win_parts;
+  m.slot_late = m.slot_block0 + m.block0_parts;
+  m.slot_pick = m.slot_late + m.late_parts;
   m.slot_group = m.slot_pick + m.pick_parts;
   m.slots = static_cast<int>(slots_);
   m.sel_chunk = static_cast<int>(sel_chunk_);
@@ -421,7 +425,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.o = o;
   const unsigned BG = static_cast<unsigned>(B_ * m.G);
   const unsigned parts =
-      static_cast<unsigned>(dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + forced_parts_);
+      static_cast<unsigned>(dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
   launch_dependent(parts_kernel, dim3(BG, parts), dim3(kPartThreads), tile_bytes(m.dk, m.dv),
                    stream, p);
   if (dense_) {
@@ -430,10 +434,10 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
                      dim3(kPartThreads), 0, stream, p);
     return;
   }
-  launch_dependent(topk_kernel, dim3(BG, static_cast<unsigned>(sel_chunks_)), dim3(kTopkThreads),
-                   block_topk_smem_bytes(), stream, p);
-  launch_dependent(picks_kernel, dim3(BG, static_cast<unsigned>(pick_parts_)), dim3(kPartThreads),
-                   picks_smem_bytes(c), stream, p);
+  launch_dependent(topk_kernel, dim3(BG, static_cast<unsigned>(sel_chunks_ + cmp_groups_)),
+                   dim3(kTopkThreads), block_topk_smem_bytes(), stream, p);
+  launch_dependent(picks_kernel, dim3(BG, static_cast<unsigned>(late_parts_ + pick_parts_)),
+                   dim3(kPartThreads), picks_smem_bytes(c), stream, p);
 }
 
 void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream) {
