@@ -32,7 +32,7 @@ constexpr int kPartKeys = 128;         // keys per part CTA
 constexpr int kPartThreads = 128;      // four warps per part CTA
 constexpr int kGroupParts = 8;         // compressed parts per pre-merged group
 constexpr int kMaxSel = 64;            // n_sel limit of the candidate merge (plus forced slack)
-constexpr int kMaxTopkChunks = 32;     // block top-n chunks per (sequence, group): one lane each
+constexpr int kMaxTopkChunks = 32;     // block top-n chunks per (sequence, group): lists to rank
 
 // Sizes of one decoder (int: head dims, block sizes and part counts are small; row offsets are
 // computed in 64 bits where they multiply).

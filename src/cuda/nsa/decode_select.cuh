@@ -14,7 +14,7 @@
 
 namespace nsa::cuda::decode {
 
-constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64;
+constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64, kRankLanes = 4;
 
 // Block scores and a partial top-n for chunk `chunk` of group-row bg: the candidate blocks
 // [1 + chunk·sel_chunk, 1 + (chunk + 1)·sel_chunk) ∩ [1, c − 2], the chunk's best
@@ -115,14 +115,23 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
     block_score[j - j0] = score;
   }
   __syncthreads();
-  for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    const float sj = block_score[j - j0];
+  // Each block's rank in the chunk: kRankLanes adjacent lanes count a share of the blocks that
+  // beat it each (independent loads, no early exit), summed by shuffles.
+  const int q = threadIdx.x % kRankLanes, per_round = blockDim.x / kRankLanes;
+  for (int base = j0; base < j1; base += per_round) {  // uniform over the CTA
+    const int j = base + threadIdx.x / kRankLanes;
+    const float sj = j < j1 ? block_score[j - j0] : 0.0f;
     int rank = 0;
-    for (int k = j0; k < j1 && rank < free; ++k) {
-      const float sk = block_score[k - j0];
-      rank += (sk > sj || (sk == sj && k < j)) ? 1 : 0;
+    if (j < j1) {
+#pragma unroll 4
+      for (int k = j0 + q; k < j1; k += kRankLanes) {
+        const float sk = block_score[k - j0];
+        rank += (sk > sj || (sk == sj && k < j)) ? 1 : 0;
+      }
     }
-    if (rank < free) out[rank] = Candidate{sj, j};
+    for (int off = kRankLanes / 2; off > 0; off >>= 1)
+      rank += __shfl_xor_sync(0xffffffffu, rank, off);
+    if (j < j1 && q == 0 && rank < free) out[rank] = Candidate{sj, j};
   }
 }
 
@@ -150,40 +159,39 @@ __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Cand
 // The selection at position t from the candidate lists in sh.cand (landed, after a barrier): all
 // selected blocks ascending, −1 padded, into slot[0, n_sel), and the picked (non-forced) ones
 // ascending into picks[]; returns their number. Forced 0, c − 1, c; then the best `free` of the
-// chunks' candidates by (score desc, index asc). Each chunk's list is already in that order, so
-// one warp merges them, a lane per chunk (≤ 32): each round the lanes' heads meet in a warp
-// argmax and the winner's lane moves on – `free` rounds, whatever the number of chunks. slot and
-// picks are shared memory; every thread of the CTA calls it.
+// chunks' candidates by (score desc, index asc) – a strict order (blocks are distinct), and the
+// global best are among the chunks' bests. Each list is sorted in that order with its empty
+// entries last, so a candidate's global rank is its index in its own list plus, for every other
+// list, the length of the prefix that beats it (a binary search); a candidate of rank < npicks is
+// picked, at that rank. All candidates are ranked at once, a few per thread. slot and picks are
+// shared memory; every thread of the CTA calls it.
 __device__ int select_blocks(const DecodeDims& m, int t, SelectScratch& sh, int* slot, int* picks) {
   const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
   const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
   const int npicks = max(0, min(c - 2, free));
   if (threadIdx.x < forced) sh.list[threadIdx.x] = forced_block(m, t, threadIdx.x);
-  __syncthreads();
-  if (chunks == 1) {  // one list: already the answer
-    for (int r = threadIdx.x; r < npicks; r += blockDim.x) sh.list[forced + r] = sh.cand[r].block;
-  } else if (threadIdx.x < 32 && npicks > 0) {
-    const int lane = threadIdx.x;
-    const Candidate none{-1.0f, INT_MAX};
-    int head = 0;  // this lane's next entry: its chunk's list holds ≥ min(free, blocks) valid ones
-    const auto at_head = [&] {
-      const Candidate x = lane < chunks && head < m.n_sel ? sh.cand[lane * m.n_sel + head] : none;
-      return x.score < 0.0f ? none : x;
-    };
-    Candidate x = at_head();
-    for (int r = 0; r < npicks; ++r) {
-      Candidate best = x;
-      for (int off = 16; off > 0; off >>= 1) {
-        const Candidate y{__shfl_xor_sync(0xffffffffu, best.score, off),
-                          __shfl_xor_sync(0xffffffffu, best.block, off)};
-        if (beats(y, best)) best = y;
+  // Only a list's first npicks entries can be picked, or beat a pick.
+  const int span = min(m.n_sel, npicks);
+  for (int idx = threadIdx.x; idx < chunks * span; idx += blockDim.x) {
+    const int a = idx / span, i = idx % span;
+    const Candidate x = sh.cand[a * m.n_sel + i];
+    if (x.score < 0.0f) continue;  // an empty entry
+    int rank = i;
+    for (int list = 0; list < chunks && rank < npicks; ++list) {
+      if (list == a) continue;
+      const Candidate* y = sh.cand + list * m.n_sel;
+      int lo = 0, hi = span;  // the entries of y that beat x: y[0, lo)
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (beats(y[mid], x)) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
       }
-      if (lane == 0) sh.list[forced + r] = best.block;
-      if (x.block == best.block) {  // blocks are distinct: this lane won the round
-        ++head;
-        x = at_head();
-      }
+      rank += lo;
     }
+    if (rank < npicks) sh.list[forced + rank] = x.block;
   }
   __syncthreads();
   const int total = forced + npicks;

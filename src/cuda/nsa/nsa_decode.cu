@@ -314,8 +314,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   const int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv, H = cfg.heads;
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
   // Candidate blocks per block top-n CTA: kTopkChunk, or a multiple of it so that at most
-  // kMaxTopkChunks CTAs per (sequence, group) leave candidate lists for the picks' warp to merge
-  // (a lane per list).
+  // kMaxTopkChunks CTAs per (sequence, group) leave candidate lists for the picks CTAs to rank.
   const int64_t max_blocks = max_len / cfg.l_sel + 1;
   const int64_t span = int64_t{kTopkChunk} * kMaxTopkChunks;
   sel_chunk_ = kTopkChunk * ceil_div(max_blocks, span);
