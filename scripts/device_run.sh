@@ -9,7 +9,8 @@
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
-# `decode` (also in `all`): the GPU decoding and prefill tests, compute-sanitizer on the prefill,
+# `decode` (also in `all`): the GPU decoding and prefill tests, compute-sanitizer on the prefill and
+# on the decode layer (memcheck; racecheck on its smallest case),
 # and `nsa bench decode --device cuda` (its dense column the faster of ours and PyTorch SDPA,
 # bench/dense_decode.py run in the same call; then the batched prefill).
 # `pytorch` (not in `all`): the Python package on the GPU – python/tests (the CUDA ones must run:
@@ -104,6 +105,13 @@ if [ "$what" = decode ] || [ "$what" = all ]; then
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
     --gtest_filter='*CudaLayerPrefill*tiny:Variants/CudaPrefill.*/0:CudaPrefillErrors.*' >"$out/prefill_sanitizer.log" 2>&1
   echo "compute-sanitizer memcheck (prefill) rc=$? (0 = clean)"; grep -E "ERROR SUMMARY" "$out/prefill_sanitizer.log"
+  /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
+    --gtest_filter='Shapes/CudaDecodeLayer.*/tiny:Shapes/CudaDecodeLayer.*/deep:Shapes/CudaDecodeLayer.*/long_blocks' \
+    >"$out/decode_sanitizer.log" 2>&1
+  echo "compute-sanitizer memcheck (decode layer) rc=$? (0 = clean)"; grep -E "ERROR SUMMARY" "$out/decode_sanitizer.log"
+  /usr/local/cuda/bin/compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
+    --gtest_filter='Shapes/CudaDecodeLayer.*/tiny' >"$out/decode_racecheck.log" 2>&1
+  echo "compute-sanitizer racecheck (decode layer) rc=$? (0 = clean)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/decode_racecheck.log"
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
 fi

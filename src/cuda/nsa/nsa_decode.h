@@ -12,14 +12,17 @@
 // the one parameter struct DecodeParams (decode_params.cuh) and launched as a programmatic
 // dependent launch; the work of one (sequence, group) is split over many CTAs ("parts" of up to
 // 128 keys, the group's heads as the rows of tensor-core tiles):
-//   parts   the token's K/V appended to the caches (a block's compressed token is averaged by the
-//           CTA that attends it); compressed parts (scores kept), window parts and the forced
-//           selected blocks 0, c − 1, c: a partial softmax each (dense: parts over 0..t);
+//   parts   the parts whose rows do not depend on the position, loaded before it is read:
+//           compressed parts (scores kept), window ring slots, the forced block 0 (dense: parts
+//           over the whole cache); the token's own row comes from the inputs, the compressed
+//           token completing at t is averaged by the CTA that attends it, part 0 appends the
+//           token's K/V to the caches;
 //   top-n   block scores (docs/nsa.md) over chunks of blocks, each chunk's best n_sel − forced;
 //           compressed parts pre-merged eight at a time;
-//   picks   each CTA merges the chunks' candidates into the exact top-n and attends its share
-//           of the picked blocks; the last CTA of a (sequence, group) to finish merges every
-//           branch's partials and gates them: o [B, H·dv] (dense: a combine kernel).
+//   picks   each CTA ranks the chunks' candidates into the exact top-n and attends its share of
+//           the forced blocks c − 1, c or of the picked blocks; the last CTA of a (sequence,
+//           group) to finish merges every branch's partials and gates them: o [B, H·dv] (dense:
+//           a combine kernel).
 #pragma once
 
 #include <cuda_bf16.h>
