@@ -337,8 +337,8 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     slots_ = cmp_parts_ + win_parts_ + block0_parts_ + late_parts_ + pick_parts_ + cmp_groups_;
   }
   const int64_t grid_y = dense ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_;
-  NSA_CHECK(grid_y <= 65535 && B_ * G <= 65535 && B_ <= 65535, "decode on the GPU: batch ", B_,
-            " and max length ", max_len, " need more CTAs than a grid holds; shorten them");
+  NSA_CHECK(grid_y <= 65535, "decode on the GPU: max length ", max_len, " needs ", grid_y,
+            " parts per sequence and group, more than a grid holds (65535); shorten it");
   k_sel_.resize(B_ * max_len * G * dk);
   v_sel_.resize(B_ * max_len * G * dv);
   if (!dense) {
