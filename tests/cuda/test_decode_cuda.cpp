@@ -206,10 +206,15 @@ TEST_P(CudaDecodeLayer, DenseMatchesPlainSoftmax) {
         }
         for (double& x : s) sum += (x = std::exp(x - mx));
         for (int64_t e = 0; e < c.dv; ++e) {
-          double ref = 0;
-          for (int64_t r = 0; r <= t; ++r) ref += s[r] / sum * vc[b][(r * G + g) * c.dv + e];
+          double ref = 0, mass = 0;  // mass: Σ p·|v|, what bf16 rounding of P can move
+          for (int64_t r = 0; r <= t; ++r) {
+            const double pv = s[r] / sum * vc[b][(r * G + g) * c.dv + e];
+            ref += pv, mass += std::fabs(pv);
+          }
           const double err = std::fabs(ref - og[(b * H + h) * c.dv + e]);
-          const double tol = std::fabs(ref) / 128.0 + 2e-3;
+          // The kernel rounds o to bf16 and, as the training forward does, P to bf16 before P·V
+          // (relative 2^-9 each): twice that model, plus a floor for the fp32 sums.
+          const double tol = std::fabs(ref) / 128.0 + mass / 256.0 + 2e-3;
           worst = std::max(worst, err / tol);
           ASSERT_LE(err, tol) << "step " << t << " sequence " << b << " head " << h;
         }

@@ -88,6 +88,24 @@ TEST_P(CudaModelVsCpu, LossAndEveryGradient) {
     Tensor<float> diff = *a[i].second;
     for (int64_t j = 0; j < diff.numel(); ++j) diff[j] -= (*b[i].second)[j];
     const double ref = l2(*a[i].second), err = l2(diff);
+    const std::string& name = a[i].first;
+    if (name.size() >= 8 && name.compare(name.size() - 8, 8, "phi_k.b2") == 0) {
+      // The keys' φ output bias shifts every score of a query by the same q·b2, which softmax
+      // ignores: its exact gradient is 0 and both backends return rounding noise, so a relative
+      // error means nothing. Checked on the scale of the gradient that reaches the same output,
+      // phi_k.w2's: the CPU's b2 gradient must be ~0 on it, the GPU's difference small.
+      const std::string w2 = name.substr(0, name.size() - 2) + "w2";
+      double scale = 0;
+      for (size_t k = 0; k < a.size(); ++k) {
+        if (a[k].first == w2) scale = l2(*a[k].second);
+      }
+      std::printf("  %s: |cpu| %.3e, |gpu - cpu| %.3e, |%s| %.3e\n", name.c_str(), ref, err,
+                  w2.c_str(), scale);
+      EXPECT_GT(scale, 0.0) << w2 << " not found or zero";
+      EXPECT_LT(ref, 1e-2 * scale) << name << " is not ~0 on the CPU";
+      EXPECT_LT(err, 5e-2 * scale) << name << ": |gpu - cpu| on the scale of " << w2;
+      continue;
+    }
     if (ref == 0) {
       EXPECT_EQ(err, 0.0) << a[i].first << " has no gradient on the CPU but one on the GPU";
       continue;

@@ -242,6 +242,17 @@ constexpr int merge_cols() {
   return D >= 64 ? D / 32 : 2;
 }
 
+// kPer consecutive bf16 (kPer even) as floats, added to acc with weight w.
+template <int kPer>
+__device__ __forceinline__ void add_bf16(float acc[kPer], const bf16* src, float w) {
+#pragma unroll
+  for (int c = 0; c < kPer; c += 2) {
+    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + c));
+    acc[c] += w * x.x;
+    acc[c + 1] += w * x.y;
+  }
+}
+
 // acc += weight(a) · row a of src (row a at src + a·stride) for the set bits a of the warp-uniform
 // `mask`, in ascending order, four rows' loads in flight. Every lane calls it (weight may
 // shuffle); lanes with !active only keep the warp together.
@@ -292,27 +303,18 @@ __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int64_t rows
   const int64_t row = r0 + w / p.H, h = w % p.H, g = h / p.hpg, th = row * p.H + h;
   const int32_t* sel = p.sel_idx + (row * p.G + g) * p.n_sel;
   const float* pl = part_lse + w * p.n_sel;
-  // The slots' lse values and validity are read by the lanes in parallel (lane k: slot k0 + k),
-  // then broadcast in slot order: a loop that loaded them one by one waited on each load.
   float m = -INFINITY;
-  for (int64_t k0 = 0; k0 < p.n_sel; k0 += 32) {
-    const int64_t k = k0 + lane;
-    if (k < p.n_sel && sel[k] >= 0) m = fmaxf(m, pl[k]);
+  for (int64_t k = 0; k < p.n_sel; ++k) {
+    if (sel[k] >= 0) m = fmaxf(m, pl[k]);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   float acc[kPer] = {}, sum = 0.0f;
   const int col = lane * kPer;
-  for (int64_t k0 = 0; k0 < p.n_sel; k0 += 32) {
-    const int64_t k = k0 + lane;
-    const bool valid = k < p.n_sel && sel[k] >= 0;
-    const float mine = valid ? exp2f((pl[k] - m) * kLog2e) : 0.0f;
-    const uint32_t mask = __ballot_sync(0xffffffffu, valid);
-    for (uint32_t left = mask; left != 0; left &= left - 1) {  // ascending slots
-      sum += __shfl_sync(0xffffffffu, mine, __ffs(left) - 1);
-    }
-    add_rows_in_order<kPer>(acc, part + (w * p.n_sel + k0) * DV + col, DV, mask, col < DV,
-                            [&](int kk) { return __shfl_sync(0xffffffffu, mine, kk); });
+#pragma unroll 4
+  for (int64_t k = 0; k < p.n_sel; ++k) {
+    if (sel[k] < 0) continue;
+    const float wk = exp2f((pl[k] - m) * kLog2e);
+    sum += wk;
+    if (col < DV) add_bf16<kPer>(acc, part + (w * p.n_sel + k) * DV + col, wk);
   }
   if (col < DV) {
     bf16* dst = p.o_branch[1] + th * DV + col;
