@@ -75,6 +75,57 @@ NsaConfig layer_config(int64_t H, int64_t G, int64_t dk, int64_t dv, int64_t l, 
   return c;
 }
 
+// One decode step on fresh inputs for B sequences: q (spread scores, so that the selection is
+// decided, not tied), every branch's K/V (kw / vw values per sequence; the compressed branch's
+// exact in bf16, so that selections can differ only at fp32 near ties) and gates, run on the GPU.
+struct RandomStep {
+  const NsaConfig& c;
+  int64_t kw, vw;
+  Bf16Input q, k[3], v[3], gate[3];
+  std::vector<float> o;      // the GPU's output, B·H·dv
+  std::vector<int32_t> sel;  // the GPU's selection, B·G·n_sel
+
+  RandomStep(cuda::NsaDecodeCuda& gpu, const NsaConfig& cfg, int64_t B, int64_t k_width,
+             int64_t v_width, const int32_t* pos, DeviceBuffer<bf16>& o_dev, std::mt19937& rng)
+      : c(cfg), kw(k_width), vw(v_width) {
+    q.fill(B * c.heads * c.dk, rng, 2.0f);
+    for (int br = 0; br < 3; ++br) {
+      if (br == kCmp) {
+        k[br].fill_grid(B * kw, rng);
+        v[br].fill_grid(B * vw, rng);
+      } else {
+        k[br].fill(B * kw, rng, 1.0f);
+        v[br].fill(B * vw, rng, 1.0f);
+      }
+      gate[br].fill(B * c.heads, rng, 0.5f);
+    }
+    const bf16* kp[3] = {k[0].dev.get(), k[1].dev.get(), k[2].dev.get()};
+    const bf16* vp[3] = {v[0].dev.get(), v[1].dev.get(), v[2].dev.get()};
+    const bf16* gp[3] = {gate[0].dev.get(), gate[1].dev.get(), gate[2].dev.get()};
+    gpu.step(q.dev.get(), kp, vp, gp, pos, o_dev.get(), nullptr);
+    NSA_CUDA_CHECK(cudaDeviceSynchronize());
+    o = to_float(o_dev);
+    sel.resize(static_cast<size_t>(B * c.groups * c.n_sel));
+    NSA_CUDA_CHECK(cudaMemcpy(sel.data(), gpu.selection(), sel.size() * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost));
+  }
+
+  // Sequence b's step on a CPU cache: its output (H·dv) and selection (G·n_sel).
+  void cpu_step(NsaDecodeCache& cache, int64_t b, std::vector<float>& oc,
+                std::vector<int32_t>& sc) const {
+    const float* kb[3];
+    const float* vb[3];
+    const float* gb[3];
+    for (int br = 0; br < 3; ++br) {
+      kb[br] = k[br].host.data() + b * kw;
+      vb[br] = v[br].host.data() + b * vw;
+      gb[br] = gate[br].host.data() + b * c.heads;
+    }
+    cache.step(q.host.data() + b * c.heads * c.dk, kb, vb, gb, nullptr, nullptr, oc.data(),
+               sc.data());
+  }
+};
+
 class CudaDecodeLayer : public ::testing::TestWithParam<LayerCase> {};
 
 // Every step: o within 2^-7·max|o| + 1e-3 of the CPU cache (bf16 output and compressed tokens);
@@ -94,39 +145,13 @@ TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
   for (int64_t t = 0; t < lc.steps; ++t) {
     const std::vector<int32_t> p(static_cast<size_t>(B), static_cast<int32_t>(t));
     pos.upload(p.data(), B);
-    Bf16Input q, k[3], v[3], gate[3];
-    q.fill(B * H * c.dk, rng, 2.0f);  // spread scores: selection is decided, not tied
-    for (int br = 0; br < 3; ++br) {
-      if (br == kCmp) {  // exact compressed tokens: selections can differ only at fp32 near ties
-        k[br].fill_grid(B * G * c.dk, rng);
-        v[br].fill_grid(B * G * c.dv, rng);
-      } else {
-        k[br].fill(B * G * c.dk, rng, 1.0f);
-        v[br].fill(B * G * c.dv, rng, 1.0f);
-      }
-      gate[br].fill(B * H, rng, 0.5f);
-    }
-    const bf16* kp[3] = {k[0].dev.get(), k[1].dev.get(), k[2].dev.get()};
-    const bf16* vp[3] = {v[0].dev.get(), v[1].dev.get(), v[2].dev.get()};
-    const bf16* gp[3] = {gate[0].dev.get(), gate[1].dev.get(), gate[2].dev.get()};
-    gpu.step(q.dev.get(), kp, vp, gp, pos.get(), o.get(), nullptr);
-    NSA_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> og = to_float(o);
-    std::vector<int32_t> sel_gpu(static_cast<size_t>(B * G * c.n_sel));
-    NSA_CUDA_CHECK(cudaMemcpy(sel_gpu.data(), gpu.selection(), sel_gpu.size() * sizeof(int32_t),
-                              cudaMemcpyDeviceToHost));
+    const RandomStep st(gpu, c, B, G * c.dk, G * c.dv, pos.get(), o, rng);
+    const std::vector<float>& og = st.o;
+    const std::vector<int32_t>& sel_gpu = st.sel;
     for (int64_t b = 0; b < B; ++b) {
-      const float* kb[3];
-      const float* vb[3];
-      const float* gb[3];
-      for (int br = 0; br < 3; ++br) {
-        kb[br] = k[br].host.data() + b * G * c.dk;
-        vb[br] = v[br].host.data() + b * G * c.dv;
-        gb[br] = gate[br].host.data() + b * H;
-      }
       std::vector<float> oc(static_cast<size_t>(H * c.dv));
       std::vector<int32_t> sc(static_cast<size_t>(G * c.n_sel));
-      cpu[b].step(q.host.data() + b * H * c.dk, kb, vb, gb, nullptr, nullptr, oc.data(), sc.data());
+      st.cpu_step(cpu[b], b, oc, sc);
       float mx = 0, err = 0;
       for (size_t i = 0; i < oc.size(); ++i) {
         mx = std::max(mx, std::fabs(oc[i]));
@@ -305,39 +330,13 @@ TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
     std::vector<int32_t> p(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) p[b] = static_cast<int32_t>(lengths[b] + e);
     pos.upload(p.data(), B);
-    Bf16Input q, k[3], v[3], gate[3];
-    q.fill(B * H * c.dk, rng, 2.0f);
-    for (int br = 0; br < 3; ++br) {
-      if (br == kCmp) {
-        k[br].fill_grid(B * kw, rng);
-        v[br].fill_grid(B * vw, rng);
-      } else {
-        k[br].fill(B * kw, rng, 1.0f);
-        v[br].fill(B * vw, rng, 1.0f);
-      }
-      gate[br].fill(B * H, rng, 0.5f);
-    }
-    const bf16* kp[3] = {k[0].dev.get(), k[1].dev.get(), k[2].dev.get()};
-    const bf16* vp[3] = {v[0].dev.get(), v[1].dev.get(), v[2].dev.get()};
-    const bf16* gp[3] = {gate[0].dev.get(), gate[1].dev.get(), gate[2].dev.get()};
-    gpu.step(q.dev.get(), kp, vp, gp, pos.get(), o.get(), nullptr);
-    NSA_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> og = to_float(o);
-    std::vector<int32_t> sel_gpu(static_cast<size_t>(B * G * c.n_sel));
-    NSA_CUDA_CHECK(cudaMemcpy(sel_gpu.data(), gpu.selection(), sel_gpu.size() * sizeof(int32_t),
-                              cudaMemcpyDeviceToHost));
+    const RandomStep st(gpu, c, B, kw, vw, pos.get(), o, rng);
+    const std::vector<float>& og = st.o;
+    const std::vector<int32_t>& sel_gpu = st.sel;
     for (int64_t b = 0; b < B; ++b) {
-      const float* kb[3];
-      const float* vb[3];
-      const float* gb[3];
-      for (int br = 0; br < 3; ++br) {
-        kb[br] = k[br].host.data() + b * kw;
-        vb[br] = v[br].host.data() + b * vw;
-        gb[br] = gate[br].host.data() + b * H;
-      }
       std::vector<float> oc(static_cast<size_t>(H * c.dv));
       std::vector<int32_t> sc(static_cast<size_t>(G * c.n_sel));
-      cpu[b].step(q.host.data() + b * H * c.dk, kb, vb, gb, nullptr, nullptr, oc.data(), sc.data());
+      st.cpu_step(cpu[b], b, oc, sc);
       bool same = true;
       for (int64_t g = 0; g < G; ++g) {
         ++sel_sets;
