@@ -75,6 +75,18 @@ NsaConfig layer_config(int64_t H, int64_t G, int64_t dk, int64_t dv, int64_t l, 
   return c;
 }
 
+// Branch br's K and V (nk / nv values): the compressed branch's on the quarter grid (exact
+// averages: selections can differ only at fp32 near ties), the others normal.
+void fill_kv(Bf16Input& k, Bf16Input& v, int br, int64_t nk, int64_t nv, std::mt19937& rng) {
+  if (br == kCmp) {
+    k.fill_grid(nk, rng);
+    v.fill_grid(nv, rng);
+  } else {
+    k.fill(nk, rng, 1.0f);
+    v.fill(nv, rng, 1.0f);
+  }
+}
+
 // One decode step on fresh inputs for B sequences: q (spread scores, so that the selection is
 // decided, not tied), every branch's K/V (kw / vw values per sequence; the compressed branch's
 // exact in bf16, so that selections can differ only at fp32 near ties) and gates, run on the GPU.
@@ -90,13 +102,7 @@ struct RandomStep {
       : c(cfg), kw(k_width), vw(v_width) {
     q.fill(B * c.heads * c.dk, rng, 2.0f);
     for (int br = 0; br < 3; ++br) {
-      if (br == kCmp) {
-        k[br].fill_grid(B * kw, rng);
-        v[br].fill_grid(B * vw, rng);
-      } else {
-        k[br].fill(B * kw, rng, 1.0f);
-        v[br].fill(B * vw, rng, 1.0f);
-      }
+      fill_kv(k[br], v[br], br, B * kw, B * vw, rng);
       gate[br].fill(B * c.heads, rng, 0.5f);
     }
     const bf16* kp[3] = {k[0].dev.get(), k[1].dev.get(), k[2].dev.get()};
@@ -111,8 +117,13 @@ struct RandomStep {
   }
 
   // Sequence b's step on a CPU cache: its output (H·dv) and selection (G·n_sel).
-  void cpu_step(NsaDecodeCache& cache, int64_t b, std::vector<float>& oc,
-                std::vector<int32_t>& sc) const {
+  struct Cpu {
+    std::vector<float> o;
+    std::vector<int32_t> sel;
+  };
+  Cpu cpu_step(NsaDecodeCache& cache, int64_t b) const {
+    Cpu r{std::vector<float>(static_cast<size_t>(c.heads * c.dv)),
+          std::vector<int32_t>(static_cast<size_t>(c.groups * c.n_sel))};
     const float* kb[3];
     const float* vb[3];
     const float* gb[3];
@@ -121,8 +132,9 @@ struct RandomStep {
       vb[br] = v[br].host.data() + b * vw;
       gb[br] = gate[br].host.data() + b * c.heads;
     }
-    cache.step(q.host.data() + b * c.heads * c.dk, kb, vb, gb, nullptr, nullptr, oc.data(),
-               sc.data());
+    cache.step(q.host.data() + b * c.heads * c.dk, kb, vb, gb, nullptr, nullptr, r.o.data(),
+               r.sel.data());
+    return r;
   }
 };
 
@@ -149,9 +161,9 @@ TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
     const std::vector<float>& og = st.o;
     const std::vector<int32_t>& sel_gpu = st.sel;
     for (int64_t b = 0; b < B; ++b) {
-      std::vector<float> oc(static_cast<size_t>(H * c.dv));
-      std::vector<int32_t> sc(static_cast<size_t>(G * c.n_sel));
-      st.cpu_step(cpu[b], b, oc, sc);
+      const RandomStep::Cpu ref = st.cpu_step(cpu[b], b);
+      const std::vector<float>& oc = ref.o;
+      const std::vector<int32_t>& sc = ref.sel;
       float mx = 0, err = 0;
       for (size_t i = 0; i < oc.size(); ++i) {
         mx = std::max(mx, std::fabs(oc[i]));
@@ -295,15 +307,7 @@ TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
   for (int64_t S : lengths) cu.push_back(cu.back() + S);
   const int64_t T = cu.back();
   Bf16Input pk[3], pv[3];
-  for (int br = 0; br < 3; ++br) {
-    if (br == kCmp) {
-      pk[br].fill_grid(T * kw, rng);
-      pv[br].fill_grid(T * vw, rng);
-    } else {
-      pk[br].fill(T * kw, rng, 1.0f);
-      pv[br].fill(T * vw, rng, 1.0f);
-    }
-  }
+  for (int br = 0; br < 3; ++br) fill_kv(pk[br], pv[br], br, T * kw, T * vw, rng);
   for (int64_t b = 0; b < B; ++b) {
     Tensor<float> k[3], v[3];
     for (int br = 0; br < 3; ++br) {
@@ -334,9 +338,9 @@ TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
     const std::vector<float>& og = st.o;
     const std::vector<int32_t>& sel_gpu = st.sel;
     for (int64_t b = 0; b < B; ++b) {
-      std::vector<float> oc(static_cast<size_t>(H * c.dv));
-      std::vector<int32_t> sc(static_cast<size_t>(G * c.n_sel));
-      st.cpu_step(cpu[b], b, oc, sc);
+      const RandomStep::Cpu ref = st.cpu_step(cpu[b], b);
+      const std::vector<float>& oc = ref.o;
+      const std::vector<int32_t>& sc = ref.sel;
       bool same = true;
       for (int64_t g = 0; g < G; ++g) {
         ++sel_sets;
