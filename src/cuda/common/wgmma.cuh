@@ -61,10 +61,6 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Keeps the compiler from moving accumulator reads or writes across an asynchronous MMA.
-__device__ __forceinline__ void wgmma_fence_operand(float& r) {
-  asm volatile("" : "+f"(r)::"memory");
-}
 
 #define NSA_WGMMA_D32                                                                           \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
