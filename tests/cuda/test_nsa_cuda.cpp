@@ -226,6 +226,11 @@ INSTANTIATE_TEST_SUITE_P(
             "h6_m7c_like", {12, 2, 64, 64}, {32, 16, 64, 16, 512}, KvMode::kSeparate, {0, 1500}},
         CudaCase{
             "h16_paper_like", {16, 1, 192, 128}, {32, 16, 64, 6, 100}, KvMode::kSeparate, {0, 701}},
+        CudaCase{"h4_d128_packed",
+                 {4, 2, 128, 128},
+                 {32, 16, 64, 4, 160},
+                 KvMode::kShared,
+                 {0, 300, 1000}},
         CudaCase{"h3_shared", {6, 2, 32, 16}, {8, 4, 16, 6, 33}, KvMode::kShared, {0, 421}},
         CudaCase{"packed_docs",
                  {4, 2, 32, 32},

@@ -1,7 +1,7 @@
 // The warpgroup MMA building blocks (src/cuda/common/wgmma.cuh) against a CPU product: a 64 × 64
 // × 64 bf16 product with both operands in 128-byte-swizzled shared memory (B K-major and
-// MN-major), and with A in registers. A wrong swizzle, descriptor field or fragment layout moves
-// most entries of the result, so each check compares every entry.
+// MN-major), and with A in registers (B K-major and MN-major). A wrong swizzle, descriptor field or
+// fragment layout moves most entries of the result, so each check compares every entry.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -21,7 +21,7 @@ namespace {
 
 constexpr int kN = 64;  // M = N = K = 64
 
-enum class Mode { kSS, kRS, kSSTransB };
+enum class Mode { kSS, kRS, kSSTransB, kRSTransB };
 
 template <Mode M>
 __global__ void __launch_bounds__(128)
@@ -52,7 +52,11 @@ __global__ void __launch_bounds__(128)
       const int r0 = 16 * warp + g, c0 = 16 * k + 2 * t;
       const uint32_t a[4] = {ld_u32(a_g + r0 * kN + c0), ld_u32(a_g + (r0 + 8) * kN + c0),
                              ld_u32(a_g + r0 * kN + c0 + 8), ld_u32(a_g + (r0 + 8) * kN + c0 + 8)};
-      wgmma_m64n64k16_rs(d, a, kmajor_desc(sb, k), k > 0);
+      if constexpr (M == Mode::kRS) {
+        wgmma_m64n64k16_rs(d, a, kmajor_desc(sb, k), k > 0);
+      } else {
+        wgmma_m64n64k16_rs<true>(d, a, mnmajor_desc(sb, k), k > 0);
+      }
     }
   }
   wgmma_commit();
@@ -92,8 +96,9 @@ std::pair<double, double> run(const std::vector<float>& a, const std::vector<flo
     for (int n = 0; n < kN; ++n) {
       double ref = 0.0;
       for (int k = 0; k < kN; ++k) {
-        const double bv = M == Mode::kSSTransB ? __bfloat162float(bh[k * kN + n])
-                                               : __bfloat162float(bh[n * kN + k]);
+        const double bv = M == Mode::kSSTransB || M == Mode::kRSTransB
+                              ? __bfloat162float(bh[k * kN + n])
+                              : __bfloat162float(bh[n * kN + k]);
         ref += static_cast<double>(__bfloat162float(ah[m * kN + k])) * bv;
       }
       err = std::max(err, std::abs(ref - d[m * kN + n]));
@@ -128,6 +133,12 @@ TEST(CudaWgmma, RegisterAKMajorB) {
 
 TEST(CudaWgmma, SharedOperandsMNMajorB) {
   const auto [err, mag] = run<Mode::kSSTransB>(random_matrix(5), random_matrix(6));
+  EXPECT_GT(mag, 1.0);
+  EXPECT_LT(err, kTol) << "max |ref| " << mag;
+}
+
+TEST(CudaWgmma, RegisterAMNMajorB) {
+  const auto [err, mag] = run<Mode::kRSTransB>(random_matrix(7), random_matrix(8));
   EXPECT_GT(mag, 1.0);
   EXPECT_LT(err, kTol) << "max |ref| " << mag;
 }

@@ -1,10 +1,12 @@
 // NSA forward attention on tensor cores (v2): the compressed and window branches as flash-style
 // tiles, the selected branch group-centric, and the gated combination.
 //
-// Dense branches (compressed, window): a CTA owns 64 query rows of one head (4 warps × 16 rows)
-// and walks the branch's key range in tiles of 64 rows staged in shared memory: S = Q·Kᵀ on
+// Dense branches (compressed, window): a CTA owns 64 query rows of one head (4 warps × 16 rows,
+// one warpgroup) and walks the branch's key range in tiles staged in shared memory: S = Q·Kᵀ on
 // tensor cores, the online softmax in registers (the exp2 domain), O += P·V with P never leaving
-// registers. Rows that see no key get o = 0 and lse = −inf.
+// registers. Head dims that are multiples of 64 use warpgroup MMA (wgmma_tiles.cuh: K/V read once
+// per warpgroup from swizzled tiles instead of once per warp), smaller ones mma.sync. Rows that
+// see no key get o = 0 and lse = −inf.
 // Selected branch: a warp owns R query rows of one group, its M = 16 rows are their heads (all
 // heads share every loaded K/V block, as in the paper's kernel; see sel_pack.cuh); it walks the
 // union of the rows' chosen blocks in chunks of 32 rows staged in the warp's own shared memory.
@@ -15,6 +17,7 @@
 #include "sel_pack.cuh"
 #include "softmax.cuh"
 #include "tiles.cuh"
+#include "wgmma_tiles.cuh"
 
 namespace nsa::cuda {
 namespace {
@@ -54,9 +57,28 @@ __device__ void store_row(const NsaParams& p, const SoftmaxAcc<DV>& acc, int r, 
   if (tq == 0) p.lse[branch][th] = acc.lse(r);
 }
 
-template <int DK, int DV, Branch B>
+// Key rows per shared tile of the wgmma kernel: 128 up to 64-wide heads (two 64-key products per
+// k-step), 64 beyond (the stage stays at 32-40 KB, two or three CTAs per SM).
+template <int DK>
+constexpr int wgmma_key_tile() {
+  return DK <= 64 ? 128 : 64;
+}
+
+// The dense-branch tile loop on warpgroup MMA (kWgmma: swizzled tiles, wgmma.mma_async) or on
+// mma.sync (head dims below 64: padded tiles, ldmatrix).
+template <int DK, int DV, bool kWgmma>
+struct DenseTiling {
+  static constexpr int KT = kWgmma ? wgmma_key_tile<DK>() : kKeyTile;
+  static size_t smem_bytes() {
+    if constexpr (kWgmma) return SwKvPipeline<DK, DV, KT, int>::kBytes;
+    return KvPipeline<DK, DV, KT, false, int>::kBytes;
+  }
+};
+
+template <int DK, int DV, Branch B, bool kWgmma>
 __global__ void __launch_bounds__(kThreads)
     dense_forward_kernel(const NsaParams p, const RowTile* __restrict__ tiles) {
+  constexpr int KT = DenseTiling<DK, DV, kWgmma>::KT;
   extern __shared__ __align__(16) unsigned char smem[];
   // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
   const RowTile tile = tiles[gridDim.x - 1 - blockIdx.x];
@@ -71,12 +93,18 @@ __global__ void __launch_bounds__(kThreads)
     return r < warp_rows ? p.q + ((start + warp_t0 + r) * p.H + h) * DK : nullptr;
   });
   const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
-  const auto pipe =
-      make_pipeline<DK, DV, kKeyTile, false>(smem, branch_rows<B>(p, n, g), [keys](int64_t it) {
-        const int64_t k0 = keys.begin + it * kKeyTile;
-        return KeyChunk{k0, keys.end - k0 < kKeyTile ? keys.end - k0 : kKeyTile};
-      });
-  const int64_t n_chunks = (keys.end - keys.begin + kKeyTile - 1) / kKeyTile;
+  const auto chunks = [keys](int64_t it) {
+    const int64_t k0 = keys.begin + it * KT;
+    return KeyChunk{k0, keys.end - k0 < KT ? keys.end - k0 : KT};
+  };
+  const auto pipe = [&] {
+    if constexpr (kWgmma) {
+      return make_sw_pipeline<DK, DV, KT>(smem, branch_rows<B>(p, n, g), chunks);
+    } else {
+      return make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), chunks);
+    }
+  }();
+  const int64_t n_chunks = (keys.end - keys.begin + KT - 1) / KT;
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
   SoftmaxAcc<DV> acc;
@@ -84,12 +112,22 @@ __global__ void __launch_bounds__(kThreads)
   if (n_chunks > 0) pipe.issue(0);
   for (int64_t it = 0; it < n_chunks; ++it) {
     const KeyChunk c = pipe.acquire(it, n_chunks);
-    float s[kKeyTile / 8][4] = {};
-    mma_a_bt<DK, kKeyTile / 8>(s, qf, pipe.k(it));
-    scale_and_mask<B, kKeyTile / 8>(s, m, warp_t0, warp_rows, static_cast<int>(c.k0),
-                                    static_cast<int>(c.nk), sl2);
-    acc.template update<kKeyTile / 8>(s);
-    mma_c_b<DV, kKeyTile / 16>(acc.o, s, pipe.v(it));
+    float s[KT / 8][4];
+    if constexpr (kWgmma) {
+      wgmma_q_kt<DK, KT>(s, qf, pipe.k(it));
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < KT / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      mma_a_bt<DK, KT / 8>(s, qf, pipe.k(it));
+    }
+    scale_and_mask<B, KT / 8>(s, m, warp_t0, warp_rows, static_cast<int>(c.k0),
+                              static_cast<int>(c.nk), sl2);
+    acc.template update<KT / 8>(s);
+    if constexpr (kWgmma) {
+      wgmma_p_v<DV, KT>(acc.o, s, pipe.v(it));
+    } else {
+      mma_c_b<DV, KT / 16>(acc.o, s, pipe.v(it));
+    }
     pipe.release();
   }
   acc.finish();
@@ -146,8 +184,9 @@ template <Branch B>
 void launch_dense(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, cudaStream_t stream) {
   if (n_tiles == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
-    const auto kernel = dense_forward_kernel<DK(), DV(), B>;
-    const size_t smem = KvPipeline<DK(), DV(), kKeyTile, false, int>::kBytes;
+    constexpr bool kWgmma = wgmma_dims(DK(), DV());
+    const auto kernel = dense_forward_kernel<DK(), DV(), B, kWgmma>;
+    const size_t smem = DenseTiling<DK(), DV(), kWgmma>::smem_bytes();
     set_kernel_smem(kernel, smem);
     kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H)), kThreads, smem,
              stream>>>(p, tiles);

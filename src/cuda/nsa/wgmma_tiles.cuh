@@ -1,0 +1,135 @@
+// What the warpgroup-MMA (wgmma) attention kernels share: K/V tiles in 128-byte-swizzled shared
+// memory (common/wgmma.cuh has the layout), a two-stage cp.async pipeline of them, and the two
+// products of a flash-style loop with the warpgroup's 64 rows as M:
+//   S (64 × KT) = Q·Kᵀ with Q as register fragments, K a K-major tile;
+//   O (64 × DV) += P·V with P from the S accumulators, V an MN-major tile.
+// The accumulators use the mma.sync C layout per warp (s[nt][e] as in tiles.cuh), so the softmax
+// code of softmax.cuh serves both the mma.sync and the wgmma kernels.
+//
+// A tile of R rows × D (D a multiple of 64) is D/64 sub-tiles of R rows × 64 elements (128 bytes
+// per row), sub-tile c at byte c·R·128, each 1024-byte aligned.
+#pragma once
+
+#include "common/wgmma.cuh"
+#include "tiles.cuh"
+
+namespace nsa::cuda {
+
+// Dims the wgmma kernels are built for (sub-tiles of 64 elements); others use mma.sync.
+__host__ __device__ constexpr bool wgmma_dims(int dk, int dv) {
+  return dk % 64 == 0 && dv % 64 == 0;
+}
+
+// Byte offset of element (r, c) of an R-row swizzled tile of D/64 sub-tiles.
+__device__ __forceinline__ uint32_t sw_tile_offset(int R, int r, int c) {
+  return static_cast<uint32_t>(c >> 6) * R * 128u + sw128_offset(r, c & 63);
+}
+
+// Fills rows [0, R) of a swizzled tile with D columns: row i from row_ptr(i) (D contiguous bf16) or
+// zeros where it returns nullptr, by cp.async (the caller commits and waits). Threads tid,
+// tid + n_threads, ... take consecutive 16-byte chunks (coalesced).
+template <int D, typename RowPtr>
+__device__ __forceinline__ void load_sw_tile(unsigned char* dst, int R, RowPtr row_ptr, int tid,
+                                             int n_threads) {
+  constexpr int kChunks = D / 8;
+  for (int idx = tid; idx < R * kChunks; idx += n_threads) {
+    const int i = idx / kChunks, c = idx % kChunks;
+    const bf16* src = row_ptr(i);
+    unsigned char* d = dst + sw_tile_offset(R, i, c * 8);
+    if (src == nullptr) {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    } else {
+      cp_async16(d, src + c * 8);
+    }
+  }
+}
+
+// Rounds a dynamic shared-memory base up to 1024 bytes (launchers add kSwAlignSlack).
+constexpr size_t kSwAlignSlack = 1024;
+__device__ __forceinline__ unsigned char* sw_align(unsigned char* smem) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return smem + (((a + 1023u) & ~1023u) - a);
+}
+
+// Two-stage pipeline of KT-row K/V tiles (swizzled), run by the whole CTA; chunk `it` comes from
+// chunks(it). Usage as KvPipeline in tiles.cuh: issue(0); per chunk acquire, use, release.
+template <int DK, int DV, int KT, typename Chunks>
+struct SwKvPipeline {
+  static constexpr uint32_t kKBytes = KT * DK * 2, kVBytes = KT * DV * 2;
+  static constexpr size_t kBytes = 2 * (kKBytes + kVBytes) + kSwAlignSlack;
+  unsigned char* buf;  // 1024-byte aligned
+  KvRows kv;
+  Chunks chunks;
+
+  __device__ unsigned char* k(int64_t it) const { return buf + (it & 1) * (kKBytes + kVBytes); }
+  __device__ unsigned char* v(int64_t it) const { return k(it) + kKBytes; }
+  __device__ void issue(int64_t it) const {
+    const KeyChunk c = chunks(it);
+    load_sw_tile<DK>(
+        k(it), KT, [&](int i) { return i < c.nk ? kv.k + (c.k0 + i) * kv.k_stride : nullptr; },
+        threadIdx.x, blockDim.x);
+    load_sw_tile<DV>(
+        v(it), KT, [&](int i) { return i < c.nk ? kv.v + (c.k0 + i) * kv.v_stride : nullptr; },
+        threadIdx.x, blockDim.x);
+    cp_async_commit();
+  }
+  // Starts chunk it + 1, waits for chunk it (visible to wgmma: the async proxy), returns it.
+  __device__ KeyChunk acquire(int64_t it, int64_t n) const {
+    if (it + 1 < n) {
+      issue(it + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async_smem();
+    __syncthreads();
+    return chunks(it);
+  }
+  __device__ void release() const { __syncthreads(); }
+};
+
+template <int DK, int DV, int KT, typename Chunks>
+__device__ SwKvPipeline<DK, DV, KT, Chunks> make_sw_pipeline(unsigned char* smem, KvRows kv,
+                                                             Chunks chunks) {
+  return {sw_align(smem), kv, chunks};
+}
+
+// s (64 × KT, this warp's 16 rows as s[KT/8][4]) = Q·Kᵀ: q the warp's A fragments (16 rows × DK),
+// kt a KT-row swizzled tile of DK columns. Waits for the product.
+template <int DK, int KT>
+__device__ __forceinline__ void wgmma_q_kt(float s[][4], const uint32_t q[][4],
+                                           const unsigned char* kt) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < DK / 16; ++kk) {
+    const unsigned char* sub = kt + (kk / 4) * KT * 128;
+#pragma unroll
+    for (int nb = 0; nb < KT / 64; ++nb) {
+      wgmma_m64n64k16_rs(&s[nb * 8][0], q[kk], kmajor_desc(sub + nb * 64 * 128, kk % 4), kk > 0);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+}
+
+// o (64 × DV) += P·V: p the warp's 16 × KT probabilities in the C layout (s of wgmma_q_kt), vt a
+// KT-row swizzled tile of DV columns (MN-major B). Waits for the product.
+template <int DV, int KT>
+__device__ __forceinline__ void wgmma_p_v(float o[][4], const float p[][4],
+                                          const unsigned char* vt) {
+  uint32_t a[KT / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < KT / 16; ++kk) c_to_a(a[kk], p[2 * kk], p[2 * kk + 1]);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < KT / 16; ++kk) {
+#pragma unroll
+    for (int nb = 0; nb < DV / 64; ++nb) {
+      wgmma_m64n64k16_rs<true>(&o[nb * 8][0], a[kk], mnmajor_desc(vt + nb * KT * 128, kk), true);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+}
+
+}  // namespace nsa::cuda
