@@ -231,6 +231,8 @@ INSTANTIATE_TEST_SUITE_P(
                  {32, 16, 64, 4, 160},
                  KvMode::kShared,
                  {0, 300, 1000}},
+        CudaCase{
+            "h3_d64_odd_group", {3, 1, 64, 64}, {16, 8, 32, 4, 70}, KvMode::kSeparate, {0, 450}},
         CudaCase{"h3_shared", {6, 2, 32, 16}, {8, 4, 16, 6, 33}, KvMode::kShared, {0, 421}},
         CudaCase{"packed_docs",
                  {4, 2, 32, 32},

@@ -25,6 +25,7 @@
 #include "nsa_kernels.h"
 #include "pair_tiles.cuh"
 #include "tiles.cuh"
+#include "wgmma_tiles.cuh"
 
 namespace nsa::cuda {
 namespace {
@@ -39,8 +40,20 @@ __host__ __device__ constexpr size_t ds_tile_bytes() {
   return kDq ? PairStage<DK, DK, true>::QT * tile_stride(kDkdvUnitRows) * sizeof(bf16) : 0;
 }
 
-template <int DK, int DV, bool kDq>
+// The dense branches' dK/dV on warpgroup MMA (wgmma_tiles.cuh) for head dims that are multiples
+// of 64 up to 128 (at 192 a 64-pair tile's accumulators would not fit in registers); the selected
+// branch (its fused dq reads the unit's K with ldmatrix) and other dims on mma.sync.
+template <int DK, int DV, Branch B>
+__host__ __device__ constexpr bool dkdv_wgmma() {
+  return wgmma_dims(DK, DV) && DK <= 128 && B != Branch::kSel;
+}
+
+template <int DK, int DV, bool kDq, bool kSw = false>
 __host__ __device__ constexpr size_t dkdv_smem_bytes() {
+  if constexpr (kSw) {
+    return kSwAlignSlack + kDkdvUnitRows * (DK + DV) * sizeof(bf16) +
+           2 * PairStage<DK, DV, true, true>::kBytes;
+  }
   return kDkdvUnitRows * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
          2 * PairStage<DK, DV, true>::kBytes + ds_tile_bytes<DK, kDq>();
 }
@@ -113,41 +126,51 @@ __device__ __forceinline__ void sel_tile_dq(const NsaParams& p, const SelDqPass&
   }
 }
 
-template <int DK, int DV, bool kDq>
+// The unit's K/V tiles (padded, or swizzled from a 1024-aligned base with kSw), the two pair
+// stages, and (kDq) the dS tile.
+template <int DK, int DV, bool kDq, bool kSw = false>
 struct DkdvSmem {
-  using Stage = PairStage<DK, DV, true>;
+  using Stage = PairStage<DK, DV, true, kSw>;
+  static constexpr int kKCols = kSw ? DK : tile_stride(DK), kVCols = kSw ? DV : tile_stride(DV);
   bf16* ks;
   bf16* vs;
   unsigned char* stages;
   bf16* ds;  // kDq only
   __device__ explicit DkdvSmem(unsigned char* base)
-      : ks(reinterpret_cast<bf16*>(base)),
-        vs(ks + kDkdvUnitRows * tile_stride(DK)),
-        stages(reinterpret_cast<unsigned char*>(vs + kDkdvUnitRows * tile_stride(DV))),
+      : ks(reinterpret_cast<bf16*>(kSw ? sw_align(base) : base)),
+        vs(ks + kDkdvUnitRows * kKCols),
+        stages(reinterpret_cast<unsigned char*>(vs + kDkdvUnitRows * kVCols)),
         ds(reinterpret_cast<bf16*>(stages + 2 * Stage::kBytes)) {}
 };
 
 // One CTA's share of a unit: stages the unit's K/V, walks `pairs` in tiles and leaves this
 // thread's dK (unscaled) / dV rows in dk / dv; kDq also writes the pairs' dq partials.
-template <int DK, int DV, Branch B, bool kDq>
+template <int DK, int DV, Branch B, bool kDq, bool kSw = dkdv_wgmma<DK, DV, B>()>
 __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& unit, int64_t g,
                                           const PairList& pairs, const SelDqPass& dq,
-                                          const DkdvSmem<DK, DV, kDq>& sm, float dk[][4],
+                                          const DkdvSmem<DK, DV, kDq, kSw>& sm, float dk[][4],
                                           float dv[][4]) {
-  using Stage = PairStage<DK, DV, true>;
+  using Stage = PairStage<DK, DV, true, kSw>;
   constexpr int QT = Stage::QT, SDS = tile_stride(kDkdvUnitRows);
   constexpr int c = static_cast<int>(B);
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
   const int n_pairs = pairs.n;
   const KvRows kv = branch_rows<B>(p, unit.seq, g);
-  load_tile<DK>(
-      sm.ks, kDkdvUnitRows,
-      [&](int i) { return i < unit.rows ? kv.k + (unit.first + i) * kv.k_stride : nullptr; },
-      threadIdx.x, kThreads);
-  load_tile<DV>(
-      sm.vs, kDkdvUnitRows,
-      [&](int i) { return i < unit.rows ? kv.v + (unit.first + i) * kv.v_stride : nullptr; },
-      threadIdx.x, kThreads);
+  const auto k_row = [&](int i) -> const bf16* {
+    return i < unit.rows ? kv.k + (unit.first + i) * kv.k_stride : nullptr;
+  };
+  const auto v_row = [&](int i) -> const bf16* {
+    return i < unit.rows ? kv.v + (unit.first + i) * kv.v_stride : nullptr;
+  };
+  if constexpr (kSw) {  // by cp.async, committed with the first pair stage
+    load_sw_tile<DK>(reinterpret_cast<unsigned char*>(sm.ks), kDkdvUnitRows, k_row, threadIdx.x,
+                     kThreads);
+    load_sw_tile<DV>(reinterpret_cast<unsigned char*>(sm.vs), kDkdvUnitRows, v_row, threadIdx.x,
+                     kThreads);
+  } else {
+    load_tile<DK>(sm.ks, kDkdvUnitRows, k_row, threadIdx.x, kThreads);
+    load_tile<DV>(sm.vs, kDkdvUnitRows, v_row, threadIdx.x, kThreads);
+  }
 
   const auto issue = [&](int pb, const Stage& st) { fill_pair_stage<c>(p, pairs, g, pb, st); };
   const int jl_lo = warp * 16 + gid;  // this thread's unit rows: jl_lo and jl_lo + 8
@@ -167,12 +190,28 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
     } else {
       cp_async_wait<0>();
     }
+    if constexpr (kSw) fence_proxy_async_smem();  // the tiles are read by wgmma
     st.finish_stats();
     __syncthreads();
 
-    float sc[QT / 8][4] = {}, dpt[QT / 8][4] = {};
-    mma_smem_a_bt<DK, QT / 8>(sc, sm.ks, warp * 16, st.q);
-    mma_smem_a_bt<DV, QT / 8>(dpt, sm.vs, warp * 16, st.d_o);
+    float sc[QT / 8][4], dpt[QT / 8][4];
+    if constexpr (kSw) {
+      wgmma_fence();
+      wgmma_tile_bt_issue<DK, QT>(sc, reinterpret_cast<const unsigned char*>(sm.ks),
+                                  reinterpret_cast<const unsigned char*>(st.q));
+      wgmma_tile_bt_issue<DV, QT>(dpt, reinterpret_cast<const unsigned char*>(sm.vs),
+                                  reinterpret_cast<const unsigned char*>(st.d_o));
+      wgmma_commit();
+      wgmma_wait<0>();
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < QT / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] = dpt[nt][e] = 0.0f;
+      }
+      mma_smem_a_bt<DK, QT / 8>(sc, sm.ks, warp * 16, st.q);
+      mma_smem_a_bt<DV, QT / 8>(dpt, sm.vs, warp * 16, st.d_o);
+    }
     const int last = it * QT + QT <= n_pairs ? QT - 1 : -1;
     const bool all = warp_full && last >= 0 && all_visible<B>(m, st.t[0], st.t[last], j0, j0 + 15);
     // P and dS; the per-pair visibility test only where the tile is not wholly visible.
@@ -208,8 +247,19 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
     } else {
       scores(std::false_type{});
     }
-    mma_c_b<DV, QT / 16>(dv, sc, st.d_o);
-    mma_c_b<DK, QT / 16>(dk, dpt, st.q);
+    if constexpr (kSw) {
+      uint32_t a_p[QT / 16][4], a_ds[QT / 16][4];
+      c_to_a_tile<QT>(a_p, sc);
+      c_to_a_tile<QT>(a_ds, dpt);
+      wgmma_fence();
+      wgmma_p_v_issue<DV, QT>(dv, a_p, reinterpret_cast<const unsigned char*>(st.d_o));
+      wgmma_p_v_issue<DK, QT>(dk, a_ds, reinterpret_cast<const unsigned char*>(st.q));
+      wgmma_commit();
+      wgmma_wait<0>();
+    } else {
+      mma_c_b<DV, QT / 16>(dv, sc, st.d_o);
+      mma_c_b<DK, QT / 16>(dk, dpt, st.q);
+    }
     int64_t th[2] = {-1, -1};
     int32_t slot[2] = {0, 0};
     if constexpr (kDq) {
@@ -247,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
     dkdv_kernel(const NsaParams p, const RowTile* __restrict__ units, int64_t chunks,
                 const DkdvOut out) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const DkdvSmem<DK, DV, false> sm(smem);
+  const DkdvSmem<DK, DV, false, dkdv_wgmma<DK, DV, B>()> sm(smem);
   const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G;
   const RowTile unit = units[blockIdx.x];
   if (unit.rows == 0) return;  // padding of a device-built table (device_layout.h)
@@ -383,7 +433,7 @@ void launch_branch(const NsaParams& p, const RowTile* units, int64_t n_units, in
   if (n_units == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = dkdv_kernel<DK(), DV(), B>;
-    const size_t smem = dkdv_smem_bytes<DK(), DV(), false>();
+    const size_t smem = dkdv_smem_bytes<DK(), DV(), false, dkdv_wgmma<DK(), DV(), B>()>();
     set_kernel_smem(kernel, smem);
     const dim3 grid(static_cast<unsigned>(n_units), static_cast<unsigned>(p.G),
                     static_cast<unsigned>(chunks));

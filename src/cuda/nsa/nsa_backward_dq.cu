@@ -3,16 +3,18 @@
 // preprocess: d_gate_c = dO·o_c and delta_c = g_c·(dO·o_c) (= dO_c·o_c, the softmax-backward
 // correction of branch c), one thread per (row, head).
 // dq: the forward's tiling again – dense branches per (64 query rows, head) over key tiles in
-// shared memory, the selected branch per (query row, group) with the heads as M – recomputing
-// P = exp(S − lse) from the saved log-sum-exp: dS = P ∘ (g_c·dO·Vᵀ − delta_c), dq += scale·dS·K.
-// The three branches run in the order compressed (writes dq), selected, window (add): fixed
-// order, no atomics, so dq is bit-identical from run to run.
+// shared memory (warpgroup MMA for head dims that are multiples of 64, see wgmma_tiles.cuh), the
+// selected branch per (query row, group) with the heads as M – recomputing P = exp(S − lse) from
+// the saved log-sum-exp: dS = P ∘ (g_c·dO·Vᵀ − delta_c), dq += scale·dS·K. The three branches run
+// in the order compressed (writes dq), selected, window (add): fixed order, no atomics, so dq is
+// bit-identical from run to run.
 #include "common/cuda_check.h"
 #include "head_dims.h"
 #include "nsa_kernels.h"
 #include "sel_pack.cuh"
 #include "softmax.cuh"
 #include "tiles.cuh"
+#include "wgmma_tiles.cuh"
 
 namespace nsa::cuda {
 namespace {
@@ -68,16 +70,31 @@ __device__ void store_dq(const NsaParams& p, const float dq[][4], int r, int64_t
   }
 }
 
-template <int DK, int DV, Branch B>
-__global__ void __launch_bounds__(kThreads)
+// Dense-branch dq on warpgroup MMA (head dims multiples of 64, HC warpgroups per CTA on HC heads
+// of a group sharing each K/V tile, as in the forward) or on mma.sync (smaller heads).
+template <int DK, int DV, bool kWgmma>
+struct DqTiling {
+  static constexpr int HC = kWgmma ? 2 : 1;
+  static constexpr int KT = kWgmma ? 64 : dq_key_tile<DK>();
+  // wgmma: each warpgroup's Q and dO rows (64 × DK, 64 × DV) as swizzled tiles after the pipeline.
+  static constexpr size_t kRowTileBytes = 64 * (DK + DV) * 2;
+  static size_t smem_bytes() {
+    if constexpr (kWgmma) return SwKvPipeline<DK, DV, KT, int>::kBytes + HC * kRowTileBytes;
+    return KvPipeline<DK, DV, KT, false, int>::kBytes;
+  }
+};
+
+template <int DK, int DV, Branch B, bool kWgmma, int HC>
+__global__ void __launch_bounds__(kThreads* HC)
     dense_dq_kernel(const NsaParams p, const RowTile* __restrict__ tiles, bool accumulate) {
-  constexpr int KT = dq_key_tile<DK>();
+  constexpr int KT = DqTiling<DK, DV, kWgmma>::KT;
   extern __shared__ __align__(16) unsigned char smem[];
   // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
   const RowTile tile = tiles[gridDim.x - 1 - blockIdx.x];
   if (tile.rows == 0) return;  // padding of a device-built table (device_layout.h)
-  const int64_t h = blockIdx.y, g = h / p.hpg, n = tile.seq, start = p.cu_seqlens[n];
-  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
+  const int64_t h = blockIdx.y * HC + threadIdx.x / kThreads, g = h / p.hpg, n = tile.seq;
+  const int64_t start = p.cu_seqlens[n];
+  const int warp = (threadIdx.x >> 5) % kWarps, gid = (threadIdx.x & 31) >> 2;
   const int r_lo = warp * 16 + gid;
   const int warp_t0 = static_cast<int>(tile.first) + warp * 16, warp_rows = tile.rows - warp * 16;
   const int64_t th_lo = (start + tile.first + r_lo) * p.H + h, th_hi = th_lo + 8 * p.H;
@@ -87,32 +104,77 @@ __global__ void __launch_bounds__(kThreads)
       return r < warp_rows ? base + ((row0 + r) * H + h) * d : nullptr;
     };
   };
-  uint32_t qf[DK / 16][4], dof[DV / 16][4];
-  load_a_rows<DK>(qf, row_of(p.q, DK));
-  load_a_rows<DV>(dof, row_of(p.d_o, DV));
+  // Q and dO: fragments in registers (mma.sync), or this warpgroup's shared tiles (wgmma, loaded
+  // with the first K/V chunk).
+  constexpr int kQf = kWgmma ? 1 : DK / 16, kDof = kWgmma ? 1 : DV / 16;
+  uint32_t qf[kQf][4], dof[kDof][4];
+  unsigned char* const q_tile = sw_align(smem) +
+                                (SwKvPipeline<DK, DV, KT, int>::kBytes - kSwAlignSlack) +
+                                (threadIdx.x / kThreads) * DqTiling<DK, DV, kWgmma>::kRowTileBytes;
+  unsigned char* const do_tile = q_tile + 64 * DK * 2;
+  if constexpr (!kWgmma) {
+    load_a_rows<DK>(qf, row_of(p.q, DK));
+    load_a_rows<DV>(dof, row_of(p.d_o, DV));
+  }
   RowStats st;
   st.load(p, static_cast<int>(B), th_lo, th_hi, r_lo < tile.rows, r_lo + 8 < tile.rows);
 
   const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
-  const auto pipe =
-      make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), [keys](int64_t it) {
-        const int64_t k0 = keys.begin + it * KT;
-        return KeyChunk{k0, keys.end - k0 < KT ? keys.end - k0 : KT};
-      });
+  const auto chunks = [keys](int64_t it) {
+    const int64_t k0 = keys.begin + it * KT;
+    return KeyChunk{k0, keys.end - k0 < KT ? keys.end - k0 : KT};
+  };
+  const auto pipe = [&] {
+    if constexpr (kWgmma) {
+      return make_sw_pipeline<DK, DV, KT>(smem, branch_rows<B>(p, n, g), chunks);
+    } else {
+      return make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), chunks);
+    }
+  }();
   const int64_t n_chunks = (keys.end - keys.begin + KT - 1) / KT;
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
   float dq[DK / 8][4] = {};
+  if constexpr (kWgmma) {
+    if (n_chunks > 0) {
+      const int wg_tid = threadIdx.x % kThreads;
+      const int64_t wg_row0 = start + tile.first;
+      const auto rows = [&](const bf16* base, int d) {
+        return [=](int r) -> const bf16* {
+          return r < tile.rows ? base + ((wg_row0 + r) * H + h) * d : nullptr;
+        };
+      };
+      load_sw_tile<DK>(q_tile, 64, rows(p.q, DK), wg_tid, kThreads);
+      load_sw_tile<DV>(do_tile, 64, rows(p.d_o, DV), wg_tid, kThreads);  // committed with chunk 0
+    }
+  }
   if (n_chunks > 0) pipe.issue(0);
   for (int64_t it = 0; it < n_chunks; ++it) {
     const KeyChunk c = pipe.acquire(it, n_chunks);
-    float s[KT / 8][4] = {}, dp[KT / 8][4] = {};
-    mma_a_bt<DK, KT / 8>(s, qf, pipe.k(it));
-    mma_a_bt<DV, KT / 8>(dp, dof, pipe.v(it));
+    float s[KT / 8][4], dp[KT / 8][4];
+    if constexpr (kWgmma) {
+      wgmma_fence();
+      wgmma_tile_bt_issue<DK, KT>(s, q_tile, pipe.k(it));
+      wgmma_tile_bt_issue<DV, KT>(dp, do_tile, pipe.v(it));
+      wgmma_commit();
+      wgmma_wait<0>();
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < KT / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+      }
+      mma_a_bt<DK, KT / 8>(s, qf, pipe.k(it));
+      mma_a_bt<DV, KT / 8>(dp, dof, pipe.v(it));
+    }
     scale_and_mask<B, KT / 8>(s, m, warp_t0, warp_rows, static_cast<int>(c.k0),
                               static_cast<int>(c.nk), sl2);
     scores_to_ds<KT / 8>(s, dp, st);
-    mma_c_b<DK, KT / 16>(dq, s, pipe.k(it));
+    if constexpr (kWgmma) {
+      wgmma_p_v<DK, KT>(dq, s, pipe.k(it));
+    } else {
+      mma_c_b<DK, KT / 16>(dq, s, pipe.k(it));
+    }
     pipe.release();
   }
   if (r_lo < tile.rows) store_dq<DK>(p, dq, 0, th_lo, accumulate);
@@ -164,12 +226,21 @@ void launch_dense_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, 
                      cudaStream_t stream) {
   if (n_tiles == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
-    const auto kernel = dense_dq_kernel<DK(), DV(), B>;
-    const size_t smem = KvPipeline<DK(), DV(), dq_key_tile<DK()>(), false, int>::kBytes;
-    set_kernel_smem(kernel, smem);
-    kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H)), kThreads, smem,
-             stream>>>(p, tiles, accumulate);
-    NSA_CUDA_LAUNCH_CHECK();
+    constexpr bool kWgmma = wgmma_dims(DK(), DV());
+    using Tiling = DqTiling<DK(), DV(), kWgmma>;
+    const auto launch = [&](auto hc) {
+      constexpr int HC = decltype(hc)::value;
+      const auto kernel = dense_dq_kernel<DK(), DV(), B, kWgmma, HC>;
+      set_kernel_smem(kernel, Tiling::smem_bytes());
+      kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H / HC)), kThreads * HC,
+               Tiling::smem_bytes(), stream>>>(p, tiles, accumulate);
+      NSA_CUDA_LAUNCH_CHECK();
+    };
+    if (p.hpg % Tiling::HC == 0) {
+      launch(Dim<Tiling::HC>{});
+    } else {
+      launch(Dim<1>{});
+    }
   });
 }
 

@@ -57,34 +57,31 @@ __device__ void store_row(const NsaParams& p, const SoftmaxAcc<DV>& acc, int r, 
   if (tq == 0) p.lse[branch][th] = acc.lse(r);
 }
 
-// Key rows per shared tile of the wgmma kernel: 128 up to 64-wide heads (two 64-key products per
-// k-step), 64 beyond (the stage stays at 32-40 KB, two or three CTAs per SM).
-template <int DK>
-constexpr int wgmma_key_tile() {
-  return DK <= 64 ? 128 : 64;
-}
-
 // The dense-branch tile loop on warpgroup MMA (kWgmma: swizzled tiles, wgmma.mma_async) or on
-// mma.sync (head dims below 64: padded tiles, ldmatrix).
+// mma.sync (head dims below 64: padded tiles, ldmatrix). With wgmma a CTA runs HC warpgroups, one
+// per head of a group, on the same query rows: each K/V tile is loaded once for HC heads (the
+// kernels are bound by these loads from L2, not by the MMAs).
 template <int DK, int DV, bool kWgmma>
 struct DenseTiling {
-  static constexpr int KT = kWgmma ? wgmma_key_tile<DK>() : kKeyTile;
+  static constexpr int HC = kWgmma ? 2 : 1;  // heads per CTA when the group's heads divide by it
+  static constexpr int KT = kWgmma ? 64 : kKeyTile;
   static size_t smem_bytes() {
     if constexpr (kWgmma) return SwKvPipeline<DK, DV, KT, int>::kBytes;
     return KvPipeline<DK, DV, KT, false, int>::kBytes;
   }
 };
 
-template <int DK, int DV, Branch B, bool kWgmma>
-__global__ void __launch_bounds__(kThreads)
+template <int DK, int DV, Branch B, bool kWgmma, int HC>
+__global__ void __launch_bounds__(kThreads* HC, HC > 1 && DK <= 64 ? 2 : 1)
     dense_forward_kernel(const NsaParams p, const RowTile* __restrict__ tiles) {
   constexpr int KT = DenseTiling<DK, DV, kWgmma>::KT;
   extern __shared__ __align__(16) unsigned char smem[];
   // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
   const RowTile tile = tiles[gridDim.x - 1 - blockIdx.x];
   if (tile.rows == 0) return;  // padding of a device-built table (device_layout.h)
-  const int64_t h = blockIdx.y, g = h / p.hpg, n = tile.seq, start = p.cu_seqlens[n];
-  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
+  const int64_t h = blockIdx.y * HC + threadIdx.x / kThreads, g = h / p.hpg, n = tile.seq;
+  const int64_t start = p.cu_seqlens[n];
+  const int warp = (threadIdx.x >> 5) % kWarps, gid = (threadIdx.x & 31) >> 2;
   const int r_lo = warp * 16 + gid;  // this thread's rows in the tile: r_lo and r_lo + 8
   const int warp_t0 = static_cast<int>(tile.first) + warp * 16, warp_rows = tile.rows - warp * 16;
 
@@ -114,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
     const KeyChunk c = pipe.acquire(it, n_chunks);
     float s[KT / 8][4];
     if constexpr (kWgmma) {
-      wgmma_q_kt<DK, KT>(s, qf, pipe.k(it));
+      wgmma_a_bt<DK, KT>(s, qf, pipe.k(it));
     } else {
 #pragma unroll
       for (int nt = 0; nt < KT / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
@@ -185,12 +182,20 @@ void launch_dense(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, cud
   if (n_tiles == 0) return;
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     constexpr bool kWgmma = wgmma_dims(DK(), DV());
-    const auto kernel = dense_forward_kernel<DK(), DV(), B, kWgmma>;
-    const size_t smem = DenseTiling<DK(), DV(), kWgmma>::smem_bytes();
-    set_kernel_smem(kernel, smem);
-    kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H)), kThreads, smem,
-             stream>>>(p, tiles);
-    NSA_CUDA_LAUNCH_CHECK();
+    using Tiling = DenseTiling<DK(), DV(), kWgmma>;
+    const auto launch = [&](auto hc) {
+      constexpr int HC = decltype(hc)::value;
+      const auto kernel = dense_forward_kernel<DK(), DV(), B, kWgmma, HC>;
+      set_kernel_smem(kernel, Tiling::smem_bytes());
+      kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H / HC)), kThreads * HC,
+               Tiling::smem_bytes(), stream>>>(p, tiles);
+      NSA_CUDA_LAUNCH_CHECK();
+    };
+    if (p.hpg % Tiling::HC == 0) {
+      launch(Dim<Tiling::HC>{});
+    } else {
+      launch(Dim<1>{});
+    }
   });
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "tiles.cuh"
+#include "wgmma_tiles.cuh"
 
 namespace nsa::cuda {
 
@@ -87,30 +88,33 @@ __device__ __forceinline__ PairList chunk_pairs(const UnitQueries& u, int64_t z,
   return {u, qa, static_cast<int>((qb - qa) * hpg), hpg, n_sel};
 }
 
-// One stage: indices, Q rows and (kGrad) dO rows with the branch statistics of QT pairs. The
+// One stage: Q rows and (kGrad) dO rows with the indices and branch statistics of QT pairs. The
 // statistics arrive by 4-byte cp.async together with the rows (the gate as the aligned bf16 pair
 // that holds it); finish_stats turns them into what the kernels read once the stage has landed.
-template <int DK, int DV, bool kGrad>
+// kSw: the rows as 128-byte-swizzled tiles for warpgroup MMA (wgmma_tiles.cuh; 64 pairs, the
+// stage a multiple of 1024 bytes so that both stages of a 1024-aligned buffer stay aligned),
+// else padded tiles (tile_stride) for ldmatrix.
+template <int DK, int DV, bool kGrad, bool kSw = false>
 struct PairStage {
-  static constexpr int QT = pair_tile<DK>();
-  static constexpr size_t kBytes = QT * sizeof(int64_t) + QT * tile_stride(DK) * sizeof(bf16) +
-                                   (kGrad ? QT * tile_stride(DV) * sizeof(bf16) : 0) +
-                                   QT * 5 * sizeof(float);
-  static_assert((QT * sizeof(int64_t) + QT * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16)) %
-                        8 ==
-                    0,
+  static constexpr int QT = kSw ? 64 : pair_tile<DK>();
+  static constexpr size_t kQBytes = QT * (kSw ? DK : tile_stride(DK)) * sizeof(bf16);
+  static constexpr size_t kDoBytes = kGrad ? QT * (kSw ? DV : tile_stride(DV)) * sizeof(bf16) : 0;
+  static constexpr size_t kUsed =
+      kQBytes + kDoBytes + QT * sizeof(int64_t) + QT * 5 * sizeof(float);
+  static constexpr size_t kBytes = kSw ? (kUsed + 1023) / 1024 * 1024 : kUsed;
+  static_assert((kQBytes + kDoBytes + QT * sizeof(int64_t)) % 8 == 0,
                 "the statistics are read as float2 pairs");
-  int64_t* th;  // query row·H + head, −1 for padding pairs
   bf16* q;
   bf16* d_o;                   // kGrad only
+  int64_t* th;                 // query row·H + head, −1 for padding pairs
   float *lse2, *delta, *gate;  // kGrad only: log2-domain lse, delta, gate (after finish_stats)
   int32_t* t;                  // query position in the sequence, −1 for padding pairs
   int32_t* slot;               // selected branch: which of the query's n_sel choices the block is
   __device__ explicit PairStage(unsigned char* base)
-      : th(reinterpret_cast<int64_t*>(base)),
-        q(reinterpret_cast<bf16*>(th + QT)),
-        d_o(q + QT * tile_stride(DK)),
-        lse2(reinterpret_cast<float*>(d_o + (kGrad ? QT * tile_stride(DV) : 0))),
+      : q(reinterpret_cast<bf16*>(base)),
+        d_o(reinterpret_cast<bf16*>(base + kQBytes)),
+        th(reinterpret_cast<int64_t*>(base + kQBytes + kDoBytes)),
+        lse2(reinterpret_cast<float*>(th + QT)),
         delta(lse2 + QT),
         gate(delta + QT),
         t(reinterpret_cast<int32_t*>(gate + QT)),
@@ -134,10 +138,10 @@ struct PairStage {
 // Fills stage st with pairs pb..pb+QT−1 of branch c: indices first (one thread per pair, which
 // also starts the copies of its statistics), a barrier, then the rows by cp.async (committed with
 // the statistics; the caller waits, then calls finish_stats). All threads call it.
-template <int c, int DK, int DV, bool kGrad>
+template <int c, int DK, int DV, bool kGrad, bool kSw>
 __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64_t g, int pb,
-                                const PairStage<DK, DV, kGrad>& st) {
-  constexpr int QT = PairStage<DK, DV, kGrad>::QT;
+                                const PairStage<DK, DV, kGrad, kSw>& st) {
+  constexpr int QT = PairStage<DK, DV, kGrad, kSw>::QT;
   for (int i = threadIdx.x; i < QT; i += blockDim.x) {
     const int k = pb + i;
     int64_t th = -1;
@@ -170,13 +174,21 @@ __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64
     }
   }
   __syncthreads();
-  load_tile<DK, true>(
-      st.q, QT, [&](int i) { return st.th[i] < 0 ? nullptr : p.q + st.th[i] * DK; }, threadIdx.x,
-      blockDim.x);
-  if constexpr (kGrad) {
-    load_tile<DV, true>(
-        st.d_o, QT, [&](int i) { return st.th[i] < 0 ? nullptr : p.d_o + st.th[i] * DV; },
-        threadIdx.x, blockDim.x);
+  const auto q_row = [&](int i) -> const bf16* {
+    return st.th[i] < 0 ? nullptr : p.q + st.th[i] * DK;
+  };
+  const auto do_row = [&](int i) -> const bf16* {
+    return st.th[i] < 0 ? nullptr : p.d_o + st.th[i] * DV;
+  };
+  if constexpr (kSw) {
+    load_sw_tile<DK>(reinterpret_cast<unsigned char*>(st.q), QT, q_row, threadIdx.x, blockDim.x);
+    if constexpr (kGrad) {
+      load_sw_tile<DV>(reinterpret_cast<unsigned char*>(st.d_o), QT, do_row, threadIdx.x,
+                       blockDim.x);
+    }
+  } else {
+    load_tile<DK, true>(st.q, QT, q_row, threadIdx.x, blockDim.x);
+    if constexpr (kGrad) load_tile<DV, true>(st.d_o, QT, do_row, threadIdx.x, blockDim.x);
   }
   cp_async_commit();
 }

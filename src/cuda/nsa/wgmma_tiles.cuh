@@ -2,9 +2,10 @@
 // memory (common/wgmma.cuh has the layout), a two-stage cp.async pipeline of them, and the two
 // products of a flash-style loop with the warpgroup's 64 rows as M:
 //   S (64 × KT) = Q·Kᵀ with Q as register fragments, K a K-major tile;
-//   O (64 × DV) += P·V with P from the S accumulators, V an MN-major tile.
-// The accumulators use the mma.sync C layout per warp (s[nt][e] as in tiles.cuh), so the softmax
-// code of softmax.cuh serves both the mma.sync and the wgmma kernels.
+//   O (64 × DV) += P·V with P from the S accumulators, V an MN-major tile
+// (and dq's dP = dO·Vᵀ and dq += dS·K, the same two forms). The accumulators use the mma.sync C
+// layout per warp (s[nt][e] as in tiles.cuh), so the softmax code of softmax.cuh serves both the
+// mma.sync and the wgmma kernels.
 //
 // A tile of R rows × D (D a multiple of 64) is D/64 sub-tiles of R rows × 64 elements (128 bytes
 // per row), sub-tile c at byte c·R·128, each 1024-byte aligned.
@@ -94,33 +95,52 @@ __device__ SwKvPipeline<DK, DV, KT, Chunks> make_sw_pipeline(unsigned char* smem
   return {sw_align(smem), kv, chunks};
 }
 
-// s (64 × KT, this warp's 16 rows as s[KT/8][4]) = Q·Kᵀ: q the warp's A fragments (16 rows × DK),
-// kt a KT-row swizzled tile of DK columns. Waits for the product.
-template <int DK, int KT>
-__device__ __forceinline__ void wgmma_q_kt(float s[][4], const uint32_t q[][4],
-                                           const unsigned char* kt) {
-  wgmma_fence();
+// s (64 × KT, this warp's 16 rows as s[KT/8][4]) = A·Yᵀ: a the warp's A fragments (16 rows × D,
+// e.g. Q), y a KT-row swizzled tile of D columns (e.g. K). Issues the products only; the caller
+// fences before and commits and waits after (wgmma_a_bt does all).
+template <int D, int KT>
+__device__ __forceinline__ void wgmma_a_bt_issue(float s[][4], const uint32_t a[][4],
+                                                 const unsigned char* y) {
 #pragma unroll
-  for (int kk = 0; kk < DK / 16; ++kk) {
-    const unsigned char* sub = kt + (kk / 4) * KT * 128;
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const unsigned char* sub = y + (kk / 4) * KT * 128;
 #pragma unroll
     for (int nb = 0; nb < KT / 64; ++nb) {
-      wgmma_m64n64k16_rs(&s[nb * 8][0], q[kk], kmajor_desc(sub + nb * 64 * 128, kk % 4), kk > 0);
+      wgmma_m64n64k16_rs(&s[nb * 8][0], a[kk], kmajor_desc(sub + nb * 64 * 128, kk % 4), kk > 0);
     }
   }
+}
+// The same with A a 64-row swizzled tile of D columns in shared memory (both operands shared: the
+// A fragments need no registers).
+template <int D, int KT>
+__device__ __forceinline__ void wgmma_tile_bt_issue(float s[][4], const unsigned char* a,
+                                                    const unsigned char* y) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const unsigned char* sub_a = a + (kk / 4) * 64 * 128;
+    const unsigned char* sub_y = y + (kk / 4) * KT * 128;
+#pragma unroll
+    for (int nb = 0; nb < KT / 64; ++nb) {
+      wgmma_m64n64k16_ss(&s[nb * 8][0], kmajor_desc(sub_a, kk % 4),
+                         kmajor_desc(sub_y + nb * 64 * 128, kk % 4), kk > 0);
+    }
+  }
+}
+template <int D, int KT>
+__device__ __forceinline__ void wgmma_a_bt(float s[][4], const uint32_t a[][4],
+                                           const unsigned char* y) {
+  wgmma_fence();
+  wgmma_a_bt_issue<D, KT>(s, a, y);
   wgmma_commit();
   wgmma_wait<0>();
 }
 
-// o (64 × DV) += P·V: p the warp's 16 × KT probabilities in the C layout (s of wgmma_q_kt), vt a
-// KT-row swizzled tile of DV columns (MN-major B). Waits for the product.
+// o (64 × DV) += P·V: a the warp's 16 × KT probabilities (or dS) as A fragments (c_to_a of the s
+// of wgmma_a_bt), vt a KT-row swizzled tile of DV columns (V, or K for dq; MN-major B). Issues
+// the products only (see wgmma_a_bt_issue).
 template <int DV, int KT>
-__device__ __forceinline__ void wgmma_p_v(float o[][4], const float p[][4],
-                                          const unsigned char* vt) {
-  uint32_t a[KT / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < KT / 16; ++kk) c_to_a(a[kk], p[2 * kk], p[2 * kk + 1]);
-  wgmma_fence();
+__device__ __forceinline__ void wgmma_p_v_issue(float o[][4], const uint32_t a[][4],
+                                                const unsigned char* vt) {
 #pragma unroll
   for (int kk = 0; kk < KT / 16; ++kk) {
 #pragma unroll
@@ -128,6 +148,21 @@ __device__ __forceinline__ void wgmma_p_v(float o[][4], const float p[][4],
       wgmma_m64n64k16_rs<true>(&o[nb * 8][0], a[kk], mnmajor_desc(vt + nb * KT * 128, kk), true);
     }
   }
+}
+// A fragments of the warp's 16 × KT C-layout values p.
+template <int KT>
+__device__ __forceinline__ void c_to_a_tile(uint32_t a[][4], const float p[][4]) {
+#pragma unroll
+  for (int kk = 0; kk < KT / 16; ++kk) c_to_a(a[kk], p[2 * kk], p[2 * kk + 1]);
+}
+// o += P·V with p in the C layout, waiting for the product.
+template <int DV, int KT>
+__device__ __forceinline__ void wgmma_p_v(float o[][4], const float p[][4],
+                                          const unsigned char* vt) {
+  uint32_t a[KT / 16][4];
+  c_to_a_tile<KT>(a, p);
+  wgmma_fence();
+  wgmma_p_v_issue<DV, KT>(o, a, vt);
   wgmma_commit();
   wgmma_wait<0>();
 }
