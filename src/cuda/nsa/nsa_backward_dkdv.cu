@@ -40,19 +40,20 @@ __host__ __device__ constexpr size_t ds_tile_bytes() {
   return kDq ? PairStage<DK, DK, true>::QT * tile_stride(kDkdvUnitRows) * sizeof(bf16) : 0;
 }
 
-// The dense branches' dK/dV on warpgroup MMA (wgmma_tiles.cuh) for head dims that are multiples
-// of 64 up to 128 (at 192 a 64-pair tile's accumulators would not fit in registers); the selected
-// branch (its fused dq reads the unit's K with ldmatrix) and other dims on mma.sync.
+// dK/dV (and the selected branch's fused dq) on warpgroup MMA (wgmma_tiles.cuh) for head dims
+// that are multiples of 64 up to 128 (at 192 a 64-pair tile's accumulators would not fit in
+// registers); other dims on mma.sync.
 template <int DK, int DV, Branch B>
 __host__ __device__ constexpr bool dkdv_wgmma() {
-  return wgmma_dims(DK, DV) && DK <= 128 && B != Branch::kSel;
+  return wgmma_dims(DK, DV) && DK <= 128;
 }
 
 template <int DK, int DV, bool kDq, bool kSw = false>
 __host__ __device__ constexpr size_t dkdv_smem_bytes() {
-  if constexpr (kSw) {
+  if constexpr (kSw) {  // the dS tile: 64 pairs × 64 unit rows, swizzled
     return kSwAlignSlack + kDkdvUnitRows * (DK + DV) * sizeof(bf16) +
-           2 * PairStage<DK, DV, true, true>::kBytes;
+           2 * PairStage<DK, DV, true, true>::kBytes +
+           (kDq ? 64 * kDkdvUnitRows * sizeof(bf16) : 0);
   }
   return kDkdvUnitRows * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
          2 * PairStage<DK, DV, true>::kBytes + ds_tile_bytes<DK, kDq>();
@@ -128,6 +129,39 @@ __device__ __forceinline__ void sel_tile_dq(const NsaParams& p, const SelDqPass&
 
 // The unit's K/V tiles (padded, or swizzled from a 1024-aligned base with kSw), the two pair
 // stages, and (kDq) the dS tile.
+// The fused dq of one 64-pair tile on warpgroup MMA: dq = dS · K_unit with dS (64 pairs × 64 unit
+// rows) and the unit's K both swizzled in shared memory; warp w's accumulator rows are pairs
+// 16w + gid and 16w + gid + 8.
+template <int DK>
+__device__ __forceinline__ void sel_tile_dq_wgmma(const NsaParams& p, const SelDqPass& dq,
+                                                  const unsigned char* ds_s,
+                                                  const unsigned char* ks, const int64_t th[2],
+                                                  const int32_t slot[2], int64_t ub, int64_t upb) {
+  const int tq = threadIdx.x & 3;
+  float acc[DK / 8][4];
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kDkdvUnitRows / 16; ++kk) {
+#pragma unroll
+    for (int nb = 0; nb < DK / 64; ++nb) {
+      wgmma_m64n64k16_ss<true>(&acc[nb * 8][0], kmajor_desc(ds_s, kk),
+                               mnmajor_desc(ks + nb * kDkdvUnitRows * 128, kk), kk > 0);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (th[r] < 0) continue;
+    const int64_t idx = ((th[r] - dq.r0 * p.H) * p.n_sel + slot[r]) * upb + ub;
+    bf16* dst = dq.dq_part + idx * DK + 2 * tq;
+#pragma unroll
+    for (int nt = 0; nt < DK / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16(acc[nt][2 * r], acc[nt][2 * r + 1]);
+    }
+  }
+}
+
 template <int DK, int DV, bool kDq, bool kSw = false>
 struct DkdvSmem {
   using Stage = PairStage<DK, DV, true, kSw>;
@@ -238,7 +272,12 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
           }
           sc[nt][e] = pr * c_gate;
           dpt[nt][e] = pr * (c_gate * dpt[nt][e] - c_delta);
-          if constexpr (kDq) sm.ds[col * SDS + jl] = __float2bfloat16(dpt[nt][e]);
+          if constexpr (kDq && kSw) {
+            *reinterpret_cast<bf16*>(reinterpret_cast<unsigned char*>(sm.ds) +
+                                     sw128_offset(col, jl)) = __float2bfloat16(dpt[nt][e]);
+          } else if constexpr (kDq) {
+            sm.ds[col * SDS + jl] = __float2bfloat16(dpt[nt][e]);
+          }
         }
       }
     };
@@ -270,8 +309,14 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
         slot[r] = st.slot[pg * 16 + gid + 8 * r];
       }
     }
+    if constexpr (kDq && kSw) fence_proxy_async_smem();  // ds is read by wgmma
     __syncthreads();  // stage it & 1 is refilled by the next iteration's issue; ds is complete
-    if constexpr (kDq) sel_tile_dq<DK, QT>(p, dq, sm.ds, sm.ks, th, slot, ub, upb);
+    if constexpr (kDq && kSw) {
+      sel_tile_dq_wgmma<DK>(p, dq, reinterpret_cast<const unsigned char*>(sm.ds),
+                            reinterpret_cast<const unsigned char*>(sm.ks), th, slot, ub, upb);
+    } else if constexpr (kDq) {
+      sel_tile_dq<DK, QT>(p, dq, sm.ds, sm.ks, th, slot, ub, upb);
+    }
   }
 }
 
@@ -363,7 +408,7 @@ template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
     sel_item_kernel(const NsaParams p, const SelItems it, const SelDqPass dq) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const DkdvSmem<DK, DV, true> sm(smem);
+  const DkdvSmem<DK, DV, true, dkdv_wgmma<DK, DV, Branch::kSel>()> sm(smem);
   const int64_t i = blockIdx.x, U = it.n_units * p.G;
   if (i >= it.item_end[U - 1]) return;
   const SelItemDesc d = it.items[i];
@@ -517,7 +562,7 @@ void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_unit
   const int64_t bound = sel_items_bound(p, n_units, pass.r1 - pass.r0);
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     const auto kernel = sel_item_kernel<DK(), DV()>;
-    const size_t smem = dkdv_smem_bytes<DK(), DV(), true>();
+    const size_t smem = dkdv_smem_bytes<DK(), DV(), true, dkdv_wgmma<DK(), DV(), Branch::kSel>()>();
     set_kernel_smem(kernel, smem);
     kernel<<<static_cast<unsigned>(bound), kThreads, smem, stream>>>(p, it, pass);
     NSA_CUDA_LAUNCH_CHECK();
