@@ -21,6 +21,7 @@
 #include "sel_index.h"
 #include "softmax.cuh"
 #include "tiles.cuh"
+#include "wgmma_tiles.cuh"
 
 namespace nsa::cuda {
 namespace {
@@ -35,18 +36,23 @@ int entries_per_cta(int64_t hpg) {
   return static_cast<int>(std::max<int64_t>(1, kPairsPerCta / hpg));
 }
 
-// Block rows per shared sub-tile: 32 for the widest heads keeps dq, Q, dO, S and dP in registers.
-template <int DK>
+// Block rows per shared sub-tile: 32 for the widest heads keeps dq, Q, dO, S and dP in registers
+// (mma.sync); 64 on warpgroup MMA (head dims multiples of 64: the block as swizzled 64-row
+// sub-tiles, one 64-pair tile of the CTA's four warps as M).
+template <int DK, int DV>
 constexpr int key_tile() {
-  return DK > 128 ? 32 : 64;
+  return wgmma_dims(DK, DV) ? 64 : DK > 128 ? 32 : 64;
 }
 
 template <int DK, int DV>
 size_t smem_bytes(const NsaParams& p, int ne) {
-  constexpr int KT = key_tile<DK>();
+  constexpr int KT = key_tile<DK, DV>();
   const int64_t rows = (p.l_sel + KT - 1) / KT * KT;
-  return static_cast<size_t>(rows * (tile_stride(DK) + tile_stride(DV))) * sizeof(bf16) +
-         static_cast<size_t>(ne) * sizeof(uint64_t);
+  const size_t tiles =
+      wgmma_dims(DK, DV)
+          ? kSwAlignSlack + static_cast<size_t>(rows * (DK + DV)) * sizeof(bf16)
+          : static_cast<size_t>(rows * (tile_stride(DK) + tile_stride(DV))) * sizeof(bf16);
+  return tiles + static_cast<size_t>(ne) * sizeof(uint64_t);
 }
 
 // Keys of rows [r0, r0 + n / (G·n_sel)): entry e of the chunk is sel_idx entry r0·G·n_sel + e.
@@ -150,12 +156,15 @@ __device__ __forceinline__ void store_part(bf16* dst, const float acc[][4], int 
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads)
     sel_block_major_kernel(const NsaParams p, const ChunkArgs a) {
-  constexpr int KT = key_tile<DK>(), SK = tile_stride(DK), SV = tile_stride(DV);
+  constexpr bool kWgmma = wgmma_dims(DK, DV);
+  constexpr int KT = key_tile<DK, DV>(), SK = tile_stride(DK), SV = tile_stride(DV);
+  // Sub-tile of KT block rows: K (K_SUB bytes) and V (V_SUB bytes) apart.
+  constexpr int K_SUB = KT * (kWgmma ? DK : SK) * 2, V_SUB = KT * (kWgmma ? DV : SV) * 2;
   extern __shared__ __align__(16) unsigned char smem[];
   const int n_sub = static_cast<int>((p.l_sel + KT - 1) / KT);
-  bf16* ks = reinterpret_cast<bf16*>(smem);
-  bf16* vs = ks + n_sub * KT * SK;
-  uint64_t* key_s = reinterpret_cast<uint64_t*>(vs + n_sub * KT * SV);
+  unsigned char* ks = kWgmma ? sw_align(smem) : smem;
+  unsigned char* vs = ks + n_sub * K_SUB;
+  uint64_t* key_s = reinterpret_cast<uint64_t*>(vs + n_sub * V_SUB);
 
   const int64_t e0 = static_cast<int64_t>(blockIdx.x) * a.ne;
   const int n_here = static_cast<int>(a.n - e0 < a.ne ? a.n - e0 : a.ne);
@@ -187,14 +196,28 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t k_first = blk * p.l_sel, len = p.cu_seqlens[n + 1] - seq_start;
     const int nk = static_cast<int>(p.l_sel < len - k_first ? p.l_sel : len - k_first);
     const KvRows kv = raw_rows(p, 1, n, g);
-    load_tile<DK, true>(
-        ks, n_sub * KT,
-        [&](int r) { return r < nk ? kv.k + (k_first + r) * kv.k_stride : nullptr; }, threadIdx.x,
-        kThreads);
-    load_tile<DV, true>(
-        vs, n_sub * KT,
-        [&](int r) { return r < nk ? kv.v + (k_first + r) * kv.v_stride : nullptr; }, threadIdx.x,
-        kThreads);
+    if constexpr (kWgmma) {
+      for (int sub = 0; sub < n_sub; ++sub) {
+        const int r0 = sub * KT;
+        load_sw_tile<DK>(
+            ks + sub * K_SUB, KT,
+            [&](int r) { return r0 + r < nk ? kv.k + (k_first + r0 + r) * kv.k_stride : nullptr; },
+            threadIdx.x, kThreads);
+        load_sw_tile<DV>(
+            vs + sub * V_SUB, KT,
+            [&](int r) { return r0 + r < nk ? kv.v + (k_first + r0 + r) * kv.v_stride : nullptr; },
+            threadIdx.x, kThreads);
+      }
+    } else {
+      load_tile<DK, true>(
+          reinterpret_cast<bf16*>(ks), n_sub * KT,
+          [&](int r) { return r < nk ? kv.k + (k_first + r) * kv.k_stride : nullptr; }, threadIdx.x,
+          kThreads);
+      load_tile<DV, true>(
+          reinterpret_cast<bf16*>(vs), n_sub * KT,
+          [&](int r) { return r < nk ? kv.v + (k_first + r) * kv.v_stride : nullptr; }, threadIdx.x,
+          kThreads);
+    }
     cp_async_commit();
     // The warp's first tile loads its queries while the block is on its way.
     const int pairs = (j - i) * static_cast<int>(p.hpg);
@@ -207,21 +230,36 @@ __global__ void __launch_bounds__(kThreads)
     };
     load_q();
     cp_async_wait<0>();
+    if constexpr (kWgmma) fence_proxy_async_smem();
     __syncthreads();
 
-    for (int pair0 = warp * 16; pair0 < pairs; pair0 += kPairTile) {
-      if (pair0 != warp * 16) {
+    // mma.sync: each warp walks its own 16-pair tiles; wgmma: the four warps walk 64-pair tiles
+    // together (a warp past the pairs computes masked rows).
+    for (int base = 0; base < pairs; base += kPairTile) {
+      const int pair0 = base + warp * 16;
+      if (!kWgmma && pair0 >= pairs) break;
+      if (base != 0) {
         pr = pair_rows(p, a, key_s, i, pairs, pair0, g, seq_start);
         load_q();
       }
       SoftmaxAcc<DV> acc;
       acc.init();
       for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
-        float s[KT / 8][4] = {};
-        mma_a_bt<DK, KT / 8>(s, qf, ks + sub * KT * SK);
+        float s[KT / 8][4];
+        if constexpr (kWgmma) {
+          wgmma_a_bt<DK, KT>(s, qf, ks + sub * K_SUB);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < KT / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+          mma_a_bt<DK, KT / 8>(s, qf, reinterpret_cast<const bf16*>(ks + sub * K_SUB));
+        }
         mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
         acc.template update<KT / 8>(s);
-        mma_c_b<DV, KT / 16>(acc.o, s, vs + sub * KT * SV);
+        if constexpr (kWgmma) {
+          wgmma_p_v<DV, KT>(acc.o, s, vs + sub * V_SUB);
+        } else {
+          mma_c_b<DV, KT / 16>(acc.o, s, reinterpret_cast<const bf16*>(vs + sub * V_SUB));
+        }
       }
       acc.finish();
 #pragma unroll
