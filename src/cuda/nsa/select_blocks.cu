@@ -15,6 +15,7 @@
 #include "head_dims.h"
 #include "nsa_kernels.h"
 #include "tiles.cuh"
+#include "wgmma_tiles.cuh"
 
 namespace nsa::cuda {
 namespace {
@@ -77,10 +78,21 @@ struct RegTop {
   }
 };
 
+// Head dims 128 and 192 score on warpgroup MMA: the K tiles swizzled (from a 1024-aligned base,
+// kSwAlignSlack more bytes), S = Q·Kᵀ read once per warpgroup instead of once per warp by
+// ldmatrix. Measured (H100 workshop): paper_attn 16k 1.891 -> 1.741 ms; at dk = 64 no gain
+// (m7c_125m 16k 0.269 -> 0.265, 64k 2.753 -> 2.812: the top lists bound it), so 64 stays on
+// mma.sync.
+constexpr bool select_wgmma(int dk) {
+  return dk % 64 == 0 && dk > 64;
+}
+
 template <int DK, bool kRegTop>
 __global__ void __launch_bounds__(kThreads)
     select_blocks_kernel(const NsaParams p, const RowTile* __restrict__ tiles, int halo) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr bool kWgmma = select_wgmma(DK);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = kWgmma ? sw_align(smem_raw) : smem_raw;
   const SelectSmem L = select_smem(DK, p.hpg, p.n_sel, halo);
   bf16* ks = reinterpret_cast<bf16*>(smem + L.ks);
   float* strip = reinterpret_cast<float*>(smem + L.strip);
@@ -134,12 +146,18 @@ __global__ void __launch_bounds__(kThreads)
   top.init();
 
   // K tiles in two buffers: tile it + 1 is copied (cp.async) while tile it is used.
+  constexpr int kKTileElems = kKeyTile * (kWgmma ? DK : tile_stride(DK));
   const auto issue = [&](int64_t k0) {
     const int64_t nk = keys.end - k0 < kKeyTile ? keys.end - k0 : kKeyTile;
-    load_tile<DK, true>(
-        ks + ((k0 / kKeyTile) & 1) * kKeyTile * tile_stride(DK), kKeyTile,
-        [&](int i) { return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr; }, threadIdx.x,
-        kThreads);
+    bf16* dst = ks + ((k0 / kKeyTile) & 1) * kKTileElems;
+    const auto row = [&](int i) -> const bf16* {
+      return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr;
+    };
+    if constexpr (kWgmma) {
+      load_sw_tile<DK>(reinterpret_cast<unsigned char*>(dst), kKeyTile, row, threadIdx.x, kThreads);
+    } else {
+      load_tile<DK, true>(dst, kKeyTile, row, threadIdx.x, kThreads);
+    }
     cp_async_commit();
   };
   if (keys.end > 0) issue(0);
@@ -154,8 +172,9 @@ __global__ void __launch_bounds__(kThreads)
       } else {
         cp_async_wait<0>();
       }
+      if constexpr (kWgmma) fence_proxy_async_smem();
       __syncthreads();
-      const bf16* kt = ks + ((k0 / kKeyTile) & 1) * kKeyTile * tile_stride(DK);
+      const bf16* kt = ks + ((k0 / kKeyTile) & 1) * kKTileElems;
       float gp[kKeyTile / 8][4] = {};
       // Which of this thread's 32 scores are visible: the same for every head of the group, so
       // it is worked out once per tile (bit 4·nt + e), or not at all when the warp's rows see the
@@ -185,8 +204,15 @@ __global__ void __launch_bounds__(kThreads)
                      ? p.q + ((start + tile.first + warp * 16 + r) * p.H + g * hpg + hh) * DK
                      : nullptr;
         });
-        float s[kKeyTile / 8][4] = {};
-        mma_a_bt<DK, kKeyTile / 8>(s, qf, kt);
+        float s[kKeyTile / 8][4];
+        if constexpr (kWgmma) {
+          wgmma_a_bt<DK, kKeyTile>(s, qf, reinterpret_cast<const unsigned char*>(kt));
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < kKeyTile / 8; ++nt)
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+          mma_a_bt<DK, kKeyTile / 8>(s, qf, kt);
+        }
         const float lo = lse2[hh * kRows + r_lo], hi = lse2[hh * kRows + r_lo + 8];
         const auto accumulate = [&](auto whole_tile) {
 #pragma unroll
@@ -322,7 +348,8 @@ void launch_select_blocks(const NsaParams& p, const RowTile* tiles, int64_t n_ti
     if constexpr (DK() <= 128) {
       if (p.n_sel - 1 <= kRegTopMax) kernel = select_blocks_kernel<DK(), true>;
     }
-    const size_t smem = static_cast<size_t>(select_smem(DK(), p.hpg, p.n_sel, halo).total);
+    const size_t smem = static_cast<size_t>(select_smem(DK(), p.hpg, p.n_sel, halo).total) +
+                        (select_wgmma(DK()) ? kSwAlignSlack : 0);
     set_kernel_smem(kernel, smem);
     kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.G)), kThreads, smem,
              stream>>>(p, tiles, halo);
