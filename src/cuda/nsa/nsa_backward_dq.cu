@@ -85,7 +85,7 @@ struct DqTiling {
 };
 
 template <int DK, int DV, Branch B, bool kWgmma, int HC>
-__global__ void __launch_bounds__(kThreads* HC)
+__global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
     dense_dq_kernel(const NsaParams p, const RowTile* __restrict__ tiles, bool accumulate) {
   constexpr int KT = DqTiling<DK, DV, kWgmma>::KT;
   extern __shared__ __align__(16) unsigned char smem[];

@@ -72,7 +72,7 @@ struct DenseTiling {
 };
 
 template <int DK, int DV, Branch B, bool kWgmma, int HC>
-__global__ void __launch_bounds__(kThreads* HC, HC > 1 && DK <= 64 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
     dense_forward_kernel(const NsaParams p, const RowTile* __restrict__ tiles) {
   constexpr int KT = DenseTiling<DK, DV, kWgmma>::KT;
   extern __shared__ __align__(16) unsigned char smem[];

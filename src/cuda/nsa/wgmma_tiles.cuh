@@ -21,6 +21,13 @@ __host__ __device__ constexpr bool wgmma_dims(int dk, int dv) {
   return dk % 64 == 0 && dv % 64 == 0;
 }
 
+// CTAs per SM a kernel of HC warpgroups is built for: two of two warpgroups up to 64-wide heads
+// (128 registers a thread), else one.
+template <int DK, int HC>
+__host__ __device__ constexpr int wgmma_min_ctas() {
+  return HC > 1 && DK <= 64 ? 2 : 1;
+}
+
 // Byte offset of element (r, c) of an R-row swizzled tile of D/64 sub-tiles.
 __device__ __forceinline__ uint32_t sw_tile_offset(int R, int r, int c) {
   return static_cast<uint32_t>(c >> 6) * R * 128u + sw128_offset(r, c & 63);
