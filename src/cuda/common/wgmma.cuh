@@ -36,6 +36,17 @@ __device__ __forceinline__ uint64_t sw128_desc(const void* smem, uint32_t lbo, u
          (static_cast<uint64_t>((lbo & 0x3FFFFu) >> 4) << 16) |
          (static_cast<uint64_t>((sbo & 0x3FFFFu) >> 4) << 32) | (uint64_t{1} << 62);
 }
+// The descriptor of a tile (K-major and MN-major share it), and of a byte `offset` (a multiple of
+// 16) past it: the address field counts 16-byte units and shared memory lies below 256 KB, so an
+// addition cannot carry into the next field. Kernels build one descriptor per tile and add
+// compile-time offsets instead of rebuilding each step's descriptor (Nsight Compute counted the
+// rebuilding among the dq kernel's busiest lines).
+__device__ __forceinline__ uint64_t sw128_tile_desc(const void* tile) {
+  return sw128_desc(tile, 16, 1024);
+}
+__device__ __forceinline__ uint64_t desc_at(uint64_t tile_desc, uint32_t offset) {
+  return tile_desc + (offset >> 4);
+}
 // K-major operand (rows of 64 K-elements): step k (16 elements) of the tile at `tile`.
 __device__ __forceinline__ uint64_t kmajor_desc(const void* tile, int k) {
   return sw128_desc(static_cast<const unsigned char*>(tile) + 32 * k, 16, 1024);

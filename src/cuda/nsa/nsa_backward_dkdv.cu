@@ -139,13 +139,14 @@ __device__ __forceinline__ void sel_tile_dq_wgmma(const NsaParams& p, const SelD
                                                   const int32_t slot[2], int64_t ub, int64_t upb) {
   const int tq = threadIdx.x & 3;
   float acc[DK / 8][4];
+  const uint64_t dd = sw128_tile_desc(ds_s), dk = sw128_tile_desc(ks);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kDkdvUnitRows / 16; ++kk) {
 #pragma unroll
     for (int nb = 0; nb < DK / 64; ++nb) {
-      wgmma_m64n64k16_ss<true>(&acc[nb * 8][0], kmajor_desc(ds_s, kk),
-                               mnmajor_desc(ks + nb * kDkdvUnitRows * 128, kk), kk > 0);
+      wgmma_m64n64k16_ss<true>(&acc[nb * 8][0], desc_at(dd, 32 * kk),
+                               desc_at(dk, nb * kDkdvUnitRows * 128 + 16 * 128 * kk), kk > 0);
     }
   }
   wgmma_commit();
@@ -197,16 +198,18 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
     return i < unit.rows ? kv.v + (unit.first + i) * kv.v_stride : nullptr;
   };
   if constexpr (kSw) {  // by cp.async, committed with the first pair stage
-    load_sw_tile<DK>(reinterpret_cast<unsigned char*>(sm.ks), kDkdvUnitRows, k_row, threadIdx.x,
-                     kThreads);
-    load_sw_tile<DV>(reinterpret_cast<unsigned char*>(sm.vs), kDkdvUnitRows, v_row, threadIdx.x,
-                     kThreads);
+    load_sw_tile<DK, kDkdvUnitRows, kThreads>(reinterpret_cast<unsigned char*>(sm.ks), k_row,
+                                              threadIdx.x);
+    load_sw_tile<DV, kDkdvUnitRows, kThreads>(reinterpret_cast<unsigned char*>(sm.vs), v_row,
+                                              threadIdx.x);
   } else {
     load_tile<DK>(sm.ks, kDkdvUnitRows, k_row, threadIdx.x, kThreads);
     load_tile<DV>(sm.vs, kDkdvUnitRows, v_row, threadIdx.x, kThreads);
   }
 
-  const auto issue = [&](int pb, const Stage& st) { fill_pair_stage<c>(p, pairs, g, pb, st); };
+  const auto issue = [&](int pb, const Stage& st) {
+    fill_pair_stage<c, kThreads>(p, pairs, g, pb, st);
+  };
   const int jl_lo = warp * 16 + gid;  // this thread's unit rows: jl_lo and jl_lo + 8
   const int j0 = static_cast<int>(unit.first) + warp * 16;  // the warp's first key
   const bool warp_full = warp * 16 + 16 <= unit.rows;

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
   };
   const auto pipe = [&] {
     if constexpr (kWgmma) {
-      return make_sw_pipeline<DK, DV, KT>(smem, branch_rows<B>(p, n, g), chunks);
+      return make_sw_pipeline<DK, DV, KT, kThreads * HC>(smem, branch_rows<B>(p, n, g), chunks);
     } else {
       return make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), chunks);
     }
@@ -144,8 +144,8 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
           return r < tile.rows ? base + ((wg_row0 + r) * H + h) * d : nullptr;
         };
       };
-      load_sw_tile<DK>(q_tile, 64, rows(p.q, DK), wg_tid, kThreads);
-      load_sw_tile<DV>(do_tile, 64, rows(p.d_o, DV), wg_tid, kThreads);  // committed with chunk 0
+      load_sw_tile<DK, 64, kThreads>(q_tile, rows(p.q, DK), wg_tid);
+      load_sw_tile<DV, 64, kThreads>(do_tile, rows(p.d_o, DV), wg_tid);  // committed with chunk 0
     }
   }
   if (n_chunks > 0) pipe.issue(0);

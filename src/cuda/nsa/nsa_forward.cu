@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
   };
   const auto pipe = [&] {
     if constexpr (kWgmma) {
-      return make_sw_pipeline<DK, DV, KT>(smem, branch_rows<B>(p, n, g), chunks);
+      return make_sw_pipeline<DK, DV, KT, kThreads * HC>(smem, branch_rows<B>(p, n, g), chunks);
     } else {
       return make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), chunks);
     }

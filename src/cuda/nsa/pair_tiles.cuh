@@ -135,10 +135,11 @@ struct PairStage {
   }
 };
 
-// Fills stage st with pairs pb..pb+QT−1 of branch c: indices first (one thread per pair, which
-// also starts the copies of its statistics), a barrier, then the rows by cp.async (committed with
-// the statistics; the caller waits, then calls finish_stats). All threads call it.
-template <int c, int DK, int DV, bool kGrad, bool kSw>
+// Fills stage st with pairs pb..pb+QT−1 of branch c (a CTA of kN threads): indices first (one
+// thread per pair, which also starts the copies of its statistics), a barrier, then the rows by
+// cp.async (committed with the statistics; the caller waits, then calls finish_stats). All threads
+// call it.
+template <int c, int kN, int DK, int DV, bool kGrad, bool kSw>
 __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64_t g, int pb,
                                 const PairStage<DK, DV, kGrad, kSw>& st) {
   constexpr int QT = PairStage<DK, DV, kGrad, kSw>::QT;
@@ -181,10 +182,9 @@ __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64
     return st.th[i] < 0 ? nullptr : p.d_o + st.th[i] * DV;
   };
   if constexpr (kSw) {
-    load_sw_tile<DK>(reinterpret_cast<unsigned char*>(st.q), QT, q_row, threadIdx.x, blockDim.x);
+    load_sw_tile<DK, QT, kN>(reinterpret_cast<unsigned char*>(st.q), q_row, threadIdx.x);
     if constexpr (kGrad) {
-      load_sw_tile<DV>(reinterpret_cast<unsigned char*>(st.d_o), QT, do_row, threadIdx.x,
-                       blockDim.x);
+      load_sw_tile<DV, QT, kN>(reinterpret_cast<unsigned char*>(st.d_o), do_row, threadIdx.x);
     }
   } else {
     load_tile<DK, true>(st.q, QT, q_row, threadIdx.x, blockDim.x);

@@ -199,14 +199,14 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kWgmma) {
       for (int sub = 0; sub < n_sub; ++sub) {
         const int r0 = sub * KT;
-        load_sw_tile<DK>(
-            ks + sub * K_SUB, KT,
+        load_sw_tile<DK, KT, kThreads>(
+            ks + sub * K_SUB,
             [&](int r) { return r0 + r < nk ? kv.k + (k_first + r0 + r) * kv.k_stride : nullptr; },
-            threadIdx.x, kThreads);
-        load_sw_tile<DV>(
-            vs + sub * V_SUB, KT,
+            threadIdx.x);
+        load_sw_tile<DV, KT, kThreads>(
+            vs + sub * V_SUB,
             [&](int r) { return r0 + r < nk ? kv.v + (k_first + r0 + r) * kv.v_stride : nullptr; },
-            threadIdx.x, kThreads);
+            threadIdx.x);
       }
     } else {
       load_tile<DK, true>(

@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
       return i < nk ? kv.k + (k0 + i) * kv.k_stride : nullptr;
     };
     if constexpr (kWgmma) {
-      load_sw_tile<DK>(reinterpret_cast<unsigned char*>(dst), kKeyTile, row, threadIdx.x, kThreads);
+      load_sw_tile<DK, kKeyTile, kThreads>(reinterpret_cast<unsigned char*>(dst), row, threadIdx.x);
     } else {
       load_tile<DK, true>(dst, kKeyTile, row, threadIdx.x, kThreads);
     }

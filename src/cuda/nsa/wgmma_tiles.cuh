@@ -29,18 +29,22 @@ __host__ __device__ constexpr int wgmma_min_ctas() {
 }
 
 // Byte offset of element (r, c) of an R-row swizzled tile of D/64 sub-tiles.
-__device__ __forceinline__ uint32_t sw_tile_offset(int R, int r, int c) {
+__host__ __device__ constexpr uint32_t sw_tile_offset(int R, int r, int c) {
   return static_cast<uint32_t>(c >> 6) * R * 128u + sw128_offset(r, c & 63);
 }
 
 // Fills rows [0, R) of a swizzled tile with D columns: row i from row_ptr(i) (D contiguous bf16) or
-// zeros where it returns nullptr, by cp.async (the caller commits and waits). Threads tid,
-// tid + n_threads, ... take consecutive 16-byte chunks (coalesced).
-template <int D, typename RowPtr>
-__device__ __forceinline__ void load_sw_tile(unsigned char* dst, int R, RowPtr row_ptr, int tid,
-                                             int n_threads) {
-  constexpr int kChunks = D / 8;
-  for (int idx = tid; idx < R * kChunks; idx += n_threads) {
+// zeros where it returns nullptr, by cp.async (the caller commits and waits). The N threads of
+// the caller (tid < N) take consecutive 16-byte chunks (coalesced). R and N are compile-time, so
+// the loop unrolls into straight-line copies (as a loop with runtime bounds, its index and
+// address arithmetic was a tenth of the dK/dV kernels' stall samples).
+template <int D, int R, int N, typename RowPtr>
+__device__ __forceinline__ void load_sw_tile(unsigned char* dst, RowPtr row_ptr, int tid) {
+  constexpr int kChunks = D / 8, kTotal = R * kChunks;
+#pragma unroll
+  for (int k = 0; k < (kTotal + N - 1) / N; ++k) {
+    const int idx = tid + k * N;
+    if (kTotal % N != 0 && idx >= kTotal) break;
     const int i = idx / kChunks, c = idx % kChunks;
     const bf16* src = row_ptr(i);
     unsigned char* d = dst + sw_tile_offset(R, i, c * 8);
@@ -59,9 +63,10 @@ __device__ __forceinline__ unsigned char* sw_align(unsigned char* smem) {
   return smem + (((a + 1023u) & ~1023u) - a);
 }
 
-// Two-stage pipeline of KT-row K/V tiles (swizzled), run by the whole CTA; chunk `it` comes from
-// chunks(it). Usage as KvPipeline in tiles.cuh: issue(0); per chunk acquire, use, release.
-template <int DK, int DV, int KT, typename Chunks>
+// Two-stage pipeline of KT-row K/V tiles (swizzled), run by the whole CTA of N threads; chunk `it`
+// comes from chunks(it). Usage as KvPipeline in tiles.cuh: issue(0); per chunk acquire, use,
+// release.
+template <int DK, int DV, int KT, typename Chunks, int N = 128>
 struct SwKvPipeline {
   static constexpr uint32_t kKBytes = KT * DK * 2, kVBytes = KT * DV * 2;
   static constexpr size_t kBytes = 2 * (kKBytes + kVBytes) + kSwAlignSlack;
@@ -73,12 +78,12 @@ struct SwKvPipeline {
   __device__ unsigned char* v(int64_t it) const { return k(it) + kKBytes; }
   __device__ void issue(int64_t it) const {
     const KeyChunk c = chunks(it);
-    load_sw_tile<DK>(
-        k(it), KT, [&](int i) { return i < c.nk ? kv.k + (c.k0 + i) * kv.k_stride : nullptr; },
-        threadIdx.x, blockDim.x);
-    load_sw_tile<DV>(
-        v(it), KT, [&](int i) { return i < c.nk ? kv.v + (c.k0 + i) * kv.v_stride : nullptr; },
-        threadIdx.x, blockDim.x);
+    load_sw_tile<DK, KT, N>(
+        k(it), [&](int i) { return i < c.nk ? kv.k + (c.k0 + i) * kv.k_stride : nullptr; },
+        threadIdx.x);
+    load_sw_tile<DV, KT, N>(
+        v(it), [&](int i) { return i < c.nk ? kv.v + (c.k0 + i) * kv.v_stride : nullptr; },
+        threadIdx.x);
     cp_async_commit();
   }
   // Starts chunk it + 1, waits for chunk it (visible to wgmma: the async proxy), returns it.
@@ -96,9 +101,9 @@ struct SwKvPipeline {
   __device__ void release() const { __syncthreads(); }
 };
 
-template <int DK, int DV, int KT, typename Chunks>
-__device__ SwKvPipeline<DK, DV, KT, Chunks> make_sw_pipeline(unsigned char* smem, KvRows kv,
-                                                             Chunks chunks) {
+template <int DK, int DV, int KT, int N, typename Chunks>
+__device__ SwKvPipeline<DK, DV, KT, Chunks, N> make_sw_pipeline(unsigned char* smem, KvRows kv,
+                                                                Chunks chunks) {
   return {sw_align(smem), kv, chunks};
 }
 
@@ -108,12 +113,13 @@ __device__ SwKvPipeline<DK, DV, KT, Chunks> make_sw_pipeline(unsigned char* smem
 template <int D, int KT>
 __device__ __forceinline__ void wgmma_a_bt_issue(float s[][4], const uint32_t a[][4],
                                                  const unsigned char* y) {
+  const uint64_t dy = sw128_tile_desc(y);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const unsigned char* sub = y + (kk / 4) * KT * 128;
 #pragma unroll
     for (int nb = 0; nb < KT / 64; ++nb) {
-      wgmma_m64n64k16_rs(&s[nb * 8][0], a[kk], kmajor_desc(sub + nb * 64 * 128, kk % 4), kk > 0);
+      const uint32_t off = (kk / 4) * KT * 128 + nb * 64 * 128 + 32 * (kk % 4);
+      wgmma_m64n64k16_rs(&s[nb * 8][0], a[kk], desc_at(dy, off), kk > 0);
     }
   }
 }
@@ -122,14 +128,13 @@ __device__ __forceinline__ void wgmma_a_bt_issue(float s[][4], const uint32_t a[
 template <int D, int KT>
 __device__ __forceinline__ void wgmma_tile_bt_issue(float s[][4], const unsigned char* a,
                                                     const unsigned char* y) {
+  const uint64_t da = sw128_tile_desc(a), dy = sw128_tile_desc(y);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const unsigned char* sub_a = a + (kk / 4) * 64 * 128;
-    const unsigned char* sub_y = y + (kk / 4) * KT * 128;
 #pragma unroll
     for (int nb = 0; nb < KT / 64; ++nb) {
-      wgmma_m64n64k16_ss(&s[nb * 8][0], kmajor_desc(sub_a, kk % 4),
-                         kmajor_desc(sub_y + nb * 64 * 128, kk % 4), kk > 0);
+      wgmma_m64n64k16_ss(&s[nb * 8][0], desc_at(da, (kk / 4) * 64 * 128 + 32 * (kk % 4)),
+                         desc_at(dy, (kk / 4) * KT * 128 + nb * 64 * 128 + 32 * (kk % 4)), kk > 0);
     }
   }
 }
@@ -148,11 +153,13 @@ __device__ __forceinline__ void wgmma_a_bt(float s[][4], const uint32_t a[][4],
 template <int DV, int KT>
 __device__ __forceinline__ void wgmma_p_v_issue(float o[][4], const uint32_t a[][4],
                                                 const unsigned char* vt) {
+  const uint64_t dv = sw128_tile_desc(vt);
 #pragma unroll
   for (int kk = 0; kk < KT / 16; ++kk) {
 #pragma unroll
     for (int nb = 0; nb < DV / 64; ++nb) {
-      wgmma_m64n64k16_rs<true>(&o[nb * 8][0], a[kk], mnmajor_desc(vt + nb * KT * 128, kk), true);
+      wgmma_m64n64k16_rs<true>(&o[nb * 8][0], a[kk], desc_at(dv, nb * KT * 128 + 16 * 128 * kk),
+                               true);
     }
   }
 }
