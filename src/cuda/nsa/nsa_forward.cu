@@ -108,11 +108,17 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
   acc.init();
   if (n_chunks > 0) pipe.issue(0);
   for (int64_t it = 0; it < n_chunks; ++it) {
-    const KeyChunk c = pipe.acquire(it, n_chunks);
     float s[KT / 8][4];
+    KeyChunk c;
     if constexpr (kWgmma) {
-      wgmma_a_bt<DK, KT>(s, qf, pipe.k(it));
+      c = pipe.acquire(it);
+      wgmma_fence();
+      wgmma_a_bt_issue<DK, KT>(s, qf, pipe.k(it));
+      wgmma_commit();
+      pipe.prefetch(it, n_chunks);  // the next chunk loads while S, the softmax and P·V run
+      wgmma_wait<0>();
     } else {
+      c = pipe.acquire(it, n_chunks);
 #pragma unroll
       for (int nt = 0; nt < KT / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
       mma_a_bt<DK, KT / 8>(s, qf, pipe.k(it));
@@ -124,8 +130,8 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
       wgmma_p_v<DV, KT>(acc.o, s, pipe.v(it));
     } else {
       mma_c_b<DV, KT / 16>(acc.o, s, pipe.v(it));
+      pipe.release();
     }
-    pipe.release();
   }
   acc.finish();
 #pragma unroll

@@ -64,8 +64,15 @@ __device__ __forceinline__ unsigned char* sw_align(unsigned char* smem) {
 }
 
 // Two-stage pipeline of KT-row K/V tiles (swizzled), run by the whole CTA of N threads; chunk `it`
-// comes from chunks(it). Usage as KvPipeline in tiles.cuh: issue(0); per chunk acquire, use,
-// release.
+// comes from chunks(it). Two ways to run it:
+// - one barrier per chunk (the forward):
+//     issue(0); for it: { c = acquire(it); <issue the first product on chunk it>;
+//                         prefetch(it, n); <wait, softmax, the chunk's other products> }
+//   prefetch loads chunk it + 1 into the buffer of chunk it − 1, free once every warpgroup has
+//   passed acquire(it)'s barrier (each waited for its products on chunk it − 1 before it);
+// - as KvPipeline in tiles.cuh (dq): issue(0); for it: { c = acquire(it, n); ...; release(); }.
+//   The first way kept more addresses live across the products: dq spilled (288 bytes at
+//   d = 64) and measured slower (H200 workshop, m7c 16k 0.150 -> 0.169 ms), the forward not.
 template <int DK, int DV, int KT, typename Chunks, int N = 128>
 struct SwKvPipeline {
   static constexpr uint32_t kKBytes = KT * DK * 2, kVBytes = KT * DV * 2;
@@ -86,7 +93,18 @@ struct SwKvPipeline {
         threadIdx.x);
     cp_async_commit();
   }
-  // Starts chunk it + 1, waits for chunk it (visible to wgmma: the async proxy), returns it.
+  // Waits for chunk it (the only one in flight), makes it visible to wgmma (the async proxy) and
+  // to every thread; returns it.
+  __device__ KeyChunk acquire(int64_t it) const {
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    __syncthreads();
+    return chunks(it);
+  }
+  __device__ void prefetch(int64_t it, int64_t n) const {
+    if (it + 1 < n) issue(it + 1);
+  }
+  // The second way: starts chunk it + 1, waits for chunk it, returns it; release() after its use.
   __device__ KeyChunk acquire(int64_t it, int64_t n) const {
     if (it + 1 < n) {
       issue(it + 1);
