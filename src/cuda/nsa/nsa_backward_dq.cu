@@ -120,18 +120,8 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
   st.load(p, static_cast<int>(B), th_lo, th_hi, r_lo < tile.rows, r_lo + 8 < tile.rows);
 
   const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
-  const auto chunks = [keys](int64_t it) {
-    const int64_t k0 = keys.begin + it * KT;
-    return KeyChunk{k0, keys.end - k0 < KT ? keys.end - k0 : KT};
-  };
-  const auto pipe = [&] {
-    if constexpr (kWgmma) {
-      return make_sw_pipeline<DK, DV, KT, kThreads * HC>(smem, branch_rows<B>(p, n, g), chunks);
-    } else {
-      return make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), chunks);
-    }
-  }();
-  const int64_t n_chunks = (keys.end - keys.begin + KT - 1) / KT;
+  const auto pipe = dense_pipeline<DK, DV, KT, kWgmma, kThreads * HC, B>(smem, p, n, g, keys);
+  const int64_t n_chunks = n_key_chunks(keys, KT);
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
   float dq[DK / 8][4] = {};

@@ -125,6 +125,18 @@ struct KeyChunk {
   int64_t k0, nk;
 };
 
+// The step of a two-stage cp.async pipeline: starts chunk it + 1 (if any) with issue(it + 1), then
+// waits for chunk it (one commit group per chunk).
+template <typename Issue>
+__device__ __forceinline__ void issue_next_wait_current(int64_t it, int64_t n, Issue issue) {
+  if (it + 1 < n) {
+    issue(it + 1);
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+}
+
 // Two-stage pipeline of K/V tiles of KT rows in shared memory, filled with cp.async while the
 // previous tile is being used. Chunk `it` comes from chunks(it). Either the whole CTA
 // (kWarp = false) or one warp (kWarp = true, its own buffers) runs it. Usage:
@@ -163,12 +175,7 @@ struct KvPipeline {
   }
   // Starts chunk it + 1, waits for chunk it, and returns it.
   __device__ KeyChunk acquire(int64_t it, int64_t n) const {
-    if (it + 1 < n) {
-      issue(it + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    issue_next_wait_current(it, n, [this](int64_t next) { issue(next); });
     sync();
     return chunks(it);
   }

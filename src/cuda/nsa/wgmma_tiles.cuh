@@ -106,12 +106,7 @@ struct SwKvPipeline {
   }
   // The second way: starts chunk it + 1, waits for chunk it, returns it; release() after its use.
   __device__ KeyChunk acquire(int64_t it, int64_t n) const {
-    if (it + 1 < n) {
-      issue(it + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    issue_next_wait_current(it, n, [this](int64_t next) { issue(next); });
     fence_proxy_async_smem();
     __syncthreads();
     return chunks(it);
@@ -123,6 +118,26 @@ template <int DK, int DV, int KT, int N, typename Chunks>
 __device__ SwKvPipeline<DK, DV, KT, Chunks, N> make_sw_pipeline(unsigned char* smem, KvRows kv,
                                                                 Chunks chunks) {
   return {sw_align(smem), kv, chunks};
+}
+
+// The K/V pipeline of a dense-branch kernel (N threads) over the keys [keys.begin, keys.end) of
+// branch B, sequence n, group g, in chunks of KT rows: swizzled tiles for wgmma, padded tiles for
+// mma.sync. n_key_chunks gives the chunk count.
+template <int DK, int DV, int KT, bool kWgmma, int N, Branch B>
+__device__ __forceinline__ auto dense_pipeline(unsigned char* smem, const NsaParams& p, int64_t n,
+                                               int64_t g, KeyRange keys) {
+  const auto chunks = [keys](int64_t it) {
+    const int64_t k0 = keys.begin + it * KT;
+    return KeyChunk{k0, keys.end - k0 < KT ? keys.end - k0 : KT};
+  };
+  if constexpr (kWgmma) {
+    return make_sw_pipeline<DK, DV, KT, N>(smem, branch_rows<B>(p, n, g), chunks);
+  } else {
+    return make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), chunks);
+  }
+}
+__device__ __forceinline__ int64_t n_key_chunks(KeyRange keys, int KT) {
+  return (keys.end - keys.begin + KT - 1) / KT;
 }
 
 // s (64 × KT, this warp's 16 rows as s[KT/8][4]) = A·Yᵀ: a the warp's A fragments (16 rows × D,
