@@ -8,7 +8,10 @@
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (tensor cores), Pᵀ = exp(Sᵀ − lse), dSᵀ = Pᵀ ∘ (g·dPᵀ − delta),
 //   dV += (g·Pᵀ)·dO, dK += scale·dSᵀ·Q, with the accumulators in registers.
 // No atomics: pairs are visited in ascending order. Long query lists are split into `chunks` CTAs
-// that write partial sums; a second kernel adds the partials in chunk order.
+// that write partial sums; a second kernel adds the partials in chunk order. For head dims that are
+// multiples of 64 up to 128 the four products (and the fused dq) run on warpgroup MMA: the CTA's
+// four warps are one warpgroup, the unit's K/V and the pair stages swizzled tiles
+// (wgmma_tiles.cuh); otherwise on mma.sync with padded tiles.
 //
 // The selected branch's dq rides along (v3, kDq): each tile's dSᵀ is also staged in shared memory
 // (bf16) and dq_pair = dS · K_unit is written per (query, head, slot, unit of the block) for the
