@@ -6,6 +6,11 @@
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
 # `final`: tests, then compare (BASE builds in the background meanwhile).
+# BASE_DIR (compare, final, workshop): build the base from this source tree instead of BASE – for
+# commits the device's copy of the repository does not have (made after the session began): run
+# `git archive HEAD | tar -x -C prev_tree` here before the call (prev_tree is then carried as an
+# untracked folder) and pass BASE_DIR=prev_tree. `workshop` with BASE or BASE_DIR set times the
+# base build's kernels too, in the same call, before this tree's.
 # `model` (also in `all`): the GPU model's tests, `nsa bench train`, and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
@@ -27,10 +32,13 @@ what=${1:-all}
 out=${OUT:-out}
 mkdir -p "$out"
 base=${BASE:-HEAD~1}
-if [ "$what" = compare ] || [ "$what" = final ]; then
-  (rm -rf /tmp/nsa_base && git worktree add -f /tmp/nsa_base "$base" &&
+workshop_base=0
+[ "$what" = workshop ] && { [ -n "${BASE:-}" ] || [ -n "${BASE_DIR:-}" ]; } && workshop_base=1
+if [ "$what" = compare ] || [ "$what" = final ] || [ "$workshop_base" = 1 ]; then
+  (rm -rf /tmp/nsa_base &&
+    if [ -n "${BASE_DIR:-}" ]; then cp -r "$BASE_DIR" /tmp/nsa_base; else git worktree add -f /tmp/nsa_base "$base"; fi &&
     cmake -S /tmp/nsa_base -B /tmp/nsa_base/build -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-    ninja -C /tmp/nsa_base/build -j16 nsa) >"$out/build_base.log" 2>&1 &
+    ninja -C /tmp/nsa_base/build -j8 nsa nsa_workshop) >"$out/build_base.log" 2>&1 &
   base_pid=$!
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
@@ -70,10 +78,18 @@ if [ "$what" = compare ] || [ "$what" = final ]; then
 fi
 # workshop (also in `all`): single kernels timed alone (bench/kernels/workshop.cpp), config:S pairs.
 if [ "$what" = workshop ] || [ "$what" = all ]; then
+  bins=(./build/nsa_workshop)
+  if [ "$workshop_base" = 1 ]; then
+    wait "$base_pid" || { echo "base did not build"; tail -5 "$out/build_base.log"; exit 1; }
+    bins=(/tmp/nsa_base/build/nsa_workshop ./build/nsa_workshop)
+  fi
   for spec in ${WORKSHOP_SHAPES:-m7c_125m:8192 m7c_125m:16384 m7c_125m:65536 paper_attn:16384}; do
-    ./build/nsa_workshop --config "${spec%%:*}" --seq-len "${spec##*:}" \
-      ${WORKSHOP_KERNELS:-sel_fwd_query sel_fwd_block sel_dq_query dkdv_sel:16 sel_bwd_block} 2>&1 |
-      tee -a "$out/workshop.txt"
+    for bin in "${bins[@]}"; do
+      echo "== $bin" | tee -a "$out/workshop.txt"
+      "$bin" --config "${spec%%:*}" --seq-len "${spec##*:}" \
+        ${WORKSHOP_KERNELS:-sel_fwd_query sel_fwd_block sel_dq_query dkdv_sel:16 sel_bwd_block} 2>&1 |
+        tee -a "$out/workshop.txt"
+    done
   done
 fi
 if [ "$what" = model ] || [ "$what" = all ]; then
