@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|copy|pytorch|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|copy|pytorch|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -130,6 +130,23 @@ if [ "$what" = decode ] || [ "$what" = all ]; then
   echo "compute-sanitizer racecheck (decode layer) rc=$? (0 = clean)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/decode_racecheck.log"
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
+fi
+# hotspots (not in `all`): Nsight Compute on single kernels run by the workshop – launch, occupancy,
+# speed-of-light and warp-state sections, then the source lines where the warps wait
+# (bench/ncu_hotspots.py). HOTSPOTS: space-separated config:S:workshop-kernel:kernel-name-regex.
+if [ "$what" = hotspots ]; then
+  for spec in ${HOTSPOTS:-m7c_125m:16384:select:select_blocks}; do
+    IFS=: read -r cfg s wk kre <<<"$spec"
+    echo "== ncu $wk ($kre) $cfg S=$s"
+    /usr/local/cuda/bin/ncu --section SourceCounters --section WarpStateStats --section LaunchStats \
+      --section Occupancy --section SpeedOfLight --import-source yes -k "regex:$kre" -c 1 -f \
+      -o "/tmp/hot_$wk" ./build/nsa_workshop --config "$cfg" --seq-len "$s" --reps 1 "$wk" >/dev/null 2>&1
+    /usr/local/cuda/bin/ncu --import "/tmp/hot_$wk.ncu-rep" --page details 2>&1 |
+      grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Dynamic Shared|Grid Size|Waves Per SM"
+    /usr/local/cuda/bin/ncu --import "/tmp/hot_$wk.ncu-rep" --page source --csv --print-source cuda,sass \
+      >"/tmp/hot_$wk.csv" 2>/dev/null
+    python3 bench/ncu_hotspots.py "/tmp/hot_$wk.csv" --top "${HOTSPOT_TOP:-22}"
+  done 2>&1 | tee -a "$out/hotspots.txt"
 fi
 if [ "$what" = pytorch ]; then
   export NSA_CAPI_LIB="$PWD/build/libnsa_capi.so" NSA_BINARY="$PWD/build/nsa" NSA_REQUIRE_CUDA=1

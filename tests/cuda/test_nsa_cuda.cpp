@@ -240,6 +240,8 @@ INSTANTIATE_TEST_SUITE_P(
                  KvMode::kSeparate,
                  {0, 5, 200, 200, 331, 600}},
         CudaCase{"short", {4, 1, 16, 16}, {32, 16, 64, 4, 64}, KvMode::kSeparate, {0, 20}},
+        // n_sel above 33: a row's top list takes two entries a lane in the selection kernel.
+        CudaCase{"nsel40", {4, 2, 32, 32}, {16, 8, 16, 40, 64}, KvMode::kSeparate, {0, 1200}},
         // Selection blocks of two and of one and a half 64-row dK/dV units.
         CudaCase{"lsel128", {4, 2, 64, 64}, {32, 16, 128, 4, 128}, KvMode::kSeparate, {0, 1100}},
         CudaCase{

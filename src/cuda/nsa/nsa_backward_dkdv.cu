@@ -210,8 +210,10 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
     load_tile<DV>(sm.vs, kDkdvUnitRows, v_row, threadIdx.x, kThreads);
   }
 
+  uint32_t entry_ahead = list_entry_ahead<QT>(pairs, 0);  // this thread's entry of the next fill
   const auto issue = [&](int pb, const Stage& st) {
-    fill_pair_stage<c, kThreads>(p, pairs, g, pb, st);
+    fill_pair_stage<c, kThreads>(p, pairs, g, pb, entry_ahead, st);
+    entry_ahead = list_entry_ahead<QT>(pairs, pb + QT);
   };
   const int jl_lo = warp * 16 + gid;  // this thread's unit rows: jl_lo and jl_lo + 8
   const int j0 = static_cast<int>(unit.first) + warp * 16;  // the warp's first key

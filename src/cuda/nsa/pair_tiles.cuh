@@ -135,22 +135,35 @@ struct PairStage {
   }
 };
 
-// Fills stage st with pairs pb..pb+QT−1 of branch c (a CTA of kN threads): indices first (one
-// thread per pair, which also starts the copies of its statistics), a barrier, then the rows by
-// cp.async (committed with the statistics; the caller waits, then calls finish_stats). All threads
-// call it.
+// Thread i's list entry (row·n_sel + slot) for pair pb + i of a stage, for the selected branch
+// (0 past the pairs and for the other branches, whose entries are arithmetic). The list is in
+// device memory: a CTA loads a stage's entries one stage ahead, or the barrier of fill_pair_stage
+// would wait for the load on every tile.
+template <int QT>
+__device__ __forceinline__ uint32_t list_entry_ahead(const PairList& pairs, int pb) {
+  const int k = pb + static_cast<int>(threadIdx.x);
+  return pairs.u.list && static_cast<int>(threadIdx.x) < QT && k < pairs.n
+             ? static_cast<uint32_t>(pairs.entry(k))
+             : 0u;
+}
+
+// Fills stage st with pairs pb..pb+QT−1 of branch c (a CTA of kN >= QT threads): indices first
+// (thread i takes pair pb + i, whose list entry it loaded with list_entry_ahead, and starts the
+// copies of its statistics), a barrier, then the rows by cp.async (committed with the statistics;
+// the caller waits, then calls finish_stats). All threads call it.
 template <int c, int kN, int DK, int DV, bool kGrad, bool kSw>
 __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64_t g, int pb,
-                                const PairStage<DK, DV, kGrad, kSw>& st) {
+                                uint32_t list_entry, const PairStage<DK, DV, kGrad, kSw>& st) {
   constexpr int QT = PairStage<DK, DV, kGrad, kSw>::QT;
-  for (int i = threadIdx.x; i < QT; i += blockDim.x) {
+  static_assert(kN >= QT, "one index thread per pair");
+  if (const int i = static_cast<int>(threadIdx.x); i < QT) {
     const int k = pb + i;
     int64_t th = -1;
     int32_t t = -1, slot = 0;
     if (k < pairs.n) {
       // 32-bit divisions (a list entry row·n_sel + slot fits in 32 bits): with 64-bit ones the
       // index threads kept the others waiting at the barrier below.
-      const int64_t entry = pairs.entry(k);
+      const int64_t entry = pairs.u.list ? static_cast<int64_t>(list_entry) : pairs.entry(k);
       int64_t row = entry;
       if (pairs.u.list) {
         const uint32_t e32 = static_cast<uint32_t>(entry), n_sel = pairs.n_sel;

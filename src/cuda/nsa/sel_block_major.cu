@@ -12,14 +12,13 @@
 // selected dK/dV kernel (nsa_backward_dkdv.cu), one per (row, head, slot, unit of the block):
 // Σ_j dS_j k_j over the unit's keys (unscaled, bf16); merge: d_q += scale · Σ partials, slots and
 // units in ascending order.
-#include <cub/device/device_radix_sort.cuh>
-
 #include <algorithm>
 
 #include "common/cuda_check.h"
 #include "head_dims.h"
 #include "nsa_backward_dkdv.h"
 #include "nsa_kernels.h"
+#include "pair_tiles.cuh"
 #include "sel_block_major.h"
 #include "sel_index.h"
 #include "softmax.cuh"
@@ -47,36 +46,25 @@ constexpr int key_tile() {
   return wgmma_dims(DK, DV) ? 64 : DK > 128 ? 32 : 64;
 }
 
+// On warpgroup MMA the pairs' Q rows arrive as swizzled 64-pair stages (pair_tiles.cuh), two in
+// flight: the next tile's rows load while this one's products run.
+template <int DK, int DV>
+using QStage = PairStage<DK, DV, false, true>;
+
 template <int DK, int DV>
 size_t smem_bytes(const NsaParams& p, int ne) {
   constexpr int KT = key_tile<DK, DV>();
   const int64_t rows = (p.l_sel + KT - 1) / KT * KT;
   const size_t tiles =
       wgmma_dims(DK, DV)
-          ? kSwAlignSlack + static_cast<size_t>(rows * (DK + DV)) * sizeof(bf16)
+          ? kSwAlignSlack + static_cast<size_t>(rows * (DK + DV)) * sizeof(bf16) +
+                2 * QStage<DK, DV>::kBytes
           : static_cast<size_t>(rows * (tile_stride(DK) + tile_stride(DV))) * sizeof(bf16);
   return tiles + static_cast<size_t>(ne) * sizeof(uint64_t);
 }
 
-// Keys of rows [r0, r0 + n / (G·n_sel)): entry e of the chunk is sel_idx entry r0·G·n_sel + e.
-__global__ void chunk_keys_kernel(const NsaParams p, int64_t r0, int64_t n,
-                                  uint64_t* __restrict__ keys) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= n) return;
-  const int64_t ge = r0 * p.G * p.n_sel + e;
-  const int64_t row = ge / (p.G * p.n_sel), g = (ge / p.n_sel) % p.G, slot = ge % p.n_sel;
-  const int32_t b = p.sel_idx[ge];
-  if (b < 0) {
-    keys[e] = kPadKey;
-    return;
-  }
-  const int64_t gb = p.blk_offsets[p.seq_of_row[row]] + b;
-  keys[e] = (static_cast<uint64_t>(g * p.TB + gb) << 32) |
-            static_cast<uint64_t>((row - r0) * p.n_sel + slot);
-}
-
 struct ChunkArgs {
-  const uint64_t* keys;  // sorted; padding last
+  const uint64_t* keys;  // sorted (launch_sel_keys, sort_sel_keys); padding last
   int64_t n;             // keys
   int64_t r0;            // first query row of the chunk
   int ne;                // entries per CTA
@@ -88,7 +76,7 @@ struct ChunkArgs {
 struct PairRows {
   bool ok[2];
   int64_t th[2];    // row·H + head
-  int64_t part[2];  // ((local row)·H + head)·n_sel + slot
+  int64_t part[2];  // ((row − r0)·H + head)·n_sel + slot
   int64_t t[2];     // position in the sequence
 };
 
@@ -104,12 +92,12 @@ __device__ __forceinline__ PairRows pair_rows(const NsaParams& p, const ChunkArg
     pr.ok[r] = pair < pairs;
     const int safe = pr.ok[r] ? pair : 0;
     // 32-bit divisions: a chunk's local index and the head count fit.
-    const uint32_t local = static_cast<uint32_t>(key_s[run_begin + safe / hpg]);
-    const uint32_t lrow = local / static_cast<uint32_t>(n_sel);
-    const int slot = static_cast<int>(local - lrow * static_cast<uint32_t>(n_sel));
-    const int64_t head = g * hpg + safe % hpg, row = a.r0 + lrow;
+    const uint32_t entry = static_cast<uint32_t>(key_s[run_begin + safe / hpg]);
+    const uint32_t row = entry / static_cast<uint32_t>(n_sel);
+    const int slot = static_cast<int>(entry - row * static_cast<uint32_t>(n_sel));
+    const int64_t head = g * hpg + safe % hpg;
     pr.th[r] = row * p.H + head;
-    pr.part[r] = (static_cast<int64_t>(lrow) * p.H + head) * n_sel + slot;
+    pr.part[r] = (pr.th[r] - a.r0 * p.H) * n_sel + slot;
     pr.t[r] = row - seq_start;
   }
   return pr;
@@ -156,6 +144,84 @@ __device__ __forceinline__ void store_part(bf16* dst, const float acc[][4], int 
   }
 }
 
+// A pair tile's partials: o normalised (bf16) and lse, for this thread's two rows.
+template <int DV>
+__device__ __forceinline__ void store_pair_rows(const ChunkArgs& a, const PairRows& pr,
+                                                const SoftmaxAcc<DV>& acc) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!pr.ok[r]) continue;
+    store_part<DV>(a.part + pr.part[r] * DV, acc.o, r, acc.inv(r));
+    if ((threadIdx.x & 3) == 0) a.part_lse[pr.part[r]] = acc.lse(r);
+  }
+}
+
+// One run's pairs (entries [q_begin, q_begin + pairs / hpg) of a.keys, all of one block) on
+// warpgroup MMA, in 64-pair tiles whose Q rows arrive as swizzled stages, the next tile's while
+// this one's products run (the Q rows are gathered from all over the chunk: loaded into registers
+// on demand, their latency was a quarter of the kernel's stall samples). The block's K/V tiles,
+// issued by the caller, complete with the first stage.
+template <int DK, int DV>
+__device__ __forceinline__ void staged_run(const NsaParams& p, const ChunkArgs& a,
+                                           const unsigned char* ks, const unsigned char* vs,
+                                           unsigned char* stages, int n_sub, int nk,
+                                           int64_t k_first, int64_t q_begin, int pairs, int64_t g,
+                                           int64_t seq_start) {
+  using Stage = QStage<DK, DV>;
+  constexpr int QT = Stage::QT, KT = key_tile<DK, DV>();
+  constexpr int K_SUB = KT * DK * 2, V_SUB = KT * DV * 2;
+  static_assert(QT == kPairTile && KT == 64, "64-pair tiles over 64-row sub-tiles");
+  const int hpg = static_cast<int>(p.hpg), n_sel = static_cast<int>(p.n_sel);
+  const UnitQueries u{seq_start, q_begin, q_begin + pairs / hpg, a.keys};
+  const PairList list{u, q_begin, pairs, hpg, n_sel};
+  const int n_tiles = (pairs + QT - 1) / QT;
+  const int row_lo = (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
+  const float sl2 = p.scale * kLog2e;
+  uint32_t ahead = list_entry_ahead<QT>(list, 0);
+  const auto fill = [&](int it) {
+    fill_pair_stage<1, kThreads>(p, list, g, it * QT, ahead,
+                                 Stage(stages + (it & 1) * Stage::kBytes));
+    ahead = list_entry_ahead<QT>(list, (it + 1) * QT);
+  };
+  fill(0);
+  for (int it = 0; it < n_tiles; ++it) {
+    const Stage st(stages + (it & 1) * Stage::kBytes);
+    if (it + 1 < n_tiles) {
+      fill(it + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async_smem();  // the tiles are read by wgmma
+    __syncthreads();
+    PairRows pr;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_lo + 8 * r;
+      pr.th[r] = st.th[row];
+      pr.ok[r] = pr.th[r] >= 0;
+      pr.t[r] = st.t[row];
+      pr.part[r] = (pr.th[r] - a.r0 * p.H) * n_sel + st.slot[row];
+    }
+    SoftmaxAcc<DV> acc;
+    acc.init();
+    for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
+      float s[KT / 8][4];
+      wgmma_fence();
+      wgmma_tile_bt_issue<DK, KT>(s, reinterpret_cast<const unsigned char*>(st.q),
+                                  ks + sub * K_SUB);
+      wgmma_commit();
+      wgmma_wait<0>();
+      mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
+      acc.template update<KT / 8>(s);
+      wgmma_p_v<DV, KT>(acc.o, s, vs + sub * V_SUB);
+    }
+    acc.finish();
+    store_pair_rows<DV>(a, pr, acc);
+    __syncthreads();  // stage it & 1 is refilled by the next iteration's fill
+  }
+}
+
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads)
     sel_block_major_kernel(const NsaParams p, const ChunkArgs a) {
@@ -167,7 +233,8 @@ __global__ void __launch_bounds__(kThreads)
   const int n_sub = static_cast<int>((p.l_sel + KT - 1) / KT);
   unsigned char* ks = kWgmma ? sw_align(smem) : smem;
   unsigned char* vs = ks + n_sub * K_SUB;
-  uint64_t* key_s = reinterpret_cast<uint64_t*>(vs + n_sub * V_SUB);
+  unsigned char* stages = vs + n_sub * V_SUB;  // wgmma: two Q stages (1024-aligned)
+  uint64_t* key_s = reinterpret_cast<uint64_t*>(stages + (kWgmma ? 2 * QStage<DK, DV>::kBytes : 0));
 
   const int64_t e0 = static_cast<int64_t>(blockIdx.x) * a.ne;
   const int n_here = static_cast<int>(a.n - e0 < a.ne ? a.n - e0 : a.ne);
@@ -193,7 +260,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     // Entries [i, j) chose block `blk` of group g in sequence n.
     const int64_t g = static_cast<int64_t>(seg) / p.TB;
-    const int64_t row0 = a.r0 + static_cast<int64_t>(key0 & 0xffffffffu) / p.n_sel;
+    const int64_t row0 = static_cast<int64_t>(key0 & 0xffffffffu) / p.n_sel;
     const int64_t n = p.seq_of_row[row0], seq_start = p.cu_seqlens[n];
     const int64_t blk = static_cast<int64_t>(seg) % p.TB - p.blk_offsets[n];
     const int64_t k_first = blk * p.l_sel, len = p.cu_seqlens[n + 1] - seq_start;
@@ -221,55 +288,42 @@ __global__ void __launch_bounds__(kThreads)
           [&](int r) { return r < nk ? kv.v + (k_first + r) * kv.v_stride : nullptr; }, threadIdx.x,
           kThreads);
     }
-    cp_async_commit();
-    // The warp's first tile loads its queries while the block is on its way.
     const int pairs = (j - i) * static_cast<int>(p.hpg);
-    PairRows pr = pair_rows(p, a, key_s, i, pairs, warp * 16, g, seq_start);
-    uint32_t qf[DK / 16][4];
-    const auto load_q = [&] {
-      load_a_rows<DK>(qf, [&](int m) -> const bf16* {
-        return pr.ok[m >> 3] ? p.q + pr.th[m >> 3] * DK : nullptr;
-      });
-    };
-    load_q();
-    cp_async_wait<0>();
-    if constexpr (kWgmma) fence_proxy_async_smem();
-    __syncthreads();
-
-    // mma.sync: each warp walks its own 16-pair tiles; wgmma: the four warps walk 64-pair tiles
-    // together (a warp past the pairs computes masked rows).
-    for (int base = 0; base < pairs; base += kPairTile) {
-      const int pair0 = base + warp * 16;
-      if (!kWgmma && pair0 >= pairs) break;
-      if (base != 0) {
-        pr = pair_rows(p, a, key_s, i, pairs, pair0, g, seq_start);
-        load_q();
-      }
-      SoftmaxAcc<DV> acc;
-      acc.init();
-      for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
-        float s[KT / 8][4];
-        if constexpr (kWgmma) {
-          wgmma_a_bt<DK, KT>(s, qf, ks + sub * K_SUB);
-        } else {
+    if constexpr (kWgmma) {
+      // The block's K/V are committed with the first stage of Q rows.
+      staged_run<DK, DV>(p, a, ks, vs, stages, n_sub, nk, k_first, e0 + i, pairs, g, seq_start);
+    } else {
+      cp_async_commit();
+      // The warp's first tile loads its queries while the block is on its way.
+      PairRows pr = pair_rows(p, a, key_s, i, pairs, warp * 16, g, seq_start);
+      uint32_t qf[DK / 16][4];
+      const auto load_q = [&] {
+        load_a_rows<DK>(qf, [&](int m) -> const bf16* {
+          return pr.ok[m >> 3] ? p.q + pr.th[m >> 3] * DK : nullptr;
+        });
+      };
+      load_q();
+      cp_async_wait<0>();
+      __syncthreads();
+      // Each warp walks its own 16-pair tiles.
+      for (int pair0 = warp * 16; pair0 < pairs; pair0 += kPairTile) {
+        if (pair0 != warp * 16) {
+          pr = pair_rows(p, a, key_s, i, pairs, pair0, g, seq_start);
+          load_q();
+        }
+        SoftmaxAcc<DV> acc;
+        acc.init();
+        for (int sub = 0; sub < n_sub && sub * KT < nk; ++sub) {
+          float s[KT / 8][4];
 #pragma unroll
           for (int nt = 0; nt < KT / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
           mma_a_bt<DK, KT / 8>(s, qf, reinterpret_cast<const bf16*>(ks + sub * K_SUB));
-        }
-        mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
-        acc.template update<KT / 8>(s);
-        if constexpr (kWgmma) {
-          wgmma_p_v<DV, KT>(acc.o, s, vs + sub * V_SUB);
-        } else {
+          mask_block<KT / 8>(s, pr, sub * KT, nk, k_first, sl2);
+          acc.template update<KT / 8>(s);
           mma_c_b<DV, KT / 16>(acc.o, s, reinterpret_cast<const bf16*>(vs + sub * V_SUB));
         }
-      }
-      acc.finish();
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (!pr.ok[r]) continue;
-        store_part<DV>(a.part + pr.part[r] * DV, acc.o, r, acc.inv(r));
-        if ((threadIdx.x & 3) == 0) a.part_lse[pr.part[r]] = acc.lse(r);
+        acc.finish();
+        store_pair_rows<DV>(a, pr, acc);
       }
     }
     __syncthreads();  // the block's tiles are refilled by the next run
@@ -403,18 +457,8 @@ __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int64_t rows,
 int64_t sort_chunk(const NsaParams& p, const SelBlockMajorView& v, int64_t r0, int64_t rows,
                    cudaStream_t stream) {
   const int64_t n = rows * p.G * p.n_sel;
-  chunk_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, r0, n,
-                                                                                v.keys_in);
-  NSA_CUDA_LAUNCH_CHECK();
-  size_t temp_bytes = 0;
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, v.keys_in, v.keys_out,
-                                                static_cast<int>(n), 0, sel_key_end_bit(p),
-                                                stream));
-  NSA_CHECK(temp_bytes <= v.temp_bytes, "selected branch (block-major): the sort needs ",
-            temp_bytes, " bytes of temporary storage, the workspace holds ", v.temp_bytes);
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(v.temp, temp_bytes, v.keys_in, v.keys_out,
-                                                static_cast<int>(n), 0, sel_key_end_bit(p),
-                                                stream));
+  launch_sel_keys(p, r0, rows, v.keys_in, stream);
+  sort_sel_keys(p, v.keys_in, v.keys_out, n, v.temp, v.temp_bytes, stream);
   return n;
 }
 
@@ -439,9 +483,7 @@ SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budg
   v.keys_out = ws.take<uint64_t>(n);
   v.part = ws.take<bf16>(v.rows * p.H * p.n_sel * std::max(p.dv, upb * p.dk));
   v.part_lse = ws.take<float>(v.rows * p.H * p.n_sel);
-  // A host-side query for the largest chunk (the last one may be shorter and need less).
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, v.temp_bytes, v.keys_in, v.keys_out,
-                                                static_cast<int>(n), 0, sel_key_end_bit(p)));
+  v.temp_bytes = sel_sort_temp_bytes(p, n);  // the largest chunk's (the last may need less)
   v.temp = ws.take_bytes(v.temp_bytes);
   // The backward's work items.
   const int64_t U = n_sel_units * p.G;

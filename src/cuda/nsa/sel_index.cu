@@ -3,8 +3,9 @@
 //
 // Each valid entry (row, g, block b of the row's sequence) becomes the 64-bit key
 // ((g·TB + gb) << 32) | (row·n_sel + slot) with gb the global block id; padding (−1) becomes
-// UINT64_MAX. A radix sort groups the keys by (group, block) with rows ascending, and one pass
-// marks where each (group, block) segment starts and ends (empty segments keep start = end = 0).
+// UINT64_MAX. A stable radix sort on the segment bits groups the keys by (group, block) with rows
+// ascending, and one pass marks where each (group, block) segment starts and ends (empty segments
+// keep start = end = 0). The block-major forward sorts its chunks' keys with the same functions.
 // The memory comes from a Workspace (sel_index.h).
 #include <cub/device/device_radix_sort.cuh>
 
@@ -14,11 +15,13 @@
 namespace nsa::cuda {
 namespace {
 
-__global__ void make_keys_kernel(const NsaParams p, uint64_t* __restrict__ keys) {
+__global__ void make_keys_kernel(const NsaParams p, int64_t r0, int64_t n,
+                                 uint64_t* __restrict__ keys) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= p.T * p.G * p.n_sel) return;
-  const int64_t row = e / (p.G * p.n_sel), g = (e / p.n_sel) % p.G, slot = e % p.n_sel;
-  const int32_t b = p.sel_idx[e];
+  if (e >= n) return;
+  const int64_t ge = r0 * p.G * p.n_sel + e;
+  const int64_t row = ge / (p.G * p.n_sel), g = (ge / p.n_sel) % p.G, slot = ge % p.n_sel;
+  const int32_t b = p.sel_idx[ge];
   if (b < 0) {
     keys[e] = ~0ull;
     return;
@@ -38,12 +41,43 @@ __global__ void mark_segments_kernel(const uint64_t* __restrict__ keys, int64_t 
   if (i == n - 1 || keys[i + 1] == ~0ull || (keys[i + 1] >> 32) != seg) seg_end[seg] = i + 1;
 }
 
-}  // namespace
-
+// One bit past the segment ids (G·TB of them) above bit 32.
 int sel_key_end_bit(const NsaParams& p) {
   int end_bit = 32;
   while ((uint64_t{1} << (end_bit - 32)) <= static_cast<uint64_t>(p.G * p.TB)) ++end_bit;
   return end_bit;
+}
+
+}  // namespace
+
+void launch_sel_keys(const NsaParams& p, int64_t r0, int64_t rows, uint64_t* keys,
+                     cudaStream_t stream) {
+  const int64_t n = rows * p.G * p.n_sel;
+  if (n == 0) return;
+  make_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, r0, n, keys);
+  NSA_CUDA_LAUNCH_CHECK();
+}
+
+size_t sel_sort_temp_bytes(const NsaParams& p, int64_t n) {
+  size_t bytes = 0;
+  if (n > 0) {
+    NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, static_cast<uint64_t*>(nullptr),
+                                                  static_cast<uint64_t*>(nullptr),
+                                                  static_cast<int>(n), 32, sel_key_end_bit(p)));
+  }
+  return bytes;
+}
+
+void sort_sel_keys(const NsaParams& p, const uint64_t* keys_in, uint64_t* keys_out, int64_t n,
+                   void* temp, size_t temp_bytes, cudaStream_t stream) {
+  if (n == 0) return;
+  size_t need = 0;
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(
+      nullptr, need, keys_in, keys_out, static_cast<int>(n), 32, sel_key_end_bit(p), stream));
+  NSA_CHECK(need <= temp_bytes, "selection index: the sort needs ", need,
+            " bytes of temporary storage, the workspace holds ", temp_bytes);
+  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, need, keys_in, keys_out, static_cast<int>(n),
+                                                32, sel_key_end_bit(p), stream));
 }
 
 SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws) {
@@ -55,10 +89,7 @@ SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws) {
   v.keys_out = ws.take<uint64_t>(n);
   v.seg_start = ws.take<int64_t>(segments);
   v.seg_end = ws.take<int64_t>(segments);
-  if (n > 0) {  // a host-side query: no device work
-    NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, v.temp_bytes, v.keys_in, v.keys_out,
-                                                  static_cast<int>(n), 0, sel_key_end_bit(p)));
-  }
+  v.temp_bytes = sel_sort_temp_bytes(p, n);
   v.temp = ws.take_bytes(v.temp_bytes);
   return v;
 }
@@ -70,12 +101,8 @@ void build_sel_index(const NsaParams& p, const SelIndexView& v, cudaStream_t str
     NSA_CUDA_CHECK(cudaMemsetAsync(v.seg_end, 0, sizeof(int64_t) * segments, stream));
   }
   if (n == 0) return;
-  make_keys_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(p, v.keys_in);
-  NSA_CUDA_LAUNCH_CHECK();
-  size_t temp_bytes = v.temp_bytes;
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(v.temp, temp_bytes, v.keys_in, v.keys_out,
-                                                static_cast<int>(n), 0, sel_key_end_bit(p),
-                                                stream));
+  launch_sel_keys(p, 0, p.T, v.keys_in, stream);
+  sort_sel_keys(p, v.keys_in, v.keys_out, n, v.temp, v.temp_bytes, stream);
   mark_segments_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
       v.keys_out, n, v.seg_start, v.seg_end);
   NSA_CUDA_LAUNCH_CHECK();

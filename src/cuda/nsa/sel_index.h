@@ -27,10 +27,19 @@ struct SelIndexView {
 
 // The arrays of the index for p's sizes (T, G, n_sel, TB), taken from ws.
 SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws);
-// Keys of the form (group·TB + block) << 32 | low bits (this index's and the block-major
-// forward's) are sorted on bits [0, sel_key_end_bit(p)): the padding key's are all ones there,
-// above every valid segment.
-int sel_key_end_bit(const NsaParams& p);
+// The sort keys of sel_idx's entries of rows [r0, r0 + rows) (this index's, and a chunk of the
+// block-major forward's): ((g·TB + gb) << 32) | (row·n_sel + slot), gb the global block id;
+// padding (−1) becomes all ones. keys[e] is entry r0·G·n_sel + e: rows ascend with e.
+void launch_sel_keys(const NsaParams& p, int64_t r0, int64_t rows, uint64_t* keys,
+                     cudaStream_t stream);
+// Bytes of cub's temporary storage for sort_sel_keys of n keys (a host-side query).
+size_t sel_sort_temp_bytes(const NsaParams& p, int64_t n);
+// Groups n keys by (group, block) segment: a stable radix sort on the segment bits only
+// ([32, 32 + bits of G·TB]), so rows stay ascending within a segment as launch_sel_keys made
+// them, in a third of the passes of a sort on all bits. The padding keys' segment bits are all
+// ones, above every valid segment.
+void sort_sel_keys(const NsaParams& p, const uint64_t* keys_in, uint64_t* keys_out, int64_t n,
+                   void* temp, size_t temp_bytes, cudaStream_t stream);
 // Reads p.sel_idx (and the layout fields of p).
 void build_sel_index(const NsaParams& p, const SelIndexView& v, cudaStream_t stream);
 // Points p.sel_entries / sel_seg_start / sel_seg_end at the index.
