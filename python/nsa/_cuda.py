@@ -14,7 +14,7 @@ Op arguments: xs, the present slots of ops.py's 20 (q, k×3, v×3, g×3, φ_k×5
 drops k/v of sel and win, φ = avg drops the φ parameters) as bfloat16, φ parameters float32;
 cu_seqlens, an int64 device tensor or None (then num_seqs sequences of equal length); cfg, the
 config as a list of ints (CFG_FIELDS); scale (0: 1/sqrt(dk)). The forward returns o, o_branch×3,
-lse×3, k_cmp, v_cmp, sel_idx; the backward the float32 gradient of every x.
+lse×3, k_cmp, v_cmp, sel_idx; the backward the float32 gradients of all x in one buffer.
 """
 import ctypes
 import functools
@@ -101,13 +101,31 @@ def forward_impl(xs, cu_seqlens, num_seqs, cfg, scale):
     return outs
 
 
-def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
-    """One backward call: the float32 gradient of every x (saved: the forward's outputs less o)."""
-    grads = [torch.empty(x.shape, dtype=torch.float32, device=x.device) for x in xs]
+def _grad_layout(xs):
+    """Element offsets of xs' gradients in backward_flat's buffer and its size: each gradient
+    starts on a multiple of 8 elements (the library wants 16-byte aligned tensors, and the
+    bfloat16 casts stay so too)."""
+    offs, end = [], 0
+    for x in xs:
+        offs.append(end)
+        end += (x.numel() + 7) // 8 * 8
+    return offs, end
+
+
+def _grad_views(flat, xs):
+    """The gradients of xs as views of backward_flat's buffer (or of its cast)."""
+    offs, _ = _grad_layout(xs)
+    return [flat[o:o + x.numel()].view(x.shape) for o, x in zip(offs, xs)]
+
+
+def backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
+    """One backward call: the float32 gradients of all xs, in order, in one buffer (one
+    allocation, and in _input_grads one cast, instead of one each: most of the op's cost over the
+    kernels is per-tensor host work)."""
+    flat = torch.empty(_grad_layout(xs)[1], dtype=torch.float32, device=xs[0].device)
+    grads = _grad_views(flat, xs)
     if xs[0].shape[0] == 0:
-        for g in grads:
-            g.zero_()
-        return grads
+        return flat.zero_()
     xs, saved = [_ready(x) for x in xs], [_ready(t) for t in saved]
     o_br, lse, (k_cmp, v_cmp, sel_idx) = saved[0:3], saved[3:6], saved[6:9]
     ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, True)
@@ -118,11 +136,27 @@ def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
                ctypes.byref(_capi.ref(_ready(d_o), "cuda")),
                ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, grads), "cuda")),
                ws.data_ptr(), ws.numel(), device, stream)
-    return grads
+    return flat
 
 
-def _input_grads(xs, grads32, needs):
-    return [g.to(x.dtype) if need else None for x, g, need in zip(xs, grads32, needs)]
+def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
+    """backward_flat's gradients as a list (float32, shaped as xs)."""
+    return _grad_views(backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale), xs)
+
+
+def _input_grads(xs, flat32, needs):
+    """The gradients in the inputs' dtypes from backward_flat's buffer: the bfloat16 inputs come
+    first (q, K/V, gates; then the float32 φ parameters), and their gradients are cast in one
+    kernel, not one each (each cast was a dispatch of host work while the GPU waited)."""
+    n_bf = 0
+    while n_bf < len(xs) and xs[n_bf].dtype == torch.bfloat16:
+        n_bf += 1
+    offs, _ = _grad_layout(xs)
+    end = offs[n_bf] if n_bf < len(xs) else flat32.numel()
+    cast = _grad_views(flat32[:end].to(torch.bfloat16), xs[:n_bf]) if n_bf else []
+    g32 = _grad_views(flat32, xs)
+    return [None if not need else cast[i] if i < n_bf else g32[i].to(x.dtype)
+            for i, (x, need) in enumerate(zip(xs, needs))]
 
 
 if HAS_CUSTOM_OP:
@@ -138,18 +172,20 @@ if HAS_CUSTOM_OP:
     @torch.library.custom_op("nsa::attention_bwd", mutates_args=(), device_types="cuda")
     def attention_bwd(xs: List[Tensor], saved: List[Tensor], d_o: Tensor,
                       cu_seqlens: Optional[Tensor], num_seqs: int, cfg: List[int],
-                      scale: float) -> List[Tensor]:
-        return backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale)
+                      scale: float) -> Tensor:
+        return backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale)
 
     @attention_bwd.register_fake
     def _attention_bwd_fake(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
-        return [torch.empty(x.shape, dtype=torch.float32, device=x.device) for x in xs]
+        return torch.empty(_grad_layout(xs)[1], dtype=torch.float32, device=xs[0].device)
 
     def _setup_context(ctx, inputs, output):
         xs, cu_seqlens, num_seqs, cfg, scale = inputs
         ctx.n, ctx.num_seqs, ctx.cfg, ctx.scale = len(xs), num_seqs, list(cfg), scale
         ctx.save_for_backward(*xs, *output[1:], cu_seqlens)
         ctx.mark_non_differentiable(*output[1:])
+        if hasattr(ctx, "set_materialize_grads"):  # no zero gradients for the nine side outputs
+            ctx.set_materialize_grads(False)
 
     def _backward(ctx, grads):
         saved = ctx.saved_tensors
@@ -172,14 +208,17 @@ class AttentionFunction(torch.autograd.Function):
         ctx.n, ctx.num_seqs, ctx.cfg, ctx.scale = len(xs), num_seqs, cfg, scale
         ctx.save_for_backward(*xs, *outs[1:], cu_seqlens)
         ctx.mark_non_differentiable(*outs[1:])
+        ctx.set_materialize_grads(False)  # no zero gradients for the nine side outputs
         return tuple(outs)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_o, *unused):
+        if d_o is None:  # o did not reach the loss (gradients are not materialised)
+            return (None,) * (4 + ctx.n)
         saved = ctx.saved_tensors
         xs, outs, cu_seqlens = list(saved[:ctx.n]), list(saved[ctx.n:ctx.n + 9]), saved[-1]
-        g32 = backward_impl(xs, outs, d_o.contiguous(), cu_seqlens, ctx.num_seqs, ctx.cfg,
+        g32 = backward_flat(xs, outs, d_o.contiguous(), cu_seqlens, ctx.num_seqs, ctx.cfg,
                             ctx.scale)
         return (None, None, None, None, *_input_grads(xs, g32, ctx.needs_input_grad[4:]))
 
