@@ -3,8 +3,8 @@
 // once per ~256 pairs instead of once per (query, group), and the MMA tiles are full whatever the
 // group size. The price is one partial result per (row, head, slot) in device memory and a merge.
 // For head dims that are multiples of 64 the CTA's four warps run the pairs as 64-row warpgroup
-// MMA tiles over the block's swizzled sub-tiles (wgmma_tiles.cuh); otherwise each warp its own
-// 16-pair mma.sync tiles.
+// MMA tiles over the block's swizzled sub-tiles (wgmma_tiles.cuh), the pairs' Q rows staged in
+// shared memory a tile ahead (pair_tiles.cuh); otherwise each warp its own 16-pair mma.sync tiles.
 //
 // Forward partial: the block's softmax state of the pair – o_k normalised over the block's
 // visible keys (bf16) and lse_k (fp32, natural log). Merge: o = Σ_k e^(lse_k − lse) o_k with
