@@ -112,9 +112,9 @@ def _grad_layout(xs):
     return offs, end
 
 
-def _grad_views(flat, xs):
-    """The gradients of xs as views of backward_flat's buffer (or of its cast)."""
-    offs, _ = _grad_layout(xs)
+def _grad_views(flat, xs, offs):
+    """The gradients of xs as views of backward_flat's buffer (or of its cast), at _grad_layout's
+    offsets."""
     return [flat[o:o + x.numel()].view(x.shape) for o, x in zip(offs, xs)]
 
 
@@ -122,10 +122,11 @@ def backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
     """One backward call: the float32 gradients of all xs, in order, in one buffer (one
     allocation, and in _input_grads one cast, instead of one each: most of the op's cost over the
     kernels is per-tensor host work)."""
-    flat = torch.empty(_grad_layout(xs)[1], dtype=torch.float32, device=xs[0].device)
-    grads = _grad_views(flat, xs)
+    offs, size = _grad_layout(xs)
+    flat = torch.empty(size, dtype=torch.float32, device=xs[0].device)
     if xs[0].shape[0] == 0:
         return flat.zero_()
+    grads = _grad_views(flat, xs, offs)
     xs, saved = [_ready(x) for x in xs], [_ready(t) for t in saved]
     o_br, lse, (k_cmp, v_cmp, sel_idx) = saved[0:3], saved[3:6], saved[6:9]
     ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, True)
@@ -141,7 +142,8 @@ def backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
 
 def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
     """backward_flat's gradients as a list (float32, shaped as xs)."""
-    return _grad_views(backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale), xs)
+    flat = backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale)
+    return _grad_views(flat, xs, _grad_layout(xs)[0])
 
 
 def _input_grads(xs, flat32, needs):
@@ -153,10 +155,10 @@ def _input_grads(xs, flat32, needs):
         n_bf += 1
     offs, _ = _grad_layout(xs)
     end = offs[n_bf] if n_bf < len(xs) else flat32.numel()
-    cast = _grad_views(flat32[:end].to(torch.bfloat16), xs[:n_bf]) if n_bf else []
-    g32 = _grad_views(flat32, xs)
-    return [None if not need else cast[i] if i < n_bf else g32[i].to(x.dtype)
-            for i, (x, need) in enumerate(zip(xs, needs))]
+    grads = _grad_views(flat32[:end].to(torch.bfloat16), xs[:n_bf], offs) if n_bf else []
+    rest = xs[n_bf:]  # float32 φ parameters: their views as they are
+    grads += [g.to(x.dtype) for g, x in zip(_grad_views(flat32, rest, offs[n_bf:]), rest)]
+    return [g if need else None for g, need in zip(grads, needs)]
 
 
 if HAS_CUSTOM_OP:

@@ -24,7 +24,7 @@ def test_every_gradient_starts_32_byte_aligned_in_one_buffer():
     offs, end = _cuda._grad_layout(xs)
     assert end >= sum(x.numel() for x in xs)
     flat = torch.empty(end, dtype=torch.float32)
-    views = _cuda._grad_views(flat, xs)
+    views = _cuda._grad_views(flat, xs, offs)
     for x, v, o in zip(xs, views, offs):
         assert v.shape == x.shape and v.dtype == torch.float32 and v.is_contiguous()
         assert o % 8 == 0 and v.data_ptr() - flat.data_ptr() == 4 * o
@@ -34,9 +34,9 @@ def test_every_gradient_starts_32_byte_aligned_in_one_buffer():
 
 def test_input_grads_casts_the_bf16_ones_and_keeps_shapes_and_values():
     xs = inputs()
-    _, end = _cuda._grad_layout(xs)
+    offs, end = _cuda._grad_layout(xs)
     flat = torch.randn(end, generator=torch.Generator().manual_seed(3))
-    views = _cuda._grad_views(flat, xs)
+    views = _cuda._grad_views(flat, xs, offs)
     needs = [True] * len(xs)
     needs[4] = False
     out = _cuda._input_grads(xs, flat, needs)

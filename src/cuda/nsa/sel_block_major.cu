@@ -14,6 +14,7 @@
 // units in ascending order.
 #include <algorithm>
 
+#include "common/block_reduce.cuh"
 #include "common/cuda_check.h"
 #include "head_dims.h"
 #include "nsa_backward_dkdv.h"
@@ -178,20 +179,15 @@ __device__ __forceinline__ void staged_run(const NsaParams& p, const ChunkArgs& 
   const int row_lo = (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
   const float sl2 = p.scale * kLog2e;
   uint32_t ahead = list_entry_ahead<QT>(list, 0);
-  const auto fill = [&](int it) {
-    fill_pair_stage<1, kThreads>(p, list, g, it * QT, ahead,
-                                 Stage(stages + (it & 1) * Stage::kBytes));
-    ahead = list_entry_ahead<QT>(list, (it + 1) * QT);
+  const auto fill = [&](int64_t it) {
+    const int pb = static_cast<int>(it) * QT;
+    fill_pair_stage<1, kThreads>(p, list, g, pb, ahead, Stage(stages + (it & 1) * Stage::kBytes));
+    ahead = list_entry_ahead<QT>(list, pb + QT);
   };
   fill(0);
   for (int it = 0; it < n_tiles; ++it) {
     const Stage st(stages + (it & 1) * Stage::kBytes);
-    if (it + 1 < n_tiles) {
-      fill(it + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    issue_next_wait_current(it, n_tiles, fill);
     fence_proxy_async_smem();  // the tiles are read by wgmma
     __syncthreads();
     PairRows pr;
@@ -337,17 +333,6 @@ constexpr int merge_cols() {
   return D >= 64 ? D / 32 : 2;
 }
 
-// kPer consecutive bf16 (kPer even) as floats, added to acc with weight w.
-template <int kPer>
-__device__ __forceinline__ void add_bf16(float acc[kPer], const bf16* src, float w) {
-#pragma unroll
-  for (int c = 0; c < kPer; c += 2) {
-    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + c));
-    acc[c] += w * x.x;
-    acc[c + 1] += w * x.y;
-  }
-}
-
 // acc += weight(a) · row a of src (row a at src + a·stride) for the set bits a of the warp-uniform
 // `mask`, in ascending order, four rows' loads in flight. Every lane calls it (weight may
 // shuffle); lanes with !active only keep the warp together.
@@ -386,36 +371,41 @@ __device__ __forceinline__ void add_rows_in_order(float acc[kPer], const bf16* s
   }
 }
 
-// Sum / max over the warp's lanes (a fixed xor tree: the same order every run).
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
+// The (row, head) pair of this warp in a merge kernel (one warp per pair of rows r0, r0 + 1, …):
+// 32-bit indices (a chunk's rows·H fits; the launchers check), since with 64-bit divisions the
+// merges were issue-bound. w is the pair's index in the chunk; the caller stops at rows·H.
+struct MergeRow {
+  int w, lane;
+  int64_t row, th;     // query row, row·H + head
+  const int32_t* sel;  // the row's selected blocks of the head's group
+};
+__device__ __forceinline__ MergeRow merge_row(const NsaParams& p, int64_t r0) {
+  MergeRow m;
+  const int H = static_cast<int>(p.H);
+  m.w = static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
+  m.lane = threadIdx.x & 31;
+  const int rl = m.w / H, h = m.w - rl * H, g = h / static_cast<int>(p.hpg);
+  m.row = r0 + rl;
+  m.th = m.row * H + h;
+  m.sel = p.sel_idx + (m.row * p.G + g) * p.n_sel;
+  return m;
 }
 
 // One warp per (row, head) of rows [r0, r0 + rows): o_sel and lse_sel from the slots' partials.
 // Lane k takes slot i0 + k's lse and weight; the partial rows are then added in slot order, four
-// loads in flight. Indices in 32 bits (a chunk's rows·H fits, run_sel_block_major_forward
-// checks): with 64-bit divisions and a slot loop of dependent loads the kernel was issue-bound
-// (Nsight Compute: 80 % SM throughput at 60 % of the memory's).
+// loads in flight (with a slot loop of dependent loads and 64-bit divisions the kernel was
+// issue-bound: Nsight Compute, 80 % SM throughput at 60 % of the memory's).
 template <int DV>
 __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int rows,
                                      const bf16* __restrict__ part,
                                      const float* __restrict__ part_lse) {
   constexpr int kPer = merge_cols<DV>();
-  const int H = static_cast<int>(p.H), n_sel = static_cast<int>(p.n_sel);
-  const int w =
-      static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
-  const int lane = threadIdx.x & 31;
-  if (w >= rows * H) return;  // warp-uniform
-  const int rl = w / H, h = w - rl * H, g = h / static_cast<int>(p.hpg);
-  const int64_t row = r0 + rl, th = row * H + h;
-  const int32_t* sel = p.sel_idx + (row * p.G + g) * n_sel;
+  const int n_sel = static_cast<int>(p.n_sel);
+  const MergeRow mr = merge_row(p, r0);
+  if (mr.w >= rows * p.H) return;  // warp-uniform
+  const int w = mr.w, lane = mr.lane;
+  const int64_t th = mr.th;
+  const int32_t* sel = mr.sel;
   const float* pl = part_lse + static_cast<int64_t>(w) * n_sel;
   const bf16* src = part + static_cast<int64_t>(w) * n_sel * DV + lane * kPer;
   float m = -INFINITY;
@@ -454,15 +444,12 @@ template <int DK>
 __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int rows,
                                 const bf16* __restrict__ part) {
   constexpr int kPer = merge_cols<DK>();
-  const int H = static_cast<int>(p.H);  // 32-bit indices, as in merge_forward_kernel
-  const int w =
-      static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
-  const int lane = threadIdx.x & 31;
-  if (w >= rows * H) return;
-  const int rl = w / H, h = w - rl * H, g = h / static_cast<int>(p.hpg);
-  const int64_t row = r0 + rl, th = row * H + h;
+  const MergeRow mr = merge_row(p, r0);
+  if (mr.w >= rows * p.H) return;  // warp-uniform
+  const int w = mr.w, lane = mr.lane;
+  const int64_t row = mr.row, th = mr.th;
   const int64_t t = row - p.cu_seqlens[p.seq_of_row[row]];
-  const int32_t* sel = p.sel_idx + (row * p.G + g) * p.n_sel;
+  const int32_t* sel = mr.sel;
   const int upb = static_cast<int>(sel_units_per_block(p.l_sel));
   const int n = static_cast<int>(p.n_sel) * upb;
   const int col = lane * kPer;

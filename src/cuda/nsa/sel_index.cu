@@ -71,13 +71,10 @@ size_t sel_sort_temp_bytes(const NsaParams& p, int64_t n) {
 void sort_sel_keys(const NsaParams& p, const uint64_t* keys_in, uint64_t* keys_out, int64_t n,
                    void* temp, size_t temp_bytes, cudaStream_t stream) {
   if (n == 0) return;
-  size_t need = 0;
+  // temp_bytes came from sel_sort_temp_bytes for at least n keys (no second query on every call);
+  // cub refuses a smaller buffer.
   NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(
-      nullptr, need, keys_in, keys_out, static_cast<int>(n), 32, sel_key_end_bit(p), stream));
-  NSA_CHECK(need <= temp_bytes, "selection index: the sort needs ", need,
-            " bytes of temporary storage, the workspace holds ", temp_bytes);
-  NSA_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, need, keys_in, keys_out, static_cast<int>(n),
-                                                32, sel_key_end_bit(p), stream));
+      temp, temp_bytes, keys_in, keys_out, static_cast<int>(n), 32, sel_key_end_bit(p), stream));
 }
 
 SelIndexView carve_sel_index(const NsaParams& p, Workspace& ws) {

@@ -37,7 +37,7 @@ size_t sel_sort_temp_bytes(const NsaParams& p, int64_t n);
 // Groups n keys by (group, block) segment: a stable radix sort on the segment bits only
 // ([32, 32 + bits of G·TB]), so rows stay ascending within a segment as launch_sel_keys made
 // them, in a third of the passes of a sort on all bits. The padding keys' segment bits are all
-// ones, above every valid segment.
+// ones, above every valid segment. temp holds temp_bytes >= sel_sort_temp_bytes(p, n).
 void sort_sel_keys(const NsaParams& p, const uint64_t* keys_in, uint64_t* keys_out, int64_t n,
                    void* temp, size_t temp_bytes, cudaStream_t stream);
 // Reads p.sel_idx (and the layout fields of p).
