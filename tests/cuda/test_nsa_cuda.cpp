@@ -226,6 +226,11 @@ INSTANTIATE_TEST_SUITE_P(
             "h6_m7c_like", {12, 2, 64, 64}, {32, 16, 64, 16, 512}, KvMode::kSeparate, {0, 1500}},
         CudaCase{
             "h16_paper_like", {16, 1, 192, 128}, {32, 16, 64, 6, 100}, KvMode::kSeparate, {0, 701}},
+        CudaCase{"h4_d192_shared_packed",
+                 {4, 2, 192, 128},
+                 {32, 16, 64, 8, 128},
+                 KvMode::kShared,
+                 {0, 777, 1900}},
         CudaCase{"h4_d128_packed",
                  {4, 2, 128, 128},
                  {32, 16, 64, 4, 160},

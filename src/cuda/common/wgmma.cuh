@@ -73,6 +73,13 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+// Named barrier `id` (1..15; 0 is __syncthreads) of n threads, non-.aligned: the warpgroups of a
+// hand-off may reach it from different places in the code (each after its own work of the step).
+// Shared-memory writes before it are visible to every participant after it.
+__device__ __forceinline__ void named_barrier_sync(int id, int n) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 #define NSA_WGMMA_D32                                                                           \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"

@@ -9,9 +9,10 @@
 //   dV += (g·Pᵀ)·dO, dK += scale·dSᵀ·Q, with the accumulators in registers.
 // No atomics: pairs are visited in ascending order. Long query lists are split into `chunks` CTAs
 // that write partial sums; a second kernel adds the partials in chunk order. For head dims that are
-// multiples of 64 up to 128 the four products (and the fused dq) run on warpgroup MMA: the CTA's
-// four warps are one warpgroup, the unit's K/V and the pair stages swizzled tiles
-// (wgmma_tiles.cuh); otherwise on mma.sync with padded tiles.
+// multiples of 64 the four products (and the fused dq) run on warpgroup MMA, the unit's K/V and
+// the pair stages swizzled tiles (wgmma_tiles.cuh): up to 128 the CTA's four warps are one
+// warpgroup; at dk = 192 two warpgroups split the products (unit_dkdv_split), as one could not
+// hold both accumulators. Other dims run on mma.sync with padded tiles.
 //
 // The selected branch's dq rides along (v3, kDq): each tile's dSᵀ is also staged in shared memory
 // (bf16) and dq_pair = dS · K_unit is written per (query, head, slot, unit of the block) for the
@@ -44,19 +45,29 @@ __host__ __device__ constexpr size_t ds_tile_bytes() {
 }
 
 // dK/dV (and the selected branch's fused dq) on warpgroup MMA (wgmma_tiles.cuh) for head dims
-// that are multiples of 64 up to 128 (at 192 a 64-pair tile's accumulators would not fit in
-// registers); other dims on mma.sync.
+// that are multiples of 64; other dims on mma.sync. Up to 128 one warpgroup holds both
+// accumulators; at dk = 192 they would not fit its registers (160 a thread with a 64-pair tile),
+// so two warpgroups split the products (unit_dkdv_split).
 template <int DK, int DV, Branch B>
 __host__ __device__ constexpr bool dkdv_wgmma() {
-  return wgmma_dims(DK, DV) && DK <= 128;
+  return wgmma_dims(DK, DV);
+}
+template <int DK, int DV>
+__host__ __device__ constexpr bool dkdv_split() {
+  return wgmma_dims(DK, DV) && DK > 128;
+}
+template <int DK, int DV>
+__host__ __device__ constexpr int dkdv_threads() {
+  return dkdv_split<DK, DV>() ? 2 * kThreads : kThreads;
 }
 
 template <int DK, int DV, bool kDq, bool kSw = false>
 __host__ __device__ constexpr size_t dkdv_smem_bytes() {
-  if constexpr (kSw) {  // the dS tile: 64 pairs × 64 unit rows, swizzled
+  if constexpr (kSw) {  // the dS tile: 64 pairs × 64 unit rows, swizzled; split: P's hand-off
     return kSwAlignSlack + kDkdvUnitRows * (DK + DV) * sizeof(bf16) +
            2 * PairStage<DK, DV, true, true>::kBytes +
-           (kDq ? 64 * kDkdvUnitRows * sizeof(bf16) : 0);
+           (kDq ? 64 * kDkdvUnitRows * sizeof(bf16) : 0) +
+           (dkdv_split<DK, DV>() ? 64 * kDkdvUnitRows * sizeof(float) : 0);
   }
   return kDkdvUnitRows * (tile_stride(DK) + tile_stride(DV)) * sizeof(bf16) +
          2 * PairStage<DK, DV, true>::kBytes + ds_tile_bytes<DK, kDq>();
@@ -134,22 +145,25 @@ __device__ __forceinline__ void sel_tile_dq(const NsaParams& p, const SelDqPass&
 // stages, and (kDq) the dS tile.
 // The fused dq of one 64-pair tile on warpgroup MMA: dq = dS · K_unit with dS (64 pairs × 64 unit
 // rows) and the unit's K both swizzled in shared memory; warp w's accumulator rows are pairs
-// 16w + gid and 16w + gid + 8.
-template <int DK>
+// 16w + gid and 16w + gid + 8. The warpgroup computes dq's 64-column blocks [NB0, NB1): all of
+// them, or its share of a split CTA's.
+template <int DK, int NB0 = 0, int NB1 = DK / 64>
 __device__ __forceinline__ void sel_tile_dq_wgmma(const NsaParams& p, const SelDqPass& dq,
                                                   const unsigned char* ds_s,
                                                   const unsigned char* ks, const int64_t th[2],
                                                   const int32_t slot[2], int64_t ub, int64_t upb) {
+  constexpr int NB = NB1 - NB0;
   const int tq = threadIdx.x & 3;
-  float acc[DK / 8][4];
+  float acc[NB * 8][4];
   const uint64_t dd = sw128_tile_desc(ds_s), dk = sw128_tile_desc(ks);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kDkdvUnitRows / 16; ++kk) {
 #pragma unroll
-    for (int nb = 0; nb < DK / 64; ++nb) {
+    for (int nb = 0; nb < NB; ++nb) {
       wgmma_m64n64k16_ss<true>(&acc[nb * 8][0], desc_at(dd, 32 * kk),
-                               desc_at(dk, nb * kDkdvUnitRows * 128 + 16 * 128 * kk), kk > 0);
+                               desc_at(dk, (NB0 + nb) * kDkdvUnitRows * 128 + 16 * 128 * kk),
+                               kk > 0);
     }
   }
   wgmma_commit();
@@ -158,9 +172,9 @@ __device__ __forceinline__ void sel_tile_dq_wgmma(const NsaParams& p, const SelD
   for (int r = 0; r < 2; ++r) {
     if (th[r] < 0) continue;
     const int64_t idx = ((th[r] - dq.r0 * p.H) * p.n_sel + slot[r]) * upb + ub;
-    bf16* dst = dq.dq_part + idx * DK + 2 * tq;
+    bf16* dst = dq.dq_part + idx * DK + NB0 * 64 + 2 * tq;
 #pragma unroll
-    for (int nt = 0; nt < DK / 8; ++nt) {
+    for (int nt = 0; nt < NB * 8; ++nt) {
       *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16(acc[nt][2 * r], acc[nt][2 * r + 1]);
     }
   }
@@ -173,16 +187,116 @@ struct DkdvSmem {
   bf16* ks;
   bf16* vs;
   unsigned char* stages;
-  bf16* ds;  // kDq only
+  bf16* ds;     // kDq only
+  float* hand;  // dkdv_split only: P from warpgroup 0 to 1, 64 × 64 in the accumulator layout
   __device__ explicit DkdvSmem(unsigned char* base)
       : ks(reinterpret_cast<bf16*>(kSw ? sw_align(base) : base)),
         vs(ks + kDkdvUnitRows * kKCols),
         stages(reinterpret_cast<unsigned char*>(vs + kDkdvUnitRows * kVCols)),
-        ds(reinterpret_cast<bf16*>(stages + 2 * Stage::kBytes)) {}
+        ds(reinterpret_cast<bf16*>(stages + 2 * Stage::kBytes)),
+        hand(reinterpret_cast<float*>(ds + (kDq ? 64 * kDkdvUnitRows : 0))) {}
 };
 
-// One CTA's share of a unit: stages the unit's K/V, walks `pairs` in tiles and leaves this
-// thread's dK (unscaled) / dV rows in dk / dv; kDq also writes the pairs' dq partials.
+// Loads the unit's K/V rows into sm (by cp.async, committed with the first pair stage), with the
+// CTA's kN threads.
+template <int DK, int DV, Branch B, int kN, bool kDq, bool kSw>
+__device__ __forceinline__ void load_unit_kv(const NsaParams& p, const RowTile& unit, int64_t g,
+                                             const DkdvSmem<DK, DV, kDq, kSw>& sm) {
+  const KvRows kv = branch_rows<B>(p, unit.seq, g);
+  const auto k_row = [&](int i) -> const bf16* {
+    return i < unit.rows ? kv.k + (unit.first + i) * kv.k_stride : nullptr;
+  };
+  const auto v_row = [&](int i) -> const bf16* {
+    return i < unit.rows ? kv.v + (unit.first + i) * kv.v_stride : nullptr;
+  };
+  if constexpr (kSw) {
+    load_sw_tile<DK, kDkdvUnitRows, kN>(reinterpret_cast<unsigned char*>(sm.ks), k_row,
+                                        threadIdx.x);
+    load_sw_tile<DV, kDkdvUnitRows, kN>(reinterpret_cast<unsigned char*>(sm.vs), v_row,
+                                        threadIdx.x);
+  } else {
+    load_tile<DK>(sm.ks, kDkdvUnitRows, k_row, threadIdx.x, kN);
+    load_tile<DV>(sm.vs, kDkdvUnitRows, v_row, threadIdx.x, kN);
+  }
+}
+
+// What a tile's element-wise step computes (unit_scores, a bit set): P = exp(S − lse) with the
+// causal mask (kProbs; else sc holds P already), g·P into sc (kGate; else P stays), dS = P ∘
+// (g·dPᵀ − delta) into dpt (kDs, and with kDq also into the ds tile for the fused dq).
+constexpr int kProbs = 1, kGate = 2, kDs = 4;
+
+// This thread's 16 × QT values (C layout; key rows jl_lo, jl_lo + 8 of the unit, pair columns) of
+// the steps kSteps: one pass over the registers, the pairs' statistics read once per column pair
+// (the ds stores may alias them for the compiler, which then re-read them per element). The
+// per-pair visibility test only where the warp's tile is not wholly visible.
+template <Branch B, int kSteps, bool kDq, bool kSw, int QT, typename Stage>
+__device__ __forceinline__ void unit_scores(const NsaParams& p, const RowTile& unit,
+                                            const Stage& st, int it, int n_pairs, int warp,
+                                            float sc[][4], float dpt[][4], bf16* ds) {
+  const int jl_lo = warp * 16 + ((threadIdx.x & 31) >> 2), tq = threadIdx.x & 3;
+  const int j0 = static_cast<int>(unit.first) + warp * 16;  // the warp's first key
+  const MaskParams m = mask_params(p);
+  const float sl2 = p.scale * kLog2e;
+  const int last = it * QT + QT <= n_pairs ? QT - 1 : -1;
+  const bool all = !(kSteps & kProbs) || (warp * 16 + 16 <= unit.rows && last >= 0 &&
+                                          all_visible<B>(m, st.t[0], st.t[last], j0, j0 + 15));
+  const auto steps = [&](auto whole_tile) {
+#pragma unroll
+    for (int nt = 0; nt < QT / 8; ++nt) {
+      const int c0 = nt * 8 + 2 * tq;
+      const float2 lse2 = *reinterpret_cast<const float2*>(st.lse2 + c0);
+      const float2 gate = *reinterpret_cast<const float2*>(st.gate + c0);
+      const float2 delta = *reinterpret_cast<const float2*>(st.delta + c0);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int jl = jl_lo + (e >> 1) * 8, col = c0 + (e & 1);
+        const float c_gate = e & 1 ? gate.y : gate.x;
+        float pr = sc[nt][e];
+        if constexpr ((kSteps & kProbs) != 0) {
+          pr = fast_exp2(fmaf(pr, sl2, -(e & 1 ? lse2.y : lse2.x)));
+          if constexpr (!decltype(whole_tile)::value) {
+            const int t = st.t[col];
+            const bool vis =
+                jl < unit.rows && t >= 0 && key_visible<B>(m, t, static_cast<int>(unit.first) + jl);
+            pr = vis ? pr : 0.0f;
+          }
+        }
+        sc[nt][e] = (kSteps & kGate) != 0 ? pr * c_gate : pr;
+        if constexpr ((kSteps & kDs) != 0) {
+          dpt[nt][e] = pr * (c_gate * dpt[nt][e] - (e & 1 ? delta.y : delta.x));
+          if constexpr (kDq && kSw) {
+            *reinterpret_cast<bf16*>(reinterpret_cast<unsigned char*>(ds) + sw128_offset(col, jl)) =
+                __float2bfloat16(dpt[nt][e]);
+          } else if constexpr (kDq) {
+            ds[col * tile_stride(kDkdvUnitRows) + jl] = __float2bfloat16(dpt[nt][e]);
+          }
+        }
+      }
+    }
+  };
+  if (all) {
+    steps(std::true_type{});
+  } else {
+    steps(std::false_type{});
+  }
+}
+
+// The (query·H + head, slot) of this thread's two dq rows in a pair tile (kDq): pairs 16·pg + gid
+// and 16·pg + gid + 8.
+template <typename Stage>
+__device__ __forceinline__ void dq_rows(const Stage& st, int pg, int64_t th[2], int32_t slot[2]) {
+  const int gid = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    th[r] = st.th[pg * 16 + gid + 8 * r];
+    slot[r] = st.slot[pg * 16 + gid + 8 * r];
+  }
+}
+
+// One CTA's share of a unit on one warpgroup (or mma.sync warps): stages the unit's K/V, walks
+// `pairs` in tiles and leaves this thread's dK (unscaled) / dV rows in dk / dv; kDq also writes
+// the pairs' dq partials. (Its own stage loop and one fused element-wise pass: built on
+// walk_pair_stages and unit_scores it ran 5 % slower at m7c_125m 16k, H200 workshop.)
 template <int DK, int DV, Branch B, bool kDq, bool kSw = dkdv_wgmma<DK, DV, B>()>
 __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& unit, int64_t g,
                                           const PairList& pairs, const SelDqPass& dq,
@@ -193,22 +307,7 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
   constexpr int c = static_cast<int>(B);
   const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
   const int n_pairs = pairs.n;
-  const KvRows kv = branch_rows<B>(p, unit.seq, g);
-  const auto k_row = [&](int i) -> const bf16* {
-    return i < unit.rows ? kv.k + (unit.first + i) * kv.k_stride : nullptr;
-  };
-  const auto v_row = [&](int i) -> const bf16* {
-    return i < unit.rows ? kv.v + (unit.first + i) * kv.v_stride : nullptr;
-  };
-  if constexpr (kSw) {  // by cp.async, committed with the first pair stage
-    load_sw_tile<DK, kDkdvUnitRows, kThreads>(reinterpret_cast<unsigned char*>(sm.ks), k_row,
-                                              threadIdx.x);
-    load_sw_tile<DV, kDkdvUnitRows, kThreads>(reinterpret_cast<unsigned char*>(sm.vs), v_row,
-                                              threadIdx.x);
-  } else {
-    load_tile<DK>(sm.ks, kDkdvUnitRows, k_row, threadIdx.x, kThreads);
-    load_tile<DV>(sm.vs, kDkdvUnitRows, v_row, threadIdx.x, kThreads);
-  }
+  load_unit_kv<DK, DV, B, kThreads>(p, unit, g, sm);
 
   uint32_t entry_ahead = list_entry_ahead<QT>(pairs, 0);  // this thread's entry of the next fill
   const auto issue = [&](int pb, const Stage& st) {
@@ -328,44 +427,157 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
   }
 }
 
-// This thread's rows of a unit's dK (times scale) / dV: row jl at dst_k + jl·k_stride (=, or +=).
+// unit_dkdv for the widest heads (dkdv_split) on two warpgroups, each thread with one accumulator
+// of at most 96 registers where one warpgroup holding dK and dV would need 160: warpgroup 0 takes
+// S = K·Qᵀ, P and dV += (g·P)·dO; warpgroup 1 takes dPᵀ = V·dOᵀ, dS (P handed over in shared
+// memory: the two warpgroups' accumulators share one layout, so thread t of one reads what
+// thread t of the other wrote) and dK += dS·Q; after the tile's barrier the fused dq's 64-column
+// blocks split 2 : 1. Per tile the tensor-core work is 5 : 5 (dense branches) or 7 : 6 (selected)
+// in units of 64 × 64 × 64.
+// acc: dV (warpgroup 0) or dK unscaled (warpgroup 1).
+template <int DK, int DV, Branch B, bool kDq>
+__device__ __forceinline__ void unit_dkdv_split(const NsaParams& p, const RowTile& unit, int64_t g,
+                                                const PairList& pairs, const SelDqPass& dq,
+                                                const DkdvSmem<DK, DV, kDq, true>& sm,
+                                                float acc[][4]) {
+  using Stage = PairStage<DK, DV, true, true>;
+  constexpr int QT = Stage::QT, kN = 2 * kThreads, kHandOff = 1;  // named barrier id
+  static_assert(DK / 64 == 3 && DV <= DK, "the split is built for dk = 192");
+  const int wg = threadIdx.x / kThreads, warp = (threadIdx.x >> 5) & 3, tw = threadIdx.x % kThreads;
+  const int64_t upb = sel_units_per_block(p.l_sel);
+  const int64_t ub = (unit.first % p.l_sel) / kDkdvUnitRows;
+  float4* hand = reinterpret_cast<float4*>(sm.hand);
+  const auto* ks = reinterpret_cast<const unsigned char*>(sm.ks);
+  const auto* vs = reinterpret_cast<const unsigned char*>(sm.vs);
+  load_unit_kv<DK, DV, B, kN>(p, unit, g, sm);
+  walk_pair_stages<static_cast<int>(B), kN, Stage>(
+      p, pairs, g, sm.stages, [&](int it, const Stage& st) {
+        const auto* q = reinterpret_cast<const unsigned char*>(st.q);
+        const auto* d_o = reinterpret_cast<const unsigned char*>(st.d_o);
+        float s[QT / 8][4], dpt[QT / 8][4];
+        uint32_t a[QT / 16][4];
+        if (wg == 0) {
+          wgmma_fence();
+          wgmma_tile_bt_issue<DK, QT>(s, ks, q);
+          wgmma_commit();
+          wgmma_wait<0>();
+          unit_scores<B, kProbs, kDq, true, QT>(p, unit, st, it, pairs.n, warp, s, dpt, sm.ds);
+#pragma unroll
+          for (int nt = 0; nt < QT / 8; ++nt) {
+            hand[nt * kThreads + tw] = make_float4(s[nt][0], s[nt][1], s[nt][2], s[nt][3]);
+          }
+          unit_scores<B, kGate, kDq, true, QT>(p, unit, st, it, pairs.n, warp, s, dpt, sm.ds);
+          c_to_a_tile<QT>(a, s);
+          wgmma_fence();
+          wgmma_p_v_issue<DV, QT>(acc, a, d_o);
+          wgmma_commit();
+          // P handed over. dV is already running: warpgroup 1's dPᵀ tends to finish after S and P
+          // (a barrier before this product cost the dense kernels 20 %, paper_attn 16k).
+          named_barrier_sync(kHandOff, kN);
+        } else {
+          wgmma_fence();
+          wgmma_tile_bt_issue<DV, QT>(dpt, vs, d_o);
+          wgmma_commit();
+          wgmma_wait<0>();
+          named_barrier_sync(kHandOff, kN);
+#pragma unroll
+          for (int nt = 0; nt < QT / 8; ++nt) {
+            const float4 h = hand[nt * kThreads + tw];
+            s[nt][0] = h.x, s[nt][1] = h.y, s[nt][2] = h.z, s[nt][3] = h.w;
+          }
+          unit_scores<B, kDs, kDq, true, QT>(p, unit, st, it, pairs.n, warp, s, dpt, sm.ds);
+          c_to_a_tile<QT>(a, dpt);
+          wgmma_fence();
+          wgmma_p_v_issue<DK, QT>(acc, a, q);
+          wgmma_commit();
+        }
+        int64_t th[2] = {-1, -1};
+        int32_t slot[2] = {0, 0};
+        if constexpr (kDq) dq_rows(st, warp, th, slot);
+        wgmma_wait<0>();
+        if constexpr (kDq) fence_proxy_async_smem();  // ds is read by wgmma
+        __syncthreads();  // this stage's buffer is refilled by the next step; hand and ds are free
+        if constexpr (kDq) {
+          const auto* ds = reinterpret_cast<const unsigned char*>(sm.ds);
+          if (wg == 0) {
+            sel_tile_dq_wgmma<DK, 0, 2>(p, dq, ds, ks, th, slot, ub, upb);
+          } else {
+            sel_tile_dq_wgmma<DK, 2, 3>(p, dq, ds, ks, th, slot, ub, upb);
+          }
+        }
+      });
+}
+
+// This thread's rows of a unit's dK (times scale) / dV (=, or +=): row jl at dst_k + jl·k_stride,
+// dst_v + jl·v_stride; a null destination is skipped (a split CTA's thread holds one of them).
 template <int DK, int DV>
 __device__ __forceinline__ void store_unit(const RowTile& unit, const float dk[][4],
                                            const float dv[][4], float* dst_k, float* dst_v,
                                            int64_t k_stride, int64_t v_stride, float scale,
                                            bool accumulate) {
-  const int jl_lo = (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
+  const int jl_lo = ((threadIdx.x >> 5) & 3) * 16 + ((threadIdx.x & 31) >> 2);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int jl = jl_lo + 8 * r;
     if (jl >= unit.rows) continue;
-    store_rows<DK>(dst_k + jl * k_stride, dk, r, scale, accumulate);
-    store_rows<DV>(dst_v + jl * v_stride, dv, r, 1.0f, accumulate);
+    if (dst_k) store_rows<DK>(dst_k + jl * k_stride, dk, r, scale, accumulate);
+    if (dst_v) store_rows<DV>(dst_v + jl * v_stride, dv, r, 1.0f, accumulate);
   }
 }
 
+// A CTA's dK/dV of one unit: the walk over its pairs and the accumulators it leaves – both in
+// every thread (unit_dkdv), or with dkdv_split dK in warpgroup 1 and dV in warpgroup 0, one array.
+template <int DK, int DV, Branch B, bool kDq>
+struct UnitGrads {
+  static constexpr bool kSw = dkdv_wgmma<DK, DV, B>(), kSplit = dkdv_split<DK, DV>();
+  using Smem = DkdvSmem<DK, DV, kDq, kSw>;
+  float dk[DK / 8][4] = {};
+  float dv[kSplit ? 1 : DV / 8][4] = {};  // unused with kSplit
+
+  __device__ void run(const NsaParams& p, const RowTile& unit, int64_t g, const PairList& pairs,
+                      const SelDqPass& dq, const Smem& sm) {
+    if constexpr (kSplit) {
+      unit_dkdv_split<DK, DV, B, kDq>(p, unit, g, pairs, dq, sm, dk);
+    } else {
+      unit_dkdv<DK, DV, B, kDq>(p, unit, g, pairs, dq, sm, dk, dv);
+    }
+  }
+  // store_unit of this thread's share.
+  __device__ void store(const RowTile& unit, float* dst_k, float* dst_v, int64_t k_stride,
+                        int64_t v_stride, float scale, bool accumulate) const {
+    if constexpr (kSplit) {
+      const bool holds_k = threadIdx.x >= kThreads;
+      store_unit<DK, DV>(unit, dk, dk, holds_k ? dst_k : nullptr, holds_k ? nullptr : dst_v,
+                         k_stride, v_stride, scale, accumulate);
+    } else {
+      store_unit<DK, DV>(unit, dk, dv, dst_k, dst_v, k_stride, v_stride, scale, accumulate);
+    }
+  }
+};
+
 // Every branch, chunked: CTA (unit, g, z) takes chunk z of `chunks` of the unit's queries.
 template <int DK, int DV, Branch B>
-__global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
+__global__ void __launch_bounds__(dkdv_threads<DK, DV>(), dkdv_min_blocks<DK>())
     dkdv_kernel(const NsaParams p, const RowTile* __restrict__ units, int64_t chunks,
                 const DkdvOut out) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const DkdvSmem<DK, DV, false, dkdv_wgmma<DK, DV, B>()> sm(smem);
+  using Grads = UnitGrads<DK, DV, B, false>;
+  const typename Grads::Smem sm(smem);
   const int64_t g = blockIdx.y, z = blockIdx.z, G = p.G;
   const RowTile unit = units[blockIdx.x];
   if (unit.rows == 0) return;  // padding of a device-built table (device_layout.h)
   const UnitQueries u = unit_queries<B>(p, unit, g);
   const PairList pairs =
       chunk_pairs(u, z, chunks, static_cast<int>(p.hpg), static_cast<int>(p.n_sel));
-  float dk[DK / 8][4] = {}, dv[DV / 8][4] = {};
-  unit_dkdv<DK, DV, B, false>(p, unit, g, pairs, SelDqPass{0, 0, nullptr}, sm, dk, dv);
+  Grads grads;
+  grads.run(p, unit, g, pairs, SelDqPass{0, 0, nullptr}, sm);
   const int64_t key_base =
       B == Branch::kCmp ? p.cmp_offsets[unit.seq] + unit.first : u.seq_start + unit.first;
   const int64_t slot = out.slots > 0 ? z : 0;
   const bool acc = out.slots > 0 ? false : out.accumulate;
   float* dst_k = out.k + (slot * out.rows + key_base) * G * DK + g * DK;
   float* dst_v = out.v + (slot * out.rows + key_base) * G * DV + g * DV;
-  store_unit<DK, DV>(unit, dk, dv, dst_k, dst_v, G * DK, G * DV, p.scale, acc);
+  grads.store(unit, dst_k, dst_v, G * DK, G * DV, p.scale, acc);
 }
 
 // The selected branch's work items of one pass: (unit, group) ug = g·n_units + u has
@@ -413,10 +625,11 @@ __global__ void fill_items_kernel(const NsaParams p, const SelItems it, const Se
 // The selected branch fused (dK/dV + dq): CTA i takes work item i. A unit's only item adds its
 // dK/dV to the gradient itself; items of units with several write part[i] for reduce_items_kernel.
 template <int DK, int DV>
-__global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
+__global__ void __launch_bounds__(dkdv_threads<DK, DV>(), dkdv_min_blocks<DK>())
     sel_item_kernel(const NsaParams p, const SelItems it, const SelDqPass dq) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const DkdvSmem<DK, DV, true, dkdv_wgmma<DK, DV, Branch::kSel>()> sm(smem);
+  using Grads = UnitGrads<DK, DV, Branch::kSel, true>;
+  const typename Grads::Smem sm(smem);
   const int64_t i = blockIdx.x, U = it.n_units * p.G;
   if (i >= it.item_end[U - 1]) return;
   const SelItemDesc d = it.items[i];
@@ -427,15 +640,15 @@ __global__ void __launch_bounds__(kThreads, dkdv_min_blocks<DK>())
   const int hpg = static_cast<int>(p.hpg);
   const PairList pairs{u, d.qa, static_cast<int>((d.qb - d.qa) * hpg), hpg,
                        static_cast<int>(p.n_sel)};
-  float dk[DK / 8][4] = {}, dv[DV / 8][4] = {};
-  unit_dkdv<DK, DV, Branch::kSel, true>(p, unit, g, pairs, dq, sm, dk, dv);
+  Grads grads;
+  grads.run(p, unit, g, pairs, dq, sm);
   if (n_items == 1) {
     const int64_t row0 = u.seq_start + unit.first;
-    store_unit<DK, DV>(unit, dk, dv, p.d_k[1] + (row0 * p.G + g) * DK,
-                       p.d_v[1] + (row0 * p.G + g) * DV, p.G * DK, p.G * DV, p.scale, true);
+    grads.store(unit, p.d_k[1] + (row0 * p.G + g) * DK, p.d_v[1] + (row0 * p.G + g) * DV, p.G * DK,
+                p.G * DV, p.scale, true);
   } else {
     float* dst = it.part + i * kDkdvUnitRows * (DK + DV);
-    store_unit<DK, DV>(unit, dk, dv, dst, dst + DK, DK + DV, DK + DV, p.scale, false);
+    grads.store(unit, dst, dst + DK, DK + DV, DK + DV, p.scale, false);
   }
 }
 
@@ -490,7 +703,7 @@ void launch_branch(const NsaParams& p, const RowTile* units, int64_t n_units, in
     set_kernel_smem(kernel, smem);
     const dim3 grid(static_cast<unsigned>(n_units), static_cast<unsigned>(p.G),
                     static_cast<unsigned>(chunks));
-    kernel<<<grid, kThreads, smem, stream>>>(p, units, chunks, out);
+    kernel<<<grid, dkdv_threads<DK(), DV()>(), smem, stream>>>(p, units, chunks, out);
     NSA_CUDA_LAUNCH_CHECK();
   });
 }
@@ -572,7 +785,7 @@ void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_unit
     const auto kernel = sel_item_kernel<DK(), DV()>;
     const size_t smem = dkdv_smem_bytes<DK(), DV(), true, dkdv_wgmma<DK(), DV(), Branch::kSel>()>();
     set_kernel_smem(kernel, smem);
-    kernel<<<static_cast<unsigned>(bound), kThreads, smem, stream>>>(p, it, pass);
+    kernel<<<static_cast<unsigned>(bound), dkdv_threads<DK(), DV()>(), smem, stream>>>(p, it, pass);
     NSA_CUDA_LAUNCH_CHECK();
     const dim3 reduce_grid(static_cast<unsigned>(U), kDkdvUnitRows / kReduceRows);
     reduce_items_kernel<DK(), DV()><<<reduce_grid, 256, 0, stream>>>(p, it);

@@ -97,6 +97,7 @@ __device__ __forceinline__ PairList chunk_pairs(const UnitQueries& u, int64_t z,
 template <int DK, int DV, bool kGrad, bool kSw = false>
 struct PairStage {
   static constexpr int QT = kSw ? 64 : pair_tile<DK>();
+  static constexpr bool kSwizzled = kSw;
   static constexpr size_t kQBytes = QT * (kSw ? DK : tile_stride(DK)) * sizeof(bf16);
   static constexpr size_t kDoBytes = kGrad ? QT * (kSw ? DV : tile_stride(DV)) * sizeof(bf16) : 0;
   static constexpr size_t kUsed =
@@ -204,6 +205,33 @@ __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64
     if constexpr (kGrad) load_tile<DV, true>(st.d_o, QT, do_row, threadIdx.x, blockDim.x);
   }
   cp_async_commit();
+}
+
+// Walks a pair list in stages of Stage::QT pairs, double-buffered in `stages`: fills stage it + 1
+// (its list entries loaded one stage ahead, list_entry_ahead) while stage it is in use, waits for
+// stage it, publishes it (to wgmma too) and calls body(it, st). The body must end with a barrier:
+// the next step refills the buffer it used. Run by all kN threads of the CTA; copies the caller
+// issued before (a unit's or a block's K/V tiles) complete with stage 0.
+template <int c, int kN, typename Stage, typename Body>
+__device__ __forceinline__ void walk_pair_stages(const NsaParams& p, const PairList& pairs,
+                                                 int64_t g, unsigned char* stages, Body&& body) {
+  constexpr int QT = Stage::QT;
+  uint32_t ahead = list_entry_ahead<QT>(pairs, 0);  // this thread's entry of the next fill
+  const auto fill = [&](int64_t it) {
+    const int pb = static_cast<int>(it) * QT;
+    fill_pair_stage<c, kN>(p, pairs, g, pb, ahead, Stage(stages + (it & 1) * Stage::kBytes));
+    ahead = list_entry_ahead<QT>(pairs, pb + QT);
+  };
+  const int n_tiles = (pairs.n + QT - 1) / QT;
+  if (n_tiles > 0) fill(0);
+  for (int it = 0; it < n_tiles; ++it) {
+    const Stage st(stages + (it & 1) * Stage::kBytes);
+    issue_next_wait_current(it, n_tiles, fill);
+    if constexpr (Stage::kSwizzled) fence_proxy_async_smem();  // the tiles are read by wgmma
+    st.finish_stats();
+    __syncthreads();
+    body(it, st);
+  }
 }
 
 }  // namespace nsa::cuda

@@ -175,21 +175,9 @@ __device__ __forceinline__ void staged_run(const NsaParams& p, const ChunkArgs& 
   const int hpg = static_cast<int>(p.hpg), n_sel = static_cast<int>(p.n_sel);
   const UnitQueries u{seq_start, q_begin, q_begin + pairs / hpg, a.keys};
   const PairList list{u, q_begin, pairs, hpg, n_sel};
-  const int n_tiles = (pairs + QT - 1) / QT;
   const int row_lo = (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
   const float sl2 = p.scale * kLog2e;
-  uint32_t ahead = list_entry_ahead<QT>(list, 0);
-  const auto fill = [&](int64_t it) {
-    const int pb = static_cast<int>(it) * QT;
-    fill_pair_stage<1, kThreads>(p, list, g, pb, ahead, Stage(stages + (it & 1) * Stage::kBytes));
-    ahead = list_entry_ahead<QT>(list, pb + QT);
-  };
-  fill(0);
-  for (int it = 0; it < n_tiles; ++it) {
-    const Stage st(stages + (it & 1) * Stage::kBytes);
-    issue_next_wait_current(it, n_tiles, fill);
-    fence_proxy_async_smem();  // the tiles are read by wgmma
-    __syncthreads();
+  walk_pair_stages<1, kThreads, Stage>(p, list, g, stages, [&](int, const Stage& st) {
     PairRows pr;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -214,8 +202,8 @@ __device__ __forceinline__ void staged_run(const NsaParams& p, const ChunkArgs& 
     }
     acc.finish();
     store_pair_rows<DV>(a, pr, acc);
-    __syncthreads();  // stage it & 1 is refilled by the next iteration's fill
-  }
+    __syncthreads();  // this stage's buffer is refilled by the next step's fill
+  });
 }
 
 template <int DK, int DV>
