@@ -6,6 +6,8 @@
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
 # `final`: tests, then compare (BASE builds in the background meanwhile).
+# RACE_FILTER (tests, final, all): also compute-sanitizer racecheck on these CUDA tests (a gtest
+# filter, e.g. '*h16_paper*:*d192*'); memcheck always runs on '*h2_batch*:*packed*:*short*'.
 # BASE_DIR (compare, final, workshop): build the base from this source tree instead of BASE – for
 # commits the device's copy of the repository does not have (made after the session began): run
 # `git archive HEAD | tar -x -C prev_tree` here before the call (prev_tree is then carried as an
@@ -48,6 +50,11 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = final ]; then
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
     --gtest_filter='*h2_batch*:*packed*:*short*' >"$out/sanitizer.log" 2>&1
   echo "compute-sanitizer memcheck rc=$? (0 = clean)"; grep -E "ERROR SUMMARY" "$out/sanitizer.log"
+  if [ -n "${RACE_FILTER:-}" ]; then  # racecheck is slow (about a minute per paper-like case)
+    /usr/local/cuda/bin/compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
+      --gtest_filter="$RACE_FILTER" >"$out/racecheck.log" 2>&1
+    echo "compute-sanitizer racecheck rc=$? (0 = clean) on $RACE_FILTER"; grep -E "RACECHECK SUMMARY" "$out/racecheck.log"
+  fi
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for cfg in m7c_125m paper_attn; do
