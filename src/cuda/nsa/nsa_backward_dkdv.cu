@@ -244,12 +244,13 @@ __device__ __forceinline__ void unit_scores(const NsaParams& p, const RowTile& u
 #pragma unroll
     for (int nt = 0; nt < QT / 8; ++nt) {
       const int c0 = nt * 8 + 2 * tq;
-      const float2 lse2 = *reinterpret_cast<const float2*>(st.lse2 + c0);
+      [[maybe_unused]] float2 lse2{}, delta{};  // read only by the steps that use them
+      if constexpr ((kSteps & kProbs) != 0) lse2 = *reinterpret_cast<const float2*>(st.lse2 + c0);
       const float2 gate = *reinterpret_cast<const float2*>(st.gate + c0);
-      const float2 delta = *reinterpret_cast<const float2*>(st.delta + c0);
+      if constexpr ((kSteps & kDs) != 0) delta = *reinterpret_cast<const float2*>(st.delta + c0);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int jl = jl_lo + (e >> 1) * 8, col = c0 + (e & 1);
+        [[maybe_unused]] const int jl = jl_lo + (e >> 1) * 8, col = c0 + (e & 1);
         const float c_gate = e & 1 ? gate.y : gate.x;
         float pr = sc[nt][e];
         if constexpr ((kSteps & kProbs) != 0) {
@@ -408,14 +409,7 @@ __device__ __forceinline__ void unit_dkdv(const NsaParams& p, const RowTile& uni
     }
     int64_t th[2] = {-1, -1};
     int32_t slot[2] = {0, 0};
-    if constexpr (kDq) {
-      const int pg = warp % (QT / 16);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        th[r] = st.th[pg * 16 + gid + 8 * r];
-        slot[r] = st.slot[pg * 16 + gid + 8 * r];
-      }
-    }
+    if constexpr (kDq) dq_rows(st, warp % (QT / 16), th, slot);
     if constexpr (kDq && kSw) fence_proxy_async_smem();  // ds is read by wgmma
     __syncthreads();  // stage it & 1 is refilled by the next iteration's issue; ds is complete
     if constexpr (kDq && kSw) {
