@@ -2,7 +2,10 @@
 // one forward + backward of random inputs, so that each optimisation is measured against the
 // kernel it replaces in the same process (the llm.c dev/cuda habit). Benchmarks only.
 //
-//   nsa_workshop --config m7c_125m --seq-len 16384 [--reps 20] KERNEL...
+//   nsa_workshop --config m7c_125m --seq-len 16384 [--reps 20] [--sel-budget-mib N] KERNEL...
+//
+// --sel-budget-mib: the block-major selected branch's partial budget (its row chunk), default the
+// layer's.
 //
 // Kernels: sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block cmp_fwd win_fwd select cmp_dq
 // win_dq layer_fwd layer_bwd, and dkdv_{cmp,sel,win}:CHUNKS (the dK/dV kernel with CHUNKS CTAs per
@@ -54,6 +57,7 @@ int run(int argc, char** argv) {
   std::string config = "m7c_125m";
   int64_t seq_len = 16384;
   int reps = 20;
+  int64_t sel_budget_mib = 0;
   std::vector<std::string> kernels;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -63,6 +67,8 @@ int run(int argc, char** argv) {
       seq_len = std::atoll(argv[++i]);
     } else if (arg == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (arg == "--sel-budget-mib" && i + 1 < argc) {
+      sel_budget_mib = std::atoll(argv[++i]);
     } else {
       kernels.push_back(arg);
     }
@@ -81,6 +87,7 @@ int run(int argc, char** argv) {
   NSA_CUDA_CHECK(cudaStreamSynchronize(stream));
   const nsa::cuda::NsaParams& p = layer.params();
   auto& bw = layer.backward_buffers();
+  if (sel_budget_mib > 0) bw.sel_block_major.set_partial_budget(sel_budget_mib << 20);
   const auto* tiles = layer.row_tiles();
   const int64_t n_tiles = layer.num_row_tiles();
   const int64_t n_sel_units = layer.num_units(Branch::kSel);
@@ -105,8 +112,9 @@ int run(int argc, char** argv) {
       {"layer_fwd", [&](cudaStream_t s) { layer.forward(s); }},
       {"layer_bwd", [&](cudaStream_t s) { layer.backward(s); }},
   };
-  std::printf("config %s S %lld reps %d (median ms)\n", config.c_str(),
-              static_cast<long long>(seq_len), reps);
+  std::printf("config %s S %lld reps %d sel budget %lld MiB (median ms)\n", config.c_str(),
+              static_cast<long long>(seq_len), reps,
+              static_cast<long long>(bw.sel_block_major.partial_budget() >> 20));
   for (const std::string& k : kernels) {
     if (k.rfind("dkdv_", 0) == 0 && k.find(':') != std::string::npos) {
       const std::string name = k.substr(5, k.find(':') - 5);
