@@ -2,11 +2,14 @@
 // where the pointers are aligned and a scalar path otherwise; both must give the same bits, so
 // the vector path changes no result of the model. Each kernel runs on the same data twice – at
 // aligned addresses and at addresses one element off (forcing the scalar path) – with sizes that
-// leave a tail. Also: the GEMM's residual form equals a copy followed by the in-place GEMM.
+// leave a tail. Also: the GEMM's residual form equals a copy followed by the in-place GEMM, RoPE
+// rotates by the angles computed on the host, and the column sums equal the host's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cuda/common/convert.h"
@@ -123,22 +126,64 @@ TEST(ModelOpsVectorPaths, RmsNormForwardAndBackward) {
 }
 
 TEST(ModelOpsVectorPaths, Rope) {
-  const int64_t T = 41, heads = 3, D = 64;
+  const int64_t T = 41, heads = 3, D = 64, n_pos = 1000;
+  const double base = 10000.0;
   const auto x = random_floats(T * heads * D, 9);
   std::vector<int32_t> pos(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(t * 37 % 1000);
+  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(t * 37 % n_pos);
   DeviceBuffer<int32_t> positions;
   positions.upload(pos.data(), T);
+  DeviceBuffer<float2> table;
+  table.resize(n_pos * (D / 2));
+  launch_rope_table(n_pos, D, base, table.get(), nullptr);
   for (bool inverse : {false, true}) {
     std::vector<std::vector<bf16>> out(2);
     for (int64_t off : {0, 1}) {
       Placed<float> in(x, off);
       Placed<bf16> o(T * heads * D, off);
-      launch_rope_to_bf16(in.get(), o.get(), positions.get(), T, heads, D, 10000.0, inverse,
+      launch_rope_to_bf16(in.get(), o.get(), positions.get(), table.get(), T, heads, D, inverse,
                           nullptr);
       out[off] = o.host();
     }
     expect_same_bits(out[0], out[1], inverse ? "rope inverse" : "rope");
+    // And the rotation itself, against the angles computed here in double.
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t i = 0; i < D / 2; ++i) {
+          const double th = pos[t] * std::pow(base, -2.0 * static_cast<double>(i) / D);
+          const double c = std::cos(th), sn = inverse ? -std::sin(th) : std::sin(th);
+          const int64_t k = (t * heads + h) * D + 2 * i;
+          const double r0 = x[k] * c - x[k + 1] * sn, r1 = x[k] * sn + x[k + 1] * c;
+          ASSERT_NEAR(__bfloat162float(out[0][k]), r0, 1e-2 * std::fabs(r0) + 1e-5)
+              << "t " << t << " h " << h << " pair " << i;
+          ASSERT_NEAR(__bfloat162float(out[0][k + 1]), r1, 1e-2 * std::fabs(r1) + 1e-5)
+              << "t " << t << " h " << h << " pair " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ModelOps, ColumnSumAccumulate) {
+  // Shapes of the model's calls: norm weights (D = 768), gate biases (3H), the gate's three
+  // branches over T·H rows (more chunks than a warp has lanes).
+  for (const auto& [T, D] :
+       std::vector<std::pair<int64_t, int64_t>>{{37, 768}, {1000, 36}, {70001, 3}}) {
+    const auto in = random_floats(T * D, 13);
+    const auto start = random_floats(D, 14);
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 2; ++run) {
+      Placed<float> pin(in, 0), out(start, 0), partial(column_sum_partial_floats(T, D), 0);
+      launch_column_sum_accumulate(pin.get(), T, D, partial.get(), out.get(), nullptr);
+      runs.push_back(out.host());
+    }
+    expect_same_bits(runs[0], runs[1], "column sums, run to run");
+    for (int64_t j = 0; j < D; ++j) {
+      double want = start[j];
+      for (int64_t t = 0; t < T; ++t) want += in[t * D + j];
+      ASSERT_NEAR(runs[0][j], want, 1e-4 * std::sqrt(static_cast<double>(T)) + 1e-5)
+          << "T " << T << " D " << D << " column " << j;
+    }
   }
 }
 

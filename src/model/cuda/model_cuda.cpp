@@ -80,6 +80,8 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
       pos[layout.start(n) + t] = static_cast<int32_t>(t);
   }
   positions_.upload(pos.data(), T);
+  rope_table_.resize(layout.max_length() * (a.dk / 2));
+  launch_rope_table(layout.max_length(), a.dk, cfg.rope_base, rope_table_.get(), stream_);
   emb_order_.resize(T);
   emb_seg_token_.resize(T);
   emb_seg_start_.resize(T + 1);
@@ -151,16 +153,16 @@ void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, floa
   gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wq), f32(proj_out_.get()), T, D, H * a.dk,
                        0.0f, st);
   mark(StepPhase::kElementwise);
-  launch_rope_to_bf16(proj_out_.get(), ws.nsa.q_in(), positions_.get(), T, H, a.dk, cfg_.rope_base,
-                      false, st);
+  launch_rope_to_bf16(proj_out_.get(), ws.nsa.q_in(), positions_.get(), rope_table_.get(), T, H,
+                      a.dk, false, st);
   for (int c = 0; c < kNumBranches; ++c) {
     if (a.kv_index(c) != c) continue;
     mark(StepPhase::kGemmForward);
     gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wk[c]), f32(proj_out_.get()), T, D,
                          Gk * a.dk, 0.0f, st);
     mark(StepPhase::kElementwise);
-    launch_rope_to_bf16(proj_out_.get(), ws.nsa.k_in(c), positions_.get(), T, Gk, a.dk,
-                        cfg_.rope_base, false, st);
+    launch_rope_to_bf16(proj_out_.get(), ws.nsa.k_in(c), positions_.get(), rope_table_.get(), T, Gk,
+                        a.dk, false, st);
     mark(StepPhase::kGemmForward);
     gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wv[c]), b16(ws.nsa.v_in(c)), T, D,
                          Gk * a.dv, 0.0f, st);
@@ -284,8 +286,8 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   gemm_.linear_weight_grad(gate_logit_grad_bf_.get(), ws.h1.get(), params_.grad(s.wg), T, D, 3 * H,
                            st);
   mark(StepPhase::kElementwise);
-  launch_rope_to_bf16(ws.nsa.d_q_out(), q_grad_bf_.get(), positions_.get(), T, H, a.dk,
-                      cfg_.rope_base, true, st);
+  launch_rope_to_bf16(ws.nsa.d_q_out(), q_grad_bf_.get(), positions_.get(), rope_table_.get(), T, H,
+                      a.dk, true, st);
   mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(q_grad_bf_.get(), params_.weight_bf16(s.wq), f32(norm_out_grad_.get()), T,
                           D, H * a.dk, 1.0f, st);
@@ -293,8 +295,8 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   for (int c = 0; c < kNumBranches; ++c) {
     if (a.kv_index(c) != c) continue;
     mark(StepPhase::kElementwise);
-    launch_rope_to_bf16(ws.nsa.d_k_out(c), kv_grad_bf_.get(), positions_.get(), T, Gk, a.dk,
-                        cfg_.rope_base, true, st);
+    launch_rope_to_bf16(ws.nsa.d_k_out(c), kv_grad_bf_.get(), positions_.get(), rope_table_.get(),
+                        T, Gk, a.dk, true, st);
     mark(StepPhase::kGemmBackward);
     gemm_.linear_input_grad(kv_grad_bf_.get(), params_.weight_bf16(s.wk[c]),
                             f32(norm_out_grad_.get()), T, D, Gk * a.dk, 1.0f, st);
@@ -522,14 +524,14 @@ float ModelCuda::grad_sum_of_squares() {
 
 size_t ModelCuda::device_bytes() const {
   size_t total = params_.device_bytes() + tokens_.bytes() + targets_.bytes() + positions_.bytes() +
-                 emb_order_.bytes() + emb_seg_token_.bytes() + emb_seg_start_.bytes() +
-                 proj_out_.bytes() + residual_grad_.bytes() + norm_out_grad_.bytes() +
-                 mlp_act_grad_.bytes() + gate_logit_grad_.bytes() + norm_partial_.bytes() +
-                 sum_partial_.bytes() + logits_.bytes() + row_loss_.bytes() +
-                 step_scalars_.bytes() + final_norm_out_.bytes() + logits_grad_bf_.bytes() +
-                 residual_grad_bf_.bytes() + mlp_act_bf_.bytes() + up1_grad_bf_.bytes() +
-                 up3_grad_bf_.bytes() + gate_logit_grad_bf_.bytes() + q_grad_bf_.bytes() +
-                 kv_grad_bf_.bytes() + final_norm_rstd_.bytes() +
+                 rope_table_.bytes() + emb_order_.bytes() + emb_seg_token_.bytes() +
+                 emb_seg_start_.bytes() + proj_out_.bytes() + residual_grad_.bytes() +
+                 norm_out_grad_.bytes() + mlp_act_grad_.bytes() + gate_logit_grad_.bytes() +
+                 norm_partial_.bytes() + sum_partial_.bytes() + logits_.bytes() +
+                 row_loss_.bytes() + step_scalars_.bytes() + final_norm_out_.bytes() +
+                 logits_grad_bf_.bytes() + residual_grad_bf_.bytes() + mlp_act_bf_.bytes() +
+                 up1_grad_bf_.bytes() + up3_grad_bf_.bytes() + gate_logit_grad_bf_.bytes() +
+                 q_grad_bf_.bytes() + kv_grad_bf_.bytes() + final_norm_rstd_.bytes() +
                  (32u << 20);  // + the GEMM workspace
   for (const auto& ws : workspaces_) total += ws->bytes();
   total += nsa_backward_->bytes();

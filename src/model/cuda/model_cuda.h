@@ -112,6 +112,7 @@ class ModelCuda {
   std::vector<std::unique_ptr<Workspace>> workspaces_;
   std::vector<DeviceBuffer<float>> layer_inputs_;  // [L + 1]; [L] = the final norm's input
   DeviceBuffer<int32_t> tokens_, targets_, positions_;
+  DeviceBuffer<float2> rope_table_;  // (cos, sin) per (position, channel pair): launch_rope_table
   // The embedding backward's rows grouped by token (order, segment tokens, segment starts).
   DeviceBuffer<int32_t> emb_order_, emb_seg_token_, emb_seg_start_;
   // Scratch shared by all layers: fp32 [T, ·] projection outputs before RoPE / conversion, the

@@ -39,17 +39,19 @@ void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, 
 
 // reductions.cu
 int64_t column_sum_partial_floats(int64_t T, int64_t D);
-// out[j] += Σ_t in[t, j] (chunks of rows, then the chunks in order).
+// out[j] += Σ_t in[t, j] (each chunk of rows in order, then the chunks in a fixed tree).
 void launch_column_sum_accumulate(const float* in, int64_t T, int64_t D, float* partial, float* out,
                                   cudaStream_t stream);
 // *out = Σ x[i] (scale·) or Σ x[i]² – one fixed-shape two-pass reduction; `partial`: 1024 floats.
 void launch_sum(const float* x, int64_t n, bool squares, float scale, float* partial, float* out,
                 cudaStream_t stream);
 
-// rope.cu: out = R(±θ)·in per (row, head) pair of channels, θ_i = pos·base^(−2i/D) (in double),
-// rows' positions from `positions`; the backward is the inverse rotation.
-void launch_rope_to_bf16(const float* in, bf16* out, const int32_t* positions, int64_t T,
-                         int64_t heads, int64_t D, double base, bool inverse, cudaStream_t stream);
+// rope.cu: table[p·D/2 + i] = (cos θ, sin θ), θ = p·base^(−2i/D) (in double, rounded to float), for
+// positions p < n_pos; out = R(±θ)·in per (row, head) pair of channels, the rows' positions from
+// `positions` (each < the table's n_pos); the backward is the inverse rotation.
+void launch_rope_table(int64_t n_pos, int64_t D, double base, float2* table, cudaStream_t stream);
+void launch_rope_to_bf16(const float* in, bf16* out, const int32_t* positions, const float2* table,
+                         int64_t T, int64_t heads, int64_t D, bool inverse, cudaStream_t stream);
 
 // gates.cu: z [T, 3H] (column h·3 + c) + bias → g_raw [T, 3H] (sigmoid, or softmax over the three
 // branches of a head) and gate[c] [T, H] in bf16, zero for a disabled branch.
