@@ -101,28 +101,56 @@ TEST(ModelOpsVectorPaths, F32ToBf16) {
 }
 
 TEST(ModelOpsVectorPaths, RmsNormForwardAndBackward) {
-  const int64_t T = 37, D = 768;
-  const auto x = random_floats(T * D, 5), w = random_floats(D, 6), dy = random_floats(T * D, 7);
-  const auto dx0 = random_floats(T * D, 8);
-  std::vector<std::vector<bf16>> y(2), dxb(2), dxb_converted(2);
-  std::vector<std::vector<float>> rstd(2), dx(2), dw(2);
-  for (int64_t off : {0, 1}) {
-    Placed<float> px(x, off), pw(w, off), pdy(dy, off), pdx(dx0, off), pr(T, off), pdw(D, off);
-    Placed<bf16> py(T * D, off), pdxb(T * D, off), conv(T * D, off);
-    Placed<float> partial(T * D + column_sum_partial_floats(T, D), off);
-    launch_rmsnorm_forward(px.get(), pw.get(), 1e-5f, py.get(), pr.get(), T, D, nullptr);
-    launch_rmsnorm_backward(px.get(), pw.get(), pr.get(), pdy.get(), pdx.get(), true, pdxb.get(),
-                            pdw.get(), partial.get(), T, D, nullptr);
-    launch_f32_to_bf16(pdx.get(), conv.get(), T * D, nullptr);
-    y[off] = py.host(), rstd[off] = pr.host(), dx[off] = pdx.host(), dw[off] = pdw.host();
-    dxb[off] = pdxb.host(), dxb_converted[off] = conv.host();
+  // One CTA's rows; several CTAs and a partial last one; a wide row; a width whose column sums do
+  // not fit shared memory (they go to the scratch); a width not a multiple of 4 (scalars only).
+  for (const auto& [T, D] : std::vector<std::pair<int64_t, int64_t>>{
+           {37, 768}, {200, 768}, {70, 6500}, {3, 52000}, {9, 30}}) {
+    const auto x = random_floats(T * D, 5), w = random_floats(D, 6), dy = random_floats(T * D, 7);
+    const auto dx0 = random_floats(T * D, 8);
+    std::vector<std::vector<bf16>> y(2), dxb(2), dxb_converted(2);
+    std::vector<std::vector<float>> rstd(2), dx(2), dw(2);
+    for (int64_t off : {0, 1}) {
+      Placed<float> px(x, off), pw(w, off), pdy(dy, off), pdx(dx0, off), pr(T, off), pdw(D, off);
+      Placed<bf16> py(T * D, off), pdxb(T * D, off), conv(T * D, off);
+      Placed<float> partial(rmsnorm_backward_partial_floats(T, D), off);
+      launch_rmsnorm_forward(px.get(), pw.get(), 1e-5f, py.get(), pr.get(), T, D, nullptr);
+      launch_rmsnorm_backward(px.get(), pw.get(), pr.get(), pdy.get(), pdx.get(), true, pdxb.get(),
+                              pdw.get(), partial.get(), T, D, nullptr);
+      launch_f32_to_bf16(pdx.get(), conv.get(), T * D, nullptr);
+      y[off] = py.host(), rstd[off] = pr.host(), dx[off] = pdx.host(), dw[off] = pdw.host();
+      dxb[off] = pdxb.host(), dxb_converted[off] = conv.host();
+    }
+    expect_same_bits(y[0], y[1], "rmsnorm y");
+    expect_same_bits(rstd[0], rstd[1], "rstd");
+    expect_same_bits(dx[0], dx[1], "dx");
+    expect_same_bits(dw[0], dw[1], "dw");
+    expect_same_bits(dxb[0], dxb[1], "dx in bf16");
+    expect_same_bits(dxb[0], dxb_converted[0], "dx in bf16 vs converted");  // the dropped pass
+    // And the values, against the host in double.
+    std::vector<double> dw_want(static_cast<size_t>(D), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      double ss = 0, dot = 0;
+      for (int64_t j = 0; j < D; ++j) ss += static_cast<double>(x[t * D + j]) * x[t * D + j];
+      const double r = 1.0 / std::sqrt(ss / D + 1e-5);
+      ASSERT_NEAR(rstd[0][t], r, 1e-4 * r) << "row " << t;
+      for (int64_t j = 0; j < D; ++j)
+        dot += static_cast<double>(dy[t * D + j]) * w[j] * x[t * D + j] * r;
+      dot /= D;
+      for (int64_t j = 0; j < D; ++j) {
+        const double xh = x[t * D + j] * r;
+        const double g = dx0[t * D + j] + r * (dy[t * D + j] * w[j] - xh * dot);
+        ASSERT_NEAR(dx[0][t * D + j], g, 1e-3 * (std::fabs(g) + 1.0))
+            << "row " << t << " col " << j;
+        ASSERT_NEAR(__bfloat162float(y[0][t * D + j]), xh * w[j],
+                    1e-2 * std::fabs(xh * w[j]) + 1e-3);
+        dw_want[j] += dy[t * D + j] * xh;
+      }
+    }
+    for (int64_t j = 0; j < D; ++j) {
+      ASSERT_NEAR(dw[0][j], dw_want[j], 1e-3 * (std::fabs(dw_want[j]) + std::sqrt(T)))
+          << "T " << T << " D " << D << " column " << j;
+    }
   }
-  expect_same_bits(y[0], y[1], "rmsnorm y");
-  expect_same_bits(rstd[0], rstd[1], "rstd");
-  expect_same_bits(dx[0], dx[1], "dx");
-  expect_same_bits(dw[0], dw[1], "dw");
-  expect_same_bits(dxb[0], dxb[1], "dx in bf16");
-  expect_same_bits(dxb[0], dxb_converted[0], "dx in bf16 vs converted");  // the dropped pass
 }
 
 TEST(ModelOpsVectorPaths, Rope) {

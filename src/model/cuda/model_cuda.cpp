@@ -92,7 +92,8 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   mlp_act_grad_.resize(T * ffn_dim_);
   gate_logit_grad_.resize(T * 3 * H);
   norm_partial_.resize(
-      std::max(T * D + column_sum_partial_floats(T, D), column_sum_partial_floats(T * H, 3)));
+      std::max({rmsnorm_backward_partial_floats(T, D), column_sum_partial_floats(T, 3 * H),
+                column_sum_partial_floats(T * H, 3)}));
   sum_partial_.resize(1024);
   logits_.resize(T * cfg.vocab_size);
   row_loss_.resize(T);

@@ -32,7 +32,8 @@ void launch_rmsnorm_forward(const float* x, const float* w, float eps, bf16* y, 
                             int64_t T, int64_t D, cudaStream_t stream);
 // dx (+)= rstd·(dy∘w − x̂·mean(dy∘w∘x̂)), and when dx_bf16 is given the bf16 copy of the new dx
 // (what the next GEMMs read); dw += Σ_t dy∘x̂ (column sums in a fixed order through `partial`:
-// T·D + column_sum_partial_floats(T, D) floats of scratch).
+// rmsnorm_backward_partial_floats(T, D) floats of scratch).
+int64_t rmsnorm_backward_partial_floats(int64_t T, int64_t D);
 void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy,
                              float* dx, bool accumulate_dx, bf16* dx_bf16, float* dw,
                              float* partial, int64_t T, int64_t D, cudaStream_t stream);
@@ -42,6 +43,9 @@ int64_t column_sum_partial_floats(int64_t T, int64_t D);
 // out[j] += Σ_t in[t, j] (each chunk of rows in order, then the chunks in a fixed tree).
 void launch_column_sum_accumulate(const float* in, int64_t T, int64_t D, float* partial, float* out,
                                   cudaStream_t stream);
+// out[j] += Σ_c partial[c, j] over `chunks` rows of D partial sums, in a fixed tree.
+void launch_column_finish(const float* partial, int64_t chunks, int64_t D, float* out,
+                          cudaStream_t stream);
 // *out = Σ x[i] (scale·) or Σ x[i]² – one fixed-shape two-pass reduction; `partial`: 1024 floats.
 void launch_sum(const float* x, int64_t n, bool squares, float scale, float* partial, float* out,
                 cudaStream_t stream);

@@ -68,6 +68,15 @@ int64_t column_sum_partial_floats(int64_t T, int64_t D) {
   return chunks_of(T) * D;
 }
 
+void launch_column_finish(const float* partial, int64_t chunks, int64_t D, float* out,
+                          cudaStream_t stream) {
+  if (chunks == 0 || D == 0) return;
+  constexpr int kColumnsPerCta = kThreads / 32;
+  column_finish_kernel<<<static_cast<unsigned>((D + kColumnsPerCta - 1) / kColumnsPerCta), kThreads,
+                         0, stream>>>(partial, chunks, D, out);
+  NSA_CUDA_LAUNCH_CHECK();
+}
+
 void launch_column_sum_accumulate(const float* in, int64_t T, int64_t D, float* partial, float* out,
                                   cudaStream_t stream) {
   if (T == 0 || D == 0) return;
@@ -76,10 +85,7 @@ void launch_column_sum_accumulate(const float* in, int64_t T, int64_t D, float* 
                   static_cast<unsigned>(chunks));
   column_chunk_kernel<<<grid, kThreads, 0, stream>>>(in, T, D, partial);
   NSA_CUDA_LAUNCH_CHECK();
-  constexpr int kColumnsPerCta = kThreads / 32;
-  column_finish_kernel<<<static_cast<unsigned>((D + kColumnsPerCta - 1) / kColumnsPerCta), kThreads,
-                         0, stream>>>(partial, chunks, D, out);
-  NSA_CUDA_LAUNCH_CHECK();
+  launch_column_finish(partial, chunks, D, out, stream);
 }
 
 void launch_sum(const float* x, int64_t n, bool squares, float scale, float* partial, float* out,

@@ -1,8 +1,16 @@
-// RMSNorm forward and backward on the GPU, one CTA per row (see model_ops.h). The row reductions
-// (sum of squares, the backward's dot product) keep one fixed order – thread j sums channels j,
-// j + blockDim, … – so their bits never change; the element-wise pass after each reads and
-// writes four channels per thread (128-bit fp32 loads, 64-bit bf16 stores) when D % 4 == 0 and
-// the pointers are aligned, one otherwise, through the same inline math.
+// RMSNorm forward and backward on the GPU (see model_ops.h). Forward: one warp per row, eight
+// rows per CTA; lane l owns the column quads q = l, l + 32, … (columns 4q … 4q + 3), so the sum of
+// squares has one order – the lane's columns ascending, then the warp's fixed shuffle tree.
+// Backward: a CTA per 64 rows, the rows one after the other, each by the whole CTA (its dot
+// product: thread i sums columns i, i + 256, …, then the block's fixed tree); thread i owns the
+// quads i, i + 256, … for the element-wise pass and sums the weight gradient's term dy∘x̂ of its
+// columns over the CTA's rows (rows ascending), so no T × D buffer of it is written and read back.
+// Both take 128-bit fp32 loads and 64-bit bf16 stores when D % 4 == 0 and the pointers are
+// aligned, scalars otherwise, through the same inline math – its products and sums rounded one
+// at a time (__fmul_rn, __fadd_rn: never contracted into FMAs, which the compiler may place
+// differently in the two paths) – so both give the same bits. (One CTA per row and that buffer:
+// 14 ms of a 2k training step on an H100; a warp per row in the backward kept too few loads in
+// flight and was slower.)
 #include "cuda/common/block_reduce.cuh"
 #include "cuda/common/cuda_check.h"
 #include "model/cuda/model_ops.h"
@@ -11,88 +19,132 @@
 namespace nsa::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowsPerCta = 64;             // backward: one weight-gradient partial per 64 rows
+constexpr size_t kSmemAccMax = 200 * 1024;  // above: the warps' column sums live in `partial`
 
 __device__ inline float normed(float x, float r, float w) {
-  return x * r * w;
+  return __fmul_rn(__fmul_rn(x, r), w);
 }
 
-// g = r·(dy·w − x̂·dot), x̂ = x·r; dyx = dy·x̂ (the weight gradient's term).
+// g = r·(dy·w − x̂·dot), x̂ = x·r; dyx = dy·x̂ (the weight gradient's term); each operation rounded.
 __device__ inline void rms_grad(float x, float dy, float w, float r, float dot, float& g,
                                 float& dyx) {
-  const float xhat = x * r;
-  g = r * (dy * w - xhat * dot);
-  dyx = dy * xhat;
+  const float xhat = __fmul_rn(x, r);
+  g = __fmul_rn(r, __fsub_rn(__fmul_rn(dy, w), __fmul_rn(xhat, dot)));
+  dyx = __fmul_rn(dy, xhat);
 }
 
-template <int kVec>
-__global__ void rmsnorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                                       float eps, bf16* __restrict__ y, float* __restrict__ rstd,
-                                       int64_t D) {
-  __shared__ float scratch[33];
-  const int64_t t = blockIdx.x;
+// Columns 4q … 4q + 3 of a row: one 16-byte access (kVec) or four scalars, zeros past D.
+template <bool kVec>
+__device__ inline void load_quad(const float* row, int64_t q, int64_t D, float v[4]) {
+  if constexpr (kVec) {
+    const float4 a = *reinterpret_cast<const float4*>(row + 4 * q);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  } else {
+    for (int k = 0; k < 4; ++k) v[k] = 4 * q + k < D ? row[4 * q + k] : 0.0f;
+  }
+}
+template <bool kVec>
+__device__ inline void store_quad(float* row, int64_t q, int64_t D, const float v[4]) {
+  if constexpr (kVec) {
+    *reinterpret_cast<float4*>(row + 4 * q) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    for (int k = 0; k < 4; ++k) {
+      if (4 * q + k < D) row[4 * q + k] = v[k];
+    }
+  }
+}
+template <bool kVec>
+__device__ inline void store_quad_bf16(bf16* row, int64_t q, int64_t D, const float v[4]) {
+  if constexpr (kVec) {
+    store_bf16x4(row + 4 * q, v[0], v[1], v[2], v[3]);
+  } else {
+    for (int k = 0; k < 4; ++k) {
+      if (4 * q + k < D) row[4 * q + k] = __float2bfloat16(v[k]);
+    }
+  }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w, float eps,
+                           bf16* __restrict__ y, float* __restrict__ rstd, int64_t T, int64_t D) {
+  const int lane = threadIdx.x & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (t >= T) return;
+  const int64_t quads = (D + 3) / 4;
   const float* xr = x + t * D;
   float ss = 0.0f;
-  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) ss += xr[j] * xr[j];
-  ss = block_sum(ss, scratch);
-  const float r = rsqrtf(ss / static_cast<float>(D) + eps);
-  if (threadIdx.x == 0) rstd[t] = r;
-  bf16* yr = y + t * D;
-  for (int64_t j = threadIdx.x * kVec; j < D; j += static_cast<int64_t>(blockDim.x) * kVec) {
-    if constexpr (kVec == 4) {
-      const float4 xv = *reinterpret_cast<const float4*>(xr + j);
-      const float4 wv = *reinterpret_cast<const float4*>(w + j);
-      store_bf16x4(yr + j, normed(xv.x, r, wv.x), normed(xv.y, r, wv.y), normed(xv.z, r, wv.z),
-                   normed(xv.w, r, wv.w));
-    } else {
-      yr[j] = __float2bfloat16(normed(xr[j], r, w[j]));
-    }
+  for (int64_t q = lane; q < quads; q += 32) {
+    float v[4];
+    load_quad<kVec>(xr, q, D, v);
+    for (int k = 0; k < 4; ++k) ss = __fadd_rn(ss, __fmul_rn(v[k], v[k]));
+  }
+  const float r = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+  if (lane == 0) rstd[t] = r;
+  for (int64_t q = lane; q < quads; q += 32) {
+    float v[4], wv[4];
+    load_quad<kVec>(xr, q, D, v);
+    load_quad<kVec>(w, q, D, wv);
+    for (int k = 0; k < 4; ++k) v[k] = normed(v[k], r, wv[k]);
+    store_quad_bf16<kVec>(y + t * D, q, D, v);
   }
 }
 
-// dx (+)= g and, when asked, its bf16 copy; dyxhat = dy·x̂ for the weight gradient.
-template <int kVec>
-__global__ void rmsnorm_backward_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                                        const float* __restrict__ rstd,
-                                        const float* __restrict__ dy, float* __restrict__ dx,
-                                        bool accumulate, bf16* __restrict__ dx_bf16,
-                                        float* __restrict__ dyxhat, int64_t D) {
+// dx (+)= g and, when asked, its bf16 copy; col_part[blockIdx.x, j] = Σ over the CTA's rows of
+// dy·x̂. The running column sums: D floats per CTA, in shared memory when acc_global is null,
+// else at acc_global + blockIdx.x · D.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_backward_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                            const float* __restrict__ rstd, const float* __restrict__ dy,
+                            float* __restrict__ dx, bool accumulate, bf16* __restrict__ dx_bf16,
+                            float* __restrict__ col_part, float* __restrict__ acc_global, int64_t T,
+                            int64_t D) {
+  extern __shared__ float acc_shared[];
   __shared__ float scratch[33];
-  const int64_t t = blockIdx.x;
-  const float r = rstd[t];
-  const float* xr = x + t * D;
-  const float* dyr = dy + t * D;
-  float dot = 0.0f;
-  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dot += dyr[j] * w[j] * xr[j] * r;
-  dot = block_sum(dot, scratch) / static_cast<float>(D);
-  float* dxr = dx + t * D;
-  float* dyxr = dyxhat + t * D;
-  for (int64_t j = threadIdx.x * kVec; j < D; j += static_cast<int64_t>(blockDim.x) * kVec) {
-    if constexpr (kVec == 4) {
-      const float4 xv = *reinterpret_cast<const float4*>(xr + j);
-      const float4 dv = *reinterpret_cast<const float4*>(dyr + j);
-      const float4 wv = *reinterpret_cast<const float4*>(w + j);
-      float4 g, dyx;
-      rms_grad(xv.x, dv.x, wv.x, r, dot, g.x, dyx.x);
-      rms_grad(xv.y, dv.y, wv.y, r, dot, g.y, dyx.y);
-      rms_grad(xv.z, dv.z, wv.z, r, dot, g.z, dyx.z);
-      rms_grad(xv.w, dv.w, wv.w, r, dot, g.w, dyx.w);
+  float* acc = acc_global ? acc_global + static_cast<int64_t>(blockIdx.x) * D : acc_shared;
+  const int64_t quads = (D + 3) / 4;
+  for (int64_t q = threadIdx.x; q < quads; q += kThreads) {  // thread-owned: no barrier needed
+    const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    store_quad<kVec>(acc, q, D, zero);
+  }
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRowsPerCta;
+  for (int64_t t = t0; t < t0 + kRowsPerCta && t < T; ++t) {
+    const float r = rstd[t];
+    const float *xr = x + t * D, *dyr = dy + t * D;
+    float dot = 0.0f;
+    for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+      dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(__fmul_rn(dyr[j], w[j]), xr[j]), r));
+    }
+    dot = __fdiv_rn(block_sum(dot, scratch), static_cast<float>(D));
+    for (int64_t q = threadIdx.x; q < quads; q += kThreads) {
+      float xv[4], dv[4], wv[4], g[4], dyx[4], old[4], a[4];
+      load_quad<kVec>(xr, q, D, xv);
+      load_quad<kVec>(dyr, q, D, dv);
+      load_quad<kVec>(w, q, D, wv);
+      for (int k = 0; k < 4; ++k) rms_grad(xv[k], dv[k], wv[k], r, dot, g[k], dyx[k]);
       if (accumulate) {
-        const float4 old = *reinterpret_cast<const float4*>(dxr + j);
-        g.x = old.x + g.x, g.y = old.y + g.y, g.z = old.z + g.z, g.w = old.w + g.w;
+        load_quad<kVec>(dx + t * D, q, D, old);
+        for (int k = 0; k < 4; ++k) g[k] = __fadd_rn(old[k], g[k]);
       }
-      *reinterpret_cast<float4*>(dxr + j) = g;
-      *reinterpret_cast<float4*>(dyxr + j) = dyx;
-      if (dx_bf16) store_bf16x4(dx_bf16 + t * D + j, g.x, g.y, g.z, g.w);
-    } else {
-      float g, dyx;
-      rms_grad(xr[j], dyr[j], w[j], r, dot, g, dyx);
-      if (accumulate) g = dxr[j] + g;
-      dxr[j] = g;
-      dyxr[j] = dyx;
-      if (dx_bf16) dx_bf16[t * D + j] = __float2bfloat16(g);
+      store_quad<kVec>(dx + t * D, q, D, g);
+      if (dx_bf16) store_quad_bf16<kVec>(dx_bf16 + t * D, q, D, g);
+      load_quad<kVec>(acc, q, D, a);
+      for (int k = 0; k < 4; ++k) a[k] = __fadd_rn(a[k], dyx[k]);
+      store_quad<kVec>(acc, q, D, a);
     }
   }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+    col_part[static_cast<int64_t>(blockIdx.x) * D + j] = acc[j];
+  }
+}
+
+unsigned ctas(int64_t n, int64_t per) {
+  return static_cast<unsigned>((n + per - 1) / per);
 }
 
 }  // namespace
@@ -101,30 +153,46 @@ void launch_rmsnorm_forward(const float* x, const float* w, float eps, bf16* y, 
                             int64_t T, int64_t D, cudaStream_t stream) {
   if (T == 0) return;
   if (D % 4 == 0 && aligned_for(16, x, w) && aligned_for(8, y)) {
-    rmsnorm_forward_kernel<4>
-        <<<static_cast<unsigned>(T), kThreads, 0, stream>>>(x, w, eps, y, rstd, D);
+    rmsnorm_forward_kernel<true>
+        <<<ctas(T, kWarps), kThreads, 0, stream>>>(x, w, eps, y, rstd, T, D);
   } else {
-    rmsnorm_forward_kernel<1>
-        <<<static_cast<unsigned>(T), kThreads, 0, stream>>>(x, w, eps, y, rstd, D);
+    rmsnorm_forward_kernel<false>
+        <<<ctas(T, kWarps), kThreads, 0, stream>>>(x, w, eps, y, rstd, T, D);
   }
   NSA_CUDA_LAUNCH_CHECK();
+}
+
+int64_t rmsnorm_backward_partial_floats(int64_t T, int64_t D) {
+  const int64_t chunks = (T + kRowsPerCta - 1) / kRowsPerCta;
+  const bool shared = static_cast<size_t>(D) * sizeof(float) <= kSmemAccMax;
+  return chunks * D * (shared ? 1 : 2);
 }
 
 void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy,
                              float* dx, bool accumulate_dx, bf16* dx_bf16, float* dw,
                              float* partial, int64_t T, int64_t D, cudaStream_t stream) {
   if (T == 0) return;
-  // partial holds T·D floats of dy∘x̂ followed by the column-sum chunks.
-  float* dyxhat = partial;
-  if (D % 4 == 0 && aligned_for(16, x, w, dy, dx, dyxhat) && aligned_for(8, dx_bf16)) {
-    rmsnorm_backward_kernel<4><<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
-        x, w, rstd, dy, dx, accumulate_dx, dx_bf16, dyxhat, D);
+  const int64_t chunks = (T + kRowsPerCta - 1) / kRowsPerCta;
+  const size_t acc_bytes = static_cast<size_t>(D) * sizeof(float);
+  const bool shared = acc_bytes <= kSmemAccMax;
+  float* col_part = partial;
+  float* acc_global = shared ? nullptr : partial + chunks * D;
+  const size_t smem = shared ? acc_bytes : 0;
+  const auto launch = [&](auto kernel) {
+    if (smem > 48 * 1024) {
+      NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    }
+    kernel<<<static_cast<unsigned>(chunks), kThreads, smem, stream>>>(
+        x, w, rstd, dy, dx, accumulate_dx, dx_bf16, col_part, acc_global, T, D);
+    NSA_CUDA_LAUNCH_CHECK();
+  };
+  if (D % 4 == 0 && aligned_for(16, x, w, dy, dx, partial) && aligned_for(8, dx_bf16)) {
+    launch(rmsnorm_backward_kernel<true>);
   } else {
-    rmsnorm_backward_kernel<1><<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
-        x, w, rstd, dy, dx, accumulate_dx, dx_bf16, dyxhat, D);
+    launch(rmsnorm_backward_kernel<false>);
   }
-  NSA_CUDA_LAUNCH_CHECK();
-  launch_column_sum_accumulate(dyxhat, T, D, partial + T * D, dw, stream);
+  launch_column_finish(col_part, chunks, D, dw, stream);
 }
 
 }  // namespace nsa::cuda
