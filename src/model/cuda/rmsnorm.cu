@@ -1,16 +1,16 @@
 // RMSNorm forward and backward on the GPU (see model_ops.h). Forward: one warp per row, eight
 // rows per CTA; lane l owns the column quads q = l, l + 32, … (columns 4q … 4q + 3), so the sum of
 // squares has one order – the lane's columns ascending, then the warp's fixed shuffle tree.
-// Backward: a CTA per 64 rows, the rows one after the other, each by the whole CTA (its dot
-// product: thread i sums columns i, i + 256, …, then the block's fixed tree); thread i owns the
-// quads i, i + 256, … for the element-wise pass and sums the weight gradient's term dy∘x̂ of its
-// columns over the CTA's rows (rows ascending), so no T × D buffer of it is written and read back.
+// Backward: a CTA of 128 threads per 64 rows, the rows one after the other, each by the whole CTA
+// (its dot product: thread i sums columns i, i + 128, …, then the block's fixed tree); thread i
+// owns the quads i, i + 128, … for the element-wise pass and sums the weight gradient's term dy∘x̂
+// of its columns over the CTA's rows (rows ascending), so no T × D buffer of it is written and
+// read back.
 // Both take 128-bit fp32 loads and 64-bit bf16 stores when D % 4 == 0 and the pointers are
 // aligned, scalars otherwise, through the same inline math – its products and sums rounded one
 // at a time (__fmul_rn, __fadd_rn: never contracted into FMAs, which the compiler may place
 // differently in the two paths) – so both give the same bits. (One CTA per row and that buffer:
-// 14 ms of a 2k training step on an H100; a warp per row in the backward kept too few loads in
-// flight and was slower.)
+// 14 ms of a 2k training step on an H100.)
 #include "cuda/common/block_reduce.cuh"
 #include "cuda/common/cuda_check.h"
 #include "model/cuda/model_ops.h"
@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
+constexpr int kBwdThreads = 128;            // backward: 16 CTAs (rows in flight) per SM
 constexpr int kRowsPerCta = 64;             // backward: one weight-gradient partial per 64 rows
 constexpr size_t kSmemAccMax = 200 * 1024;  // above: the warps' column sums live in `partial`
 
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(kThreads)
 // dy·x̂. The running column sums: D floats per CTA, in shared memory when acc_global is null,
 // else at acc_global + blockIdx.x · D.
 template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kBwdThreads)
     rmsnorm_backward_kernel(const float* __restrict__ x, const float* __restrict__ w,
                             const float* __restrict__ rstd, const float* __restrict__ dy,
                             float* __restrict__ dx, bool accumulate, bf16* __restrict__ dx_bf16,
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float scratch[33];
   float* acc = acc_global ? acc_global + static_cast<int64_t>(blockIdx.x) * D : acc_shared;
   const int64_t quads = (D + 3) / 4;
-  for (int64_t q = threadIdx.x; q < quads; q += kThreads) {  // thread-owned: no barrier needed
+  for (int64_t q = threadIdx.x; q < quads; q += kBwdThreads) {  // thread-owned: no barrier needed
     const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     store_quad<kVec>(acc, q, D, zero);
   }
@@ -116,11 +117,11 @@ __global__ void __launch_bounds__(kThreads)
     const float r = rstd[t];
     const float *xr = x + t * D, *dyr = dy + t * D;
     float dot = 0.0f;
-    for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+    for (int64_t j = threadIdx.x; j < D; j += kBwdThreads) {
       dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(__fmul_rn(dyr[j], w[j]), xr[j]), r));
     }
     dot = __fdiv_rn(block_sum(dot, scratch), static_cast<float>(D));
-    for (int64_t q = threadIdx.x; q < quads; q += kThreads) {
+    for (int64_t q = threadIdx.x; q < quads; q += kBwdThreads) {
       float xv[4], dv[4], wv[4], g[4], dyx[4], old[4], a[4];
       load_quad<kVec>(xr, q, D, xv);
       load_quad<kVec>(dyr, q, D, dv);
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  for (int64_t j = threadIdx.x; j < D; j += kThreads) {
+  for (int64_t j = threadIdx.x; j < D; j += kBwdThreads) {
     col_part[static_cast<int64_t>(blockIdx.x) * D + j] = acc[j];
   }
 }
@@ -183,7 +184,7 @@ void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, 
       NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     }
-    kernel<<<static_cast<unsigned>(chunks), kThreads, smem, stream>>>(
+    kernel<<<static_cast<unsigned>(chunks), kBwdThreads, smem, stream>>>(
         x, w, rstd, dy, dx, accumulate_dx, dx_bf16, col_part, acc_global, T, D);
     NSA_CUDA_LAUNCH_CHECK();
   };
