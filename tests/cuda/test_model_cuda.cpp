@@ -132,6 +132,9 @@ INSTANTIATE_TEST_SUITE_P(
                   {{"heads", "8"}, {"groups", "2"}, {"dk", "32"}, {"dv", "32"}, {"dim", "128"}},
                   1,
                   700},
+        // Projection weights not back to back in the parameter buffer (16 × 68 elements is not a
+        // multiple of its 128-element alignment): each projection's gradients by its own GEMMs.
+        ModelCase{"proj_gemms_apart_g1_dim68", {{"groups", "1"}, {"dim", "68"}}, 1, 200},
         // φ = mlp: the compression MLPs' parameters and gradients in the model's flat buffers.
         ModelCase{"phi_mlp", {{"phi", "mlp"}}, 2, 300},
         ModelCase{"phi_mlp_shared_kv_hidden24",

@@ -100,6 +100,25 @@ TEST(ModelOpsVectorPaths, F32ToBf16) {
   }
 }
 
+TEST(ModelOpsVectorPaths, F32ToBf16IntoColumns) {
+  const int64_t rows = 33, cols = 12, ld = 52, col = 4;
+  const auto x = random_floats(rows * cols, 15, 10.0f);
+  for (int64_t off : {0, 1}) {
+    Placed<float> src(x, off);
+    Placed<bf16> dst(rows * ld, off);
+    launch_f32_to_bf16_rows(src.get(), rows, cols, dst.get() + col, ld, nullptr);
+    const auto h = dst.host();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < ld; ++c) {
+        const bf16 want = c >= col && c < col + cols ? __float2bfloat16(x[r * cols + c - col])
+                                                     : __float2bfloat16(0.0f);
+        ASSERT_EQ(0, std::memcmp(&want, &h[r * ld + c], sizeof(bf16)))
+            << "offset " << off << " row " << r << " column " << c;
+      }
+    }
+  }
+}
+
 TEST(ModelOpsVectorPaths, RmsNormForwardAndBackward) {
   // One CTA's rows; several CTAs and a partial last one; a wide row; a width whose column sums do
   // not fit shared memory (they go to the scratch); a width not a multiple of 4 (scalars only).
@@ -169,11 +188,22 @@ TEST(ModelOpsVectorPaths, Rope) {
     for (int64_t off : {0, 1}) {
       Placed<float> in(x, off);
       Placed<bf16> o(T * heads * D, off);
-      launch_rope_to_bf16(in.get(), o.get(), positions.get(), table.get(), T, heads, D, inverse,
-                          nullptr);
+      launch_rope_to_bf16(in.get(), o.get(), heads * D, positions.get(), table.get(), T, heads, D,
+                          inverse, nullptr);
       out[off] = o.host();
     }
     expect_same_bits(out[0], out[1], inverse ? "rope inverse" : "rope");
+    // Into a column block of a wider matrix (rows ld apart): the same values at their places.
+    const int64_t ld = heads * D + 20, col = 8;
+    Placed<float> in(x, 0);
+    Placed<bf16> wide(T * ld, 0);
+    launch_rope_to_bf16(in.get(), wide.get() + col, ld, positions.get(), table.get(), T, heads, D,
+                        inverse, nullptr);
+    const auto w = wide.host();
+    for (int64_t t = 0; t < T; ++t) {
+      ASSERT_EQ(0, std::memcmp(&w[t * ld + col], &out[0][t * heads * D], heads * D * sizeof(bf16)))
+          << "row " << t;
+    }
     // And the rotation itself, against the angles computed here in double.
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t h = 0; h < heads; ++h) {

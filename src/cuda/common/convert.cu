@@ -1,6 +1,7 @@
 // Element-wise fp32 → bf16 conversion (see convert.h). Four elements per thread – one 16-byte load,
-// one 8-byte store – when src is 16-byte and dst 8-byte aligned, one otherwise; the same rounding
-// (round to nearest even) either way, so the bits do not depend on the path.
+// one 8-byte store – when src is 16-byte and dst 8-byte aligned (and, for the rows of a wider
+// matrix, four elements never straddle a row), one otherwise; the same rounding (round to nearest
+// even) either way, so the bits do not depend on the path.
 #include <cstdint>
 
 #include "common/convert.h"
@@ -11,36 +12,50 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Element i of src [rows, cols] goes to dst[(i / cols)·dst_ld + i % cols].
 template <int kVec>
 __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst,
-                                   int64_t n) {
+                                   int64_t rows, int64_t cols, int64_t dst_ld) {
+  const int64_t n = rows * cols;
   const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
+  const auto at = [&](int64_t i) {
+    if (rows == 1) return i;
+    const int64_t r = i / cols;
+    return r * dst_ld + (i - r * cols);
+  };
   if (kVec == 4 && i0 + 4 <= n) {
     const float4 v = *reinterpret_cast<const float4*>(src + i0);
     uint2 raw;
     __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
     h[0] = __floats2bfloat162_rn(v.x, v.y);
     h[1] = __floats2bfloat162_rn(v.z, v.w);
-    *reinterpret_cast<uint2*>(dst + i0) = raw;
+    *reinterpret_cast<uint2*>(dst + at(i0)) = raw;
     return;
   }
-  for (int64_t i = i0; i < n && i < i0 + kVec; ++i) dst[i] = __float2bfloat16(src[i]);
+  for (int64_t i = i0; i < n && i < i0 + kVec; ++i) dst[at(i)] = __float2bfloat16(src[i]);
 }
 
 }  // namespace
 
-void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream) {
+void launch_f32_to_bf16_rows(const float* src, int64_t rows, int64_t cols, __nv_bfloat16* dst,
+                             int64_t dst_ld, cudaStream_t stream) {
+  const int64_t n = rows * cols;
   if (n == 0) return;
-  const bool vec =
-      reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 8 == 0;
+  const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(dst) % 8 == 0 &&
+                   (rows == 1 || (cols % 4 == 0 && dst_ld % 4 == 0));
   const int64_t per_block = static_cast<int64_t>(kThreads) * (vec ? 4 : 1);
   const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
   if (vec) {
-    f32_to_bf16_kernel<4><<<blocks, kThreads, 0, stream>>>(src, dst, n);
+    f32_to_bf16_kernel<4><<<blocks, kThreads, 0, stream>>>(src, dst, rows, cols, dst_ld);
   } else {
-    f32_to_bf16_kernel<1><<<blocks, kThreads, 0, stream>>>(src, dst, n);
+    f32_to_bf16_kernel<1><<<blocks, kThreads, 0, stream>>>(src, dst, rows, cols, dst_ld);
   }
   NSA_CUDA_LAUNCH_CHECK();
+}
+
+void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream) {
+  launch_f32_to_bf16_rows(src, 1, n, dst, n, stream);
 }
 
 }  // namespace nsa::cuda

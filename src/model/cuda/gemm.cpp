@@ -41,7 +41,7 @@ void Gemm::matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const __nv_
   NSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
   NSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
   NSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dtype, m, n, ldd));
-  const Key key{ta, tb, m, n, k, d.bf16, beta != 0.0f};
+  const Key key{ta, tb, m, n, k, lda, ldb, ldd, d.bf16, beta != 0.0f};
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     cublasLtMatmulPreference_t pref = nullptr;
@@ -83,14 +83,16 @@ void Gemm::linear_forward_residual(const __nv_bfloat16* x, const __nv_bfloat16* 
 
 // dxᵀ[in, T] = Wcm[in, out] · dyᵀ[out, T].
 void Gemm::linear_input_grad(const __nv_bfloat16* dy, const __nv_bfloat16* w, GemmOut dx, int64_t T,
-                             int64_t in, int64_t out, float beta, cudaStream_t stream) {
-  matmul(false, false, in, T, out, w, in, dy, out, dx, in, beta, stream);
+                             int64_t in, int64_t out, float beta, cudaStream_t stream,
+                             int64_t ld_dy) {
+  matmul(false, false, in, T, out, w, in, dy, ld_dy ? ld_dy : out, dx, in, beta, stream);
 }
 
 // dWᵀ[in, out] += xᵀcm[in, T] · (dyᵀcm[out, T])ᵀ.
 void Gemm::linear_weight_grad(const __nv_bfloat16* dy, const __nv_bfloat16* x, float* dw, int64_t T,
-                              int64_t in, int64_t out, cudaStream_t stream) {
-  matmul(false, true, in, out, T, x, in, dy, out, GemmOut{dw, false}, in, 1.0f, stream);
+                              int64_t in, int64_t out, cudaStream_t stream, int64_t ld_dy) {
+  matmul(false, true, in, out, T, x, in, dy, ld_dy ? ld_dy : out, GemmOut{dw, false}, in, 1.0f,
+         stream);
 }
 
 }  // namespace nsa::cuda

@@ -48,12 +48,14 @@ class Gemm {
   void linear_forward_residual(const __nv_bfloat16* x, const __nv_bfloat16* w,
                                const float* residual, float* y, int64_t T, int64_t in, int64_t out,
                                cudaStream_t stream);
-  // dx (+)= dy·W.
+  // dx (+)= dy·W; dy's rows ld_dy elements apart (0: out – a column block of a wider dy
+  // otherwise).
   void linear_input_grad(const __nv_bfloat16* dy, const __nv_bfloat16* w, GemmOut dx, int64_t T,
-                         int64_t in, int64_t out, float beta, cudaStream_t stream);
-  // dW += dyᵀ·x (fp32).
+                         int64_t in, int64_t out, float beta, cudaStream_t stream,
+                         int64_t ld_dy = 0);
+  // dW += dyᵀ·x (fp32); ld_dy as above.
   void linear_weight_grad(const __nv_bfloat16* dy, const __nv_bfloat16* x, float* dw, int64_t T,
-                          int64_t in, int64_t out, cudaStream_t stream);
+                          int64_t in, int64_t out, cudaStream_t stream, int64_t ld_dy = 0);
 
  private:
   // Column-major D[m, n] = alpha·op(A)·op(B) + beta·D.
@@ -64,7 +66,9 @@ class Gemm {
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<char> workspace_;
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, bool, bool>;
+  // (transposes, m, n, k, lda, ldb, ldd, bf16 result, beta ≠ 0).
+  using Key =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
 };
 

@@ -105,9 +105,49 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   up1_grad_bf_.resize(T * ffn_dim_);
   mlp_act_bf_.resize(T * ffn_dim_);
   up3_grad_bf_.resize(T * ffn_dim_);
-  gate_logit_grad_bf_.resize(T * 3 * H);
-  q_grad_bf_.resize(T * H * a.dk);
-  kv_grad_bf_.resize(T * Gk * std::max(a.dk, a.dv));
+  {
+    // Parts (slot of layer li, columns) in parameter order; one GEMM needs every layer's parts
+    // back to back in the buffer.
+    const auto parts = [&](int64_t li) {
+      const ModelParamsCuda::LayerSlots& ls = params_.layer(li);
+      std::vector<std::pair<int, int64_t>> p{{ls.wq, H * a.dk}};
+      for (int c = 0; c < kNumBranches; ++c) {
+        if (a.kv_index(c) != c) continue;
+        p.emplace_back(ls.wk[c], Gk * a.dk);
+        p.emplace_back(ls.wv[c], Gk * a.dv);
+      }
+      p.emplace_back(ls.wg, 3 * H);
+      return p;
+    };
+    const auto& slots = params_.slots();
+    bool one_gemm = true;
+    for (int64_t li = 0; li < L; ++li) {
+      const auto p = parts(li);
+      for (size_t i = 1; i < p.size(); ++i) {
+        const auto& prev = slots[p[i - 1].first];
+        one_gemm = one_gemm && slots[p[i].first].offset == prev.offset + prev.numel;
+      }
+    }
+    ProjGradCols& pc = proj_cols_;
+    pc.one_gemm = one_gemm;
+    int64_t col = 0;
+    const auto place = [&](int64_t width) {
+      if (!one_gemm) col = (col + 127) / 128 * 128;  // each part's GEMM: a 256-byte-aligned dy
+      const int64_t at = col;
+      col += width;
+      return at;
+    };
+    pc.q = place(H * a.dk);
+    for (int c = 0; c < kNumBranches; ++c) {
+      if (a.kv_index(c) != c) continue;
+      pc.k[c] = place(Gk * a.dk);
+      pc.v[c] = place(Gk * a.dv);
+    }
+    pc.g = place(3 * H);
+    pc.n = col;
+    pc.ld = (col + 7) / 8 * 8;
+    proj_grad_bf_.resize(T * pc.ld);
+  }
   sel_hist_.resize(kSelDistanceBuckets);
   nonfinite_.resize(1);
   for (int64_t i = 0; i < 2 * L; ++i) {
@@ -154,16 +194,16 @@ void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, floa
   gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wq), f32(proj_out_.get()), T, D, H * a.dk,
                        0.0f, st);
   mark(StepPhase::kElementwise);
-  launch_rope_to_bf16(proj_out_.get(), ws.nsa.q_in(), positions_.get(), rope_table_.get(), T, H,
-                      a.dk, false, st);
+  launch_rope_to_bf16(proj_out_.get(), ws.nsa.q_in(), H * a.dk, positions_.get(), rope_table_.get(),
+                      T, H, a.dk, false, st);
   for (int c = 0; c < kNumBranches; ++c) {
     if (a.kv_index(c) != c) continue;
     mark(StepPhase::kGemmForward);
     gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wk[c]), f32(proj_out_.get()), T, D,
                          Gk * a.dk, 0.0f, st);
     mark(StepPhase::kElementwise);
-    launch_rope_to_bf16(proj_out_.get(), ws.nsa.k_in(c), positions_.get(), rope_table_.get(), T, Gk,
-                        a.dk, false, st);
+    launch_rope_to_bf16(proj_out_.get(), ws.nsa.k_in(c), Gk * a.dk, positions_.get(),
+                        rope_table_.get(), T, Gk, a.dk, false, st);
     mark(StepPhase::kGemmForward);
     gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wv[c]), b16(ws.nsa.v_in(c)), T, D,
                          Gk * a.dv, 0.0f, st);
@@ -280,36 +320,34 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
                        gate_logit_grad_.get(), T, H, st);
   launch_column_sum_accumulate(gate_logit_grad_.get(), T, 3 * H, norm_partial_.get(),
                                params_.grad(s.bg), st);
-  launch_f32_to_bf16(gate_logit_grad_.get(), gate_logit_grad_bf_.get(), T * 3 * H, st);
-  mark(StepPhase::kGemmBackward);
-  gemm_.linear_input_grad(gate_logit_grad_bf_.get(), params_.weight_bf16(s.wg),
-                          f32(norm_out_grad_.get()), T, D, 3 * H, 0.0f, st);
-  gemm_.linear_weight_grad(gate_logit_grad_bf_.get(), ws.h1.get(), params_.grad(s.wg), T, D, 3 * H,
-                           st);
-  mark(StepPhase::kElementwise);
-  launch_rope_to_bf16(ws.nsa.d_q_out(), q_grad_bf_.get(), positions_.get(), rope_table_.get(), T, H,
+  // The projections' output gradients into their columns of proj_grad_bf_, then their GEMMs.
+  const ProjGradCols& pc = proj_cols_;
+  bf16* pg = proj_grad_bf_.get();
+  launch_f32_to_bf16_rows(gate_logit_grad_.get(), T, 3 * H, pg + pc.g, pc.ld, st);
+  launch_rope_to_bf16(ws.nsa.d_q_out(), pg + pc.q, pc.ld, positions_.get(), rope_table_.get(), T, H,
                       a.dk, true, st);
-  mark(StepPhase::kGemmBackward);
-  gemm_.linear_input_grad(q_grad_bf_.get(), params_.weight_bf16(s.wq), f32(norm_out_grad_.get()), T,
-                          D, H * a.dk, 1.0f, st);
-  gemm_.linear_weight_grad(q_grad_bf_.get(), ws.h1.get(), params_.grad(s.wq), T, D, H * a.dk, st);
   for (int c = 0; c < kNumBranches; ++c) {
     if (a.kv_index(c) != c) continue;
-    mark(StepPhase::kElementwise);
-    launch_rope_to_bf16(ws.nsa.d_k_out(c), kv_grad_bf_.get(), positions_.get(), rope_table_.get(),
+    launch_rope_to_bf16(ws.nsa.d_k_out(c), pg + pc.k[c], pc.ld, positions_.get(), rope_table_.get(),
                         T, Gk, a.dk, true, st);
-    mark(StepPhase::kGemmBackward);
-    gemm_.linear_input_grad(kv_grad_bf_.get(), params_.weight_bf16(s.wk[c]),
-                            f32(norm_out_grad_.get()), T, D, Gk * a.dk, 1.0f, st);
-    gemm_.linear_weight_grad(kv_grad_bf_.get(), ws.h1.get(), params_.grad(s.wk[c]), T, D, Gk * a.dk,
-                             st);
-    mark(StepPhase::kElementwise);
-    launch_f32_to_bf16(ws.nsa.d_v_out(c), kv_grad_bf_.get(), T * Gk * a.dv, st);
-    mark(StepPhase::kGemmBackward);
-    gemm_.linear_input_grad(kv_grad_bf_.get(), params_.weight_bf16(s.wv[c]),
-                            f32(norm_out_grad_.get()), T, D, Gk * a.dv, 1.0f, st);
-    gemm_.linear_weight_grad(kv_grad_bf_.get(), ws.h1.get(), params_.grad(s.wv[c]), T, D, Gk * a.dv,
-                             st);
+    launch_f32_to_bf16_rows(ws.nsa.d_v_out(c), T, Gk * a.dv, pg + pc.v[c], pc.ld, st);
+  }
+  mark(StepPhase::kGemmBackward);
+  const auto project_grads = [&](int slot, int64_t col, int64_t width, float beta) {
+    gemm_.linear_input_grad(pg + col, params_.weight_bf16(slot), f32(norm_out_grad_.get()), T, D,
+                            width, beta, st, pc.ld);
+    gemm_.linear_weight_grad(pg + col, ws.h1.get(), params_.grad(slot), T, D, width, st, pc.ld);
+  };
+  if (pc.one_gemm) {  // wq's slot starts the block of all of them
+    project_grads(s.wq, 0, pc.n, 0.0f);
+  } else {
+    project_grads(s.wg, pc.g, 3 * H, 0.0f);
+    project_grads(s.wq, pc.q, H * a.dk, 1.0f);
+    for (int c = 0; c < kNumBranches; ++c) {
+      if (a.kv_index(c) != c) continue;
+      project_grads(s.wk[c], pc.k[c], Gk * a.dk, 1.0f);
+      project_grads(s.wv[c], pc.v[c], Gk * a.dv, 1.0f);
+    }
   }
   mark(StepPhase::kElementwise);
   launch_rmsnorm_backward(x_in, params_.weight(s.attn_norm), ws.rstd1.get(), norm_out_grad_.get(),
@@ -531,9 +569,8 @@ size_t ModelCuda::device_bytes() const {
                  norm_partial_.bytes() + sum_partial_.bytes() + logits_.bytes() +
                  row_loss_.bytes() + step_scalars_.bytes() + final_norm_out_.bytes() +
                  logits_grad_bf_.bytes() + residual_grad_bf_.bytes() + mlp_act_bf_.bytes() +
-                 up1_grad_bf_.bytes() + up3_grad_bf_.bytes() + gate_logit_grad_bf_.bytes() +
-                 q_grad_bf_.bytes() + kv_grad_bf_.bytes() + final_norm_rstd_.bytes() +
-                 (32u << 20);  // + the GEMM workspace
+                 up1_grad_bf_.bytes() + up3_grad_bf_.bytes() + proj_grad_bf_.bytes() +
+                 final_norm_rstd_.bytes() + (32u << 20);  // + the GEMM workspace
   for (const auto& ws : workspaces_) total += ws->bytes();
   total += nsa_backward_->bytes();
   for (const auto& x : layer_inputs_) total += x.bytes();

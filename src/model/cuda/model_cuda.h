@@ -122,9 +122,20 @@ class ModelCuda {
   DeviceBuffer<float> norm_partial_, sum_partial_, logits_, row_loss_;
   DeviceBuffer<float> step_scalars_;  // [kNumScalars], see Scalar
   // bf16 [T, ·]: the final norm's output, the logits' gradient, dx, the MLP activation
-  // silu(u1)·u3, the gradients of u1 and u3, of the gate logits, of q and of one branch's k or v.
+  // silu(u1)·u3, the gradients of u1 and u3.
   DeviceBuffer<bf16> final_norm_out_, logits_grad_bf_, residual_grad_bf_, mlp_act_bf_;
-  DeviceBuffer<bf16> up1_grad_bf_, up3_grad_bf_, gate_logit_grad_bf_, q_grad_bf_, kv_grad_bf_;
+  DeviceBuffer<bf16> up1_grad_bf_, up3_grad_bf_;
+  // The attention projections' output gradients side by side, bf16 [T, ld]: columns in the order
+  // of their weights in the parameter buffer – q, then k and v of each branch with its own K/V,
+  // then the gate logits. When those weights lie back to back (one_gemm), one GEMM gives the
+  // input gradient of all of them and one their weight gradients; else each part its own, at a
+  // 256-byte-aligned column.
+  struct ProjGradCols {
+    int64_t q = 0, k[3] = {0, 0, 0}, v[3] = {0, 0, 0}, g = 0, n = 0, ld = 0;
+    bool one_gemm = false;
+  };
+  ProjGradCols proj_cols_;
+  DeviceBuffer<bf16> proj_grad_bf_;
   DeviceBuffer<float> final_norm_rstd_;
   // Per-layer telemetry: events around each layer's forward and backward ([2·li], [2·li + 1]).
   std::vector<cudaEvent_t> fwd_events_, bwd_events_;

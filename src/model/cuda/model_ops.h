@@ -54,8 +54,11 @@ void launch_sum(const float* x, int64_t n, bool squares, float scale, float* par
 // positions p < n_pos; out = R(±θ)·in per (row, head) pair of channels, the rows' positions from
 // `positions` (each < the table's n_pos); the backward is the inverse rotation.
 void launch_rope_table(int64_t n_pos, int64_t D, double base, float2* table, cudaStream_t stream);
-void launch_rope_to_bf16(const float* in, bf16* out, const int32_t* positions, const float2* table,
-                         int64_t T, int64_t heads, int64_t D, bool inverse, cudaStream_t stream);
+// `in` is [T, heads·D]; out's rows are out_ld elements apart (heads·D, or a column block of a
+// wider matrix).
+void launch_rope_to_bf16(const float* in, bf16* out, int64_t out_ld, const int32_t* positions,
+                         const float2* table, int64_t T, int64_t heads, int64_t D, bool inverse,
+                         cudaStream_t stream);
 
 // gates.cu: z [T, 3H] (column h·3 + c) + bias → g_raw [T, 3H] (sigmoid, or softmax over the three
 // branches of a head) and gate[c] [T, H] in bf16, zero for a disabled branch.

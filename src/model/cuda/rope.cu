@@ -30,29 +30,32 @@ __device__ inline float2 rotate(float a, float b, float fc, float fs) {
   return make_float2(a * fc - b * fs, a * fs + b * fc);
 }
 
-// kPairs consecutive pairs of one (row, head) per thread (2: D % 4 == 0 and aligned pointers).
+// kPairs consecutive pairs of one (row, head) per thread (2: D % 4 == 0, out_ld % 4 == 0 and
+// aligned pointers); in is [T, heads·D], out's rows out_ld elements apart.
 template <int kPairs>
 __global__ void rope_kernel(const float* __restrict__ in, bf16* __restrict__ out,
                             const int32_t* __restrict__ positions, const float2* __restrict__ table,
-                            int64_t T, int64_t heads, int64_t D, bool inverse) {
+                            int64_t T, int64_t heads, int64_t D, int64_t out_ld, bool inverse) {
   const int64_t half = D / 2;
   const int64_t e0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kPairs;
   if (e0 >= T * heads * half) return;
   const int64_t row = e0 / half;  // t·heads + h
   const int64_t i = e0 - row * half;
-  const float2* cs = table + static_cast<int64_t>(positions[row / heads]) * half + i;
+  const int64_t t = row / heads;
+  const float2* cs = table + static_cast<int64_t>(positions[t]) * half + i;
   const float sign = inverse ? -1.0f : 1.0f;
   const int64_t off = 2 * e0;  // (t·heads + h)·D + 2i
+  bf16* o = out + t * out_ld + (off - t * heads * D);
   if constexpr (kPairs == 2) {
     const float4 x = *reinterpret_cast<const float4*>(in + off);
     const float4 c = *reinterpret_cast<const float4*>(cs);  // (cos, sin) of pairs i and i + 1
     const float2 r0 = rotate(x.x, x.y, c.x, sign * c.y), r1 = rotate(x.z, x.w, c.z, sign * c.w);
-    store_bf16x4(out + off, r0.x, r0.y, r1.x, r1.y);
+    store_bf16x4(o, r0.x, r0.y, r1.x, r1.y);
   } else {
     const float2 c = cs[0];
     const float2 r = rotate(in[off], in[off + 1], c.x, sign * c.y);
-    out[off] = __float2bfloat16(r.x);
-    out[off + 1] = __float2bfloat16(r.y);
+    o[0] = __float2bfloat16(r.x);
+    o[1] = __float2bfloat16(r.y);
   }
 }
 
@@ -68,16 +71,17 @@ void launch_rope_table(int64_t n_pos, int64_t D, double base, float2* table, cud
   NSA_CUDA_LAUNCH_CHECK();
 }
 
-void launch_rope_to_bf16(const float* in, bf16* out, const int32_t* positions, const float2* table,
-                         int64_t T, int64_t heads, int64_t D, bool inverse, cudaStream_t stream) {
+void launch_rope_to_bf16(const float* in, bf16* out, int64_t out_ld, const int32_t* positions,
+                         const float2* table, int64_t T, int64_t heads, int64_t D, bool inverse,
+                         cudaStream_t stream) {
   const int64_t pairs = T * heads * (D / 2);
   if (pairs == 0) return;
-  if (D % 4 == 0 && aligned_for(16, in, table) && aligned_for(8, out)) {  // pairs in twos
+  if (D % 4 == 0 && out_ld % 4 == 0 && aligned_for(16, in, table) && aligned_for(8, out)) {
     rope_kernel<2><<<blocks_for(pairs / 2), kThreads, 0, stream>>>(in, out, positions, table, T,
-                                                                   heads, D, inverse);
+                                                                   heads, D, out_ld, inverse);
   } else {
     rope_kernel<1><<<blocks_for(pairs), kThreads, 0, stream>>>(in, out, positions, table, T, heads,
-                                                               D, inverse);
+                                                               D, out_ld, inverse);
   }
   NSA_CUDA_LAUNCH_CHECK();
 }
