@@ -68,16 +68,18 @@ TEST(ModelOpsVectorPaths, SwigluForwardAndBackward) {
   const auto u1 = to_bf16(random_floats(n, 1, 2.0f)), u3 = to_bf16(random_floats(n, 2));
   const auto dm = random_floats(n, 3);
   for (bool gated : {true, false}) {
-    std::vector<std::vector<bf16>> m(2), du1(2), du3(2);
+    std::vector<std::vector<bf16>> m(2), m_again(2), du1(2), du3(2);
     for (int64_t off : {0, 1}) {
-      Placed<bf16> a(u1, off), b(u3, off), out(n, off), g1(n, off), g3(n, off);
+      Placed<bf16> a(u1, off), b(u3, off), out(n, off), again(n, off), g1(n, off), g3(n, off);
       Placed<float> d(dm, off);
       launch_swiglu_forward(a.get(), gated ? b.get() : nullptr, out.get(), n, nullptr);
       launch_swiglu_backward(a.get(), gated ? b.get() : nullptr, d.get(), g1.get(),
-                             gated ? g3.get() : nullptr, n, nullptr);
-      m[off] = out.host(), du1[off] = g1.host(), du3[off] = g3.host();
+                             gated ? g3.get() : nullptr, again.get(), n, nullptr);
+      m[off] = out.host(), m_again[off] = again.host(), du1[off] = g1.host(), du3[off] = g3.host();
     }
     expect_same_bits(m[0], m[1], gated ? "swiglu m" : "silu m");
+    expect_same_bits(m[0], m_again[0], "m from the backward (vector path)");
+    expect_same_bits(m[1], m_again[1], "m from the backward (scalar path)");
     expect_same_bits(du1[0], du1[1], "du1");
     expect_same_bits(du3[0], du3[1], "du3");
   }

@@ -11,9 +11,11 @@ namespace {
 constexpr int kThreads = 256;
 
 // u3 absent (SiLU): b = 1 and no du3.
+// Each operation rounded on its own (no FMA the compiler could form differently in the forward
+// and the backward kernel, which both compute m).
 __device__ inline float swiglu_value(float a, float b) {
-  const float silu = a / (1.0f + expf(-a));
-  return silu * b;
+  const float silu = __fdiv_rn(a, __fadd_rn(1.0f, expf(-a)));
+  return __fmul_rn(silu, b);
 }
 __device__ inline void swiglu_grads(float a, float b, float dm, float& da, float& db) {
   const float s = 1.0f / (1.0f + expf(-a));
@@ -43,7 +45,7 @@ __global__ void swiglu_forward_kernel(const bf16* __restrict__ u1, const bf16* _
 template <int kVec>
 __global__ void swiglu_backward_kernel(const bf16* __restrict__ u1, const bf16* __restrict__ u3,
                                        const float* __restrict__ dm, bf16* __restrict__ du1,
-                                       bf16* __restrict__ du3, int64_t n) {
+                                       bf16* __restrict__ du3, bf16* __restrict__ m, int64_t n) {
   const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (i0 >= n) return;
   if (kVec == 8 && i0 + 8 <= n) {
@@ -54,13 +56,23 @@ __global__ void swiglu_backward_kernel(const bf16* __restrict__ u1, const bf16* 
     for (int k = 0; k < 8; ++k) swiglu_grads(a[k], u3 ? b[k] : 1.0f, g[k], da[k], db[k]);
     store_bf16x8(du1 + i0, da);
     if (u3) store_bf16x8(du3 + i0, db);
+    if (m) {
+      float out[8];
+      for (int k = 0; k < 8; ++k) out[k] = u3 ? swiglu_value(a[k], b[k]) : swiglu_value(a[k], 1.0f);
+      store_bf16x8(m + i0, out);
+    }
     return;
   }
   for (int64_t i = i0; i < n && i < i0 + kVec; ++i) {
     float da, db;
-    swiglu_grads(__bfloat162float(u1[i]), u3 ? __bfloat162float(u3[i]) : 1.0f, dm[i], da, db);
+    const float a = __bfloat162float(u1[i]);
+    swiglu_grads(a, u3 ? __bfloat162float(u3[i]) : 1.0f, dm[i], da, db);
     du1[i] = __float2bfloat16(da);
     if (u3) du3[i] = __float2bfloat16(db);
+    if (m) {
+      m[i] =
+          __float2bfloat16(u3 ? swiglu_value(a, __bfloat162float(u3[i])) : swiglu_value(a, 1.0f));
+    }
   }
 }
 
@@ -83,12 +95,14 @@ void launch_swiglu_forward(const bf16* u1, const bf16* u3, bf16* m, int64_t n,
 }
 
 void launch_swiglu_backward(const bf16* u1, const bf16* u3, const float* dm, bf16* du1, bf16* du3,
-                            int64_t n, cudaStream_t stream) {
+                            bf16* m, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  if (aligned_for(16, u1, u3, dm, du1, du3)) {
-    swiglu_backward_kernel<8><<<blocks_for(n, 8), kThreads, 0, stream>>>(u1, u3, dm, du1, du3, n);
+  if (aligned_for(16, u1, u3, dm, du1, du3, m)) {
+    swiglu_backward_kernel<8>
+        <<<blocks_for(n, 8), kThreads, 0, stream>>>(u1, u3, dm, du1, du3, m, n);
   } else {
-    swiglu_backward_kernel<1><<<blocks_for(n, 1), kThreads, 0, stream>>>(u1, u3, dm, du1, du3, n);
+    swiglu_backward_kernel<1>
+        <<<blocks_for(n, 1), kThreads, 0, stream>>>(u1, u3, dm, du1, du3, m, n);
   }
   NSA_CUDA_LAUNCH_CHECK();
 }
