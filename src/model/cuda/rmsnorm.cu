@@ -23,7 +23,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBwdThreads = 128;            // backward: 16 CTAs (rows in flight) per SM
 constexpr int kRowsPerCta = 64;             // backward: one weight-gradient partial per 64 rows
-constexpr size_t kSmemAccMax = 200 * 1024;  // above: the warps' column sums live in `partial`
+constexpr size_t kSmemAccMax = 200 * 1024;  // above: the column sums live in `partial`
 
 __device__ inline float normed(float x, float r, float w) {
   return __fmul_rn(__fmul_rn(x, r), w);
