@@ -10,7 +10,8 @@
 // aligned, scalars otherwise, through the same inline math – its products and sums rounded one
 // at a time (__fmul_rn, __fadd_rn: never contracted into FMAs, which the compiler may place
 // differently in the two paths) – so both give the same bits. (One CTA per row and that buffer:
-// 14 ms of a 2k training step on an H100.)
+// 9.6 ms of a 2k training step on an H100, plus 6.4 ms of column sums shared with the gate biases;
+// this version 9.7 ms, the column sums under 1.4.)
 #include "cuda/common/block_reduce.cuh"
 #include "cuda/common/cuda_check.h"
 #include "model/cuda/model_ops.h"
