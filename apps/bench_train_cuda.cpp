@@ -48,9 +48,10 @@ void bench_train_cuda(const TrainBenchArgs& a) {
     ModelParams<float> p = init_model_params<float>(cfg);
     for (const auto& [name, t] : p.named(cfg)) params += static_cast<double>(t->numel());
   }
-  std::printf("nsa bench train --device cuda --config %s: %.1fM parameters, vocab %lld, %s, %s\n",
-              a.config.c_str(), params / 1e6, static_cast<long long>(cfg.vocab_size),
-              cfg.attn.summary().c_str(), a.recompute ? "recompute on" : "recompute off");
+  std::printf(
+      "nsa bench train --device cuda --config %s: %.1fM parameters, vocab %lld, %s, recompute %s\n",
+      a.config.c_str(), params / 1e6, static_cast<long long>(cfg.vocab_size),
+      cfg.attn.summary().c_str(), recompute_name(a.recompute));
   std::printf("%7s %4s %10s %10s %9s %6s %11s %11s\n", "S", "B", "step ms", "tok/s", "TFLOP/s",
               "MFU", "model MiB", "device MiB");
   std::vector<PhaseColumn> phases;
@@ -116,12 +117,13 @@ void bench_train_cuda(const TrainBenchArgs& a) {
     std::fflush(stdout);
     if (json) {
       *json << "{\"bench\":\"train\",\"device\":\"cuda\",\"config\":\"" << a.config
-            << "\",\"seq_len\":" << S << ",\"batch\":" << B
-            << ",\"recompute\":" << (a.recompute ? "true" : "false") << ",\"step_ms\":" << step_ms
-            << ",\"tokens_per_s\":" << tokens / (step_ms * 1e-3) << ",\"tflops\":" << tflops
-            << ",\"mfu\":" << tflops / kPeakTflops << ",\"model_mib\":" << model_mib
-            << ",\"device_used_mib\":" << used / (1 << 20) << ",\"loss\":" << loss
-            << (a.breakdown ? phase_json_fields(col) : std::string()) << "}\n";
+            << "\",\"seq_len\":" << S << ",\"batch\":" << B << ",\"recompute\":\""
+            << recompute_name(a.recompute) << "\""
+            << ",\"step_ms\":" << step_ms << ",\"tokens_per_s\":" << tokens / (step_ms * 1e-3)
+            << ",\"tflops\":" << tflops << ",\"mfu\":" << tflops / kPeakTflops
+            << ",\"model_mib\":" << model_mib << ",\"device_used_mib\":" << used / (1 << 20)
+            << ",\"loss\":" << loss << (a.breakdown ? phase_json_fields(col) : std::string())
+            << "}\n";
     }
   }
   if (!phases.empty()) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "nsa/recompute.h"
+
 namespace nsa::app {
 
 struct TrainBenchArgs {
@@ -14,7 +16,7 @@ struct TrainBenchArgs {
   std::vector<int64_t> seq_lens = {2048, 8192, 16384, 32768, 65536};
   int64_t tokens_per_step = 65536;  // batch = max(1, tokens_per_step / S)
   int64_t steps = 5, warmup = 2;
-  bool recompute = false;
+  Recompute recompute = Recompute::kNone;
   bool breakdown = true;  // after the timed steps, `steps` more with phase timing (bench_phases.h)
   std::string json_path;
 };

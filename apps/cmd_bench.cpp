@@ -21,6 +21,7 @@
 #include "nsa/attention.h"
 #include "nsa/error.h"
 #include "nsa/presets.h"
+#include "nsa/recompute.h"
 
 namespace nsa::app {
 namespace {
@@ -299,14 +300,18 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   tr->add_option("--warmup", ta->warmup, "untimed steps first")
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
-  tr->add_flag("--recompute", ta->recompute, "recompute each layer's activations in the backward");
+  auto recompute = std::make_shared<std::string>("none");
+  tr->add_option("--recompute", *recompute,
+                 "what the backward recomputes: none, ops or layers (a bare --recompute)")
+      ->expected(0, 1);
   tr->add_flag("!--no-breakdown", ta->breakdown,
                "skip the per-phase breakdown (steps with CUDA events after the timed ones)");
   auto tr_device = std::make_shared<std::string>("cuda");
   tr->add_option("--device", *tr_device, "cuda (the benchmark runs on one GPU only)")
       ->check(CLI::IsMember({"cuda"}));
   tr->add_option("--json", ta->json_path, "also write JSON lines to this file");
-  tr->callback([ta, sets, tr_device] {
+  tr->callback([ta, sets, tr_device, recompute] {
+    ta->recompute = parse_recompute(*recompute);
     for (const std::string& s : *sets) {
       const size_t eq = s.find('=');
       NSA_CHECK(eq != std::string::npos && eq > 0, "--set '", s, "' must look like field=value");

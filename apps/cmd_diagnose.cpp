@@ -187,7 +187,7 @@ int run_diagnose_model(const DiagnoseArgs& a) {
               const int64_t base = host_memory_stats().current_bytes;
               reset_host_peak();
               const auto t0 = std::chrono::steady_clock::now();
-              std::unique_ptr<TrainModel> m = make(cfg, layout, AdamWConfig{}, false);
+              std::unique_ptr<TrainModel> m = make(cfg, layout, AdamWConfig{}, Recompute::kNone);
               m->zero_grads();
               loss = m->forward_backward(batch, true, nullptr);
               const double norm = m->optimizer_step(0, 1.0);

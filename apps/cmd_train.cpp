@@ -9,6 +9,7 @@
 #include "dist/tcp_communicator.h"
 #include "launch_ranks.h"
 #include "nsa/error.h"
+#include "nsa/recompute.h"
 #include "train/trainer.h"
 
 namespace nsa::app {
@@ -63,8 +64,12 @@ void register_train_command(CLI::App& app) {
                   "cpu (the reference), cuda (one GPU per rank) or auto (the GPU when one is "
                   "usable, else the CPU)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  cmd->add_flag("--recompute", o->recompute,
-                "GPU: keep only each layer's input and recompute the rest in the backward");
+  auto recompute = std::make_shared<std::string>("none");
+  cmd->add_option("--recompute", *recompute,
+                  "GPU: what the backward recomputes – none (keep everything), ops (the norms, "
+                  "the residual sum and the MLP's up-projections: less memory, a few % slower) "
+                  "or layers (whole layers; a bare --recompute)")
+      ->expected(0, 1);
   cmd->add_flag("--zero1", o->zero1,
                 "with several ranks: shard the AdamW moments over them (ZeRO-1)");
   auto nproc = std::make_shared<int>(1);
@@ -74,7 +79,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--fault", o->fault, "test only: 'exit' or 'stall' at --fault-step")->group("");
   cmd->add_option("--fault-rank", o->fault_rank, "test only: the rank that fails")->group("");
   cmd->add_option("--fault-step", o->fault_step, "test only: the step it fails at")->group("");
-  cmd->callback([o, sets, branches, branches_flag, attention, attention_flag, device, nproc] {
+  cmd->callback([o, sets, branches, branches_flag, attention, attention_flag, device, nproc,
+                 recompute] {
     // Checked before anything starts, so the message names the flag (the config field's own
     // check names `attention`).
     NSA_CHECK(attention_flag->count() == 0 || *attention == "nsa" || *attention == "full" ||
@@ -82,6 +88,7 @@ void register_train_command(CLI::App& app) {
               "--attention '", *attention, "' is not one of: ", kAttentionModes,
               " (nsa: all three branches; full: causal dense attention; window: the window "
               "branch alone)");
+    o->recompute = parse_recompute(*recompute);
     // torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): TCP; mpirun, Slurm, PMI: MPI.
     const bool torchrun = launched_by_torchrun();
     const bool parallel = !torchrun && launched_as_parallel_job();

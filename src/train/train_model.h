@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "dist/communicator.h"
 #include "model/model_cpu.h"
+#include "nsa/recompute.h"
 #include "nsa/step_phases.h"
 #include "token_loader.h"
 
@@ -50,12 +51,12 @@ class TrainModel {
 };
 
 // Builds the backend for a run: model config, micro-batch layout, optimizer config, whether to
-// recompute activations in the backward.
+// what the backward recomputes (nsa/recompute.h; the CPU keeps everything).
 using TrainModelFactory = std::function<std::unique_ptr<TrainModel>(
-    const ModelConfig&, const SeqLayout&, const AdamWConfig&, bool recompute)>;
+    const ModelConfig&, const SeqLayout&, const AdamWConfig&, Recompute)>;
 
 // The CPU reference backend (model_loss_cpu + AdamW on host tensors).
 std::unique_ptr<TrainModel> make_train_model_cpu(const ModelConfig& cfg, const SeqLayout& layout,
-                                                 const AdamWConfig& adam, bool recompute);
+                                                 const AdamWConfig& adam, Recompute recompute);
 
 }  // namespace nsa

@@ -100,7 +100,7 @@ class TrainModelCpu : public TrainModel {
 }  // namespace
 
 std::unique_ptr<TrainModel> make_train_model_cpu(const ModelConfig& cfg, const SeqLayout& layout,
-                                                 const AdamWConfig& adam, bool /*recompute*/) {
+                                                 const AdamWConfig& adam, Recompute /*recompute*/) {
   return std::make_unique<TrainModelCpu>(cfg, layout, adam);
 }
 

@@ -38,7 +38,7 @@ struct TrainOptions {
   double watchdog_s = 600;  // a step stalled this long: stacks to <out>/stacks.txt, exit 3; 0: off
   int64_t stop_after = 0;   // stop (with a checkpoint) after this many steps in this run; 0 = never
   bool quiet = false;       // no console lines (tests)
-  bool recompute = false;   // recompute each layer's activations in the backward (GPU model)
+  Recompute recompute = Recompute::kNone;  // GPU model: what the backward recomputes
   // The model backend; empty: the CPU reference. `nsa train --device cuda` sets the GPU one.
   TrainModelFactory model_factory;
   // The ranks of a data-parallel run (dist/communicator.h); null: one process. Each rank takes its

@@ -112,6 +112,9 @@ expect_error "--val-batches 0" "val-batches = 0 must be in \[1, " train_base --s
 expect_error "--val-batches -3" "val-batches = -3" train --steps 1 --val-batches -3 --out "$dir/bad"
 expect_error "--lr -1" "lr = -1 must be a finite number >= 0" train --steps 1 --lr -1 --out "$dir/bad"
 expect_error "--branches ''" "branches is empty" train --steps 1 --branches '' --out "$dir/bad"
+expect_error "--recompute all" "--recompute 'all': use none, ops or layers" \
+  train --steps 1 --recompute all --out "$dir/bad"
+expect_ok "--recompute ops on the CPU (it keeps everything)" train --steps 1 --recompute ops --out "$dir/cpu_ops"
 expect_error "eval --seq-len -5" "seq-len = -5 must be in" \
   "$nsa" eval --run "$dir/run" --data synthetic --seq-len -5
 expect_error "eval --batches -1" "batches = -1 must be in" \

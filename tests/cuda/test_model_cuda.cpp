@@ -73,7 +73,7 @@ TEST_P(CudaModelVsCpu, LossAndEveryGradient) {
   ModelParams<float> g_cpu = zeros_like(cfg, params), g_gpu = zeros_like(cfg, params);
   const double loss_cpu = model_loss_cpu<float>(cfg, params, layout, tokens, targets, &g_cpu);
 
-  cuda::ModelCuda gpu(cfg, layout, false);
+  cuda::ModelCuda gpu(cfg, layout, Recompute::kNone);
   gpu.set_params(params);
   gpu.zero_grads();
   const double loss_gpu = gpu.forward_backward(tokens, targets, true);
@@ -183,7 +183,7 @@ TEST(CudaModel, TokenLossesMatchTheCpuInEveryAttention) {
     }
     std::printf("  %s: worst |token loss cpu - gpu| %.2e (limit 5e-2)\n", mode, worst);
     EXPECT_LT(worst, 5e-2) << mode;
-    cuda::ModelCuda model(cfg, layout, true);
+    cuda::ModelCuda model(cfg, layout, Recompute::kLayers);
     ModelParams<float> copy = params;
     model.set_params(copy);
     const double loss = model.forward_backward(tokens, targets, false);
@@ -199,23 +199,32 @@ TEST_P(CudaModelBitwise, RecomputeEqualsStoredAndRunsAreBitIdentical) {
   std::vector<int32_t> tokens, targets;
   random_tokens(layout.total_tokens(), cfg.vocab_size, 11, tokens, targets);
   ModelParams<float> params = init_model_params<float>(cfg);
-  cuda::ModelCuda stored(cfg, layout, false), recomputed(cfg, layout, true);
+  cuda::ModelCuda stored(cfg, layout, Recompute::kNone), ops(cfg, layout, Recompute::kOps),
+      layers(cfg, layout, Recompute::kLayers);
   stored.set_params(params);
-  recomputed.set_params(params);
   stored.zero_grads();
-  recomputed.zero_grads();
   const double l1 = stored.forward_backward(tokens, targets, true);
-  const double l2v = recomputed.forward_backward(tokens, targets, true);
-  EXPECT_EQ(l1, l2v);
-  const std::vector<float> g1 = grads_of(stored, cfg, params),
-                           g2 = grads_of(recomputed, cfg, params);
-  ASSERT_EQ(g1.size(), g2.size());
-  EXPECT_EQ(0, std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)));
+  const std::vector<float> g1 = grads_of(stored, cfg, params);
+  for (cuda::ModelCuda* m : {&ops, &layers}) {
+    const char* name = m == &ops ? "ops" : "layers";
+    m->set_params(params);
+    m->zero_grads();
+    EXPECT_EQ(l1, m->forward_backward(tokens, targets, true)) << name;
+    const std::vector<float> g2 = grads_of(*m, cfg, params);
+    ASSERT_EQ(g1.size(), g2.size());
+    EXPECT_EQ(0, std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(float))) << name;
+    // Twice in a row: the second backward refills what the first left in the shared buffers.
+    m->zero_grads();
+    EXPECT_EQ(l1, m->forward_backward(tokens, targets, true)) << name;
+    const std::vector<float> g3 = grads_of(*m, cfg, params);
+    EXPECT_EQ(0, std::memcmp(g1.data(), g3.data(), g1.size() * sizeof(float))) << name;
+  }
   stored.zero_grads();
   EXPECT_EQ(l1, stored.forward_backward(tokens, targets, true));
   const std::vector<float> g3 = grads_of(stored, cfg, params);
   EXPECT_EQ(0, std::memcmp(g1.data(), g3.data(), g1.size() * sizeof(float)));
-  EXPECT_LT(recomputed.device_bytes(), stored.device_bytes());
+  EXPECT_LT(layers.device_bytes(), ops.device_bytes());
+  EXPECT_LT(ops.device_bytes(), stored.device_bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(Phi, CudaModelBitwise, ::testing::Values("avg", "mlp"),
@@ -238,7 +247,7 @@ TEST(CudaModel, StatsMatchTheCpuModel) {
   }
   ModelStats cpu;
   model_loss_cpu<float>(cfg, params, layout, tokens, targets, nullptr, &cpu);
-  cuda::ModelCuda gpu(cfg, layout, false);
+  cuda::ModelCuda gpu(cfg, layout, Recompute::kNone);
   gpu.set_params(params);
   ModelStats stats;
   stats.keep_outputs = true;
@@ -310,7 +319,7 @@ TEST(CudaModel, AnomalyNamesTheFirstBadTensorAsTheCpuModel) {
     ModelParams<float> g = zeros_like(cfg, params);
     const std::string cpu =
         error_of([&] { model_loss_cpu<float>(cfg, params, layout, tokens, targets, &g, &check); });
-    cuda::ModelCuda gpu(cfg, layout, false);
+    cuda::ModelCuda gpu(cfg, layout, Recompute::kNone);
     gpu.set_params(params);
     gpu.zero_grads();
     const std::string got = error_of([&] { gpu.forward_backward(tokens, targets, true, &check); });
@@ -324,7 +333,7 @@ TEST(CudaModel, AnomalyNamesTheFirstBadTensorAsTheCpuModel) {
     g.layers[0].wq[3] = nan;
     const std::string cpu =
         error_of([&] { model_loss_cpu<float>(cfg, params, layout, tokens, targets, &g, &check); });
-    cuda::ModelCuda gpu(cfg, layout, false);
+    cuda::ModelCuda gpu(cfg, layout, Recompute::kNone);
     gpu.set_params(params);
     std::vector<float> flat;
     gpu.params().download_grads_flat(flat);
@@ -342,7 +351,7 @@ TEST(CudaModel, AnomalyNamesTheFirstBadTensorAsTheCpuModel) {
   }
   // Finite inputs pass the checks, and the result is the unchecked one.
   ModelParams<float> params = init_model_params<float>(cfg);
-  cuda::ModelCuda gpu(cfg, layout, false);
+  cuda::ModelCuda gpu(cfg, layout, Recompute::kNone);
   gpu.set_params(params);
   gpu.zero_grads();
   const double checked = gpu.forward_backward(tokens, targets, true, &check);
@@ -357,7 +366,8 @@ TEST(CudaModel, PhaseTimesCoverTheStep) {
   const SeqLayout layout = SeqLayout::batch(4, 512);
   AdamWConfig adam;
   adam.total_steps = 10;
-  std::unique_ptr<TrainModel> model = cuda::make_train_model_cuda(cfg, layout, adam, false);
+  std::unique_ptr<TrainModel> model =
+      cuda::make_train_model_cuda(cfg, layout, adam, Recompute::kNone);
   Batch batch;
   random_tokens(layout.total_tokens(), cfg.vocab_size, 23, batch.inputs, batch.targets);
   const auto step = [&](int64_t i) {
@@ -407,7 +417,8 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
   const ModelConfig cfg = tiny({{"n_layers", "2"}});
   const SeqLayout layout = SeqLayout::batch(2, 130);
   ModelParams<float> params = init_model_params<float>(cfg);
-  cuda::ModelCuda whole(cfg, layout, false), r0(cfg, layout, false), r1(cfg, layout, false);
+  cuda::ModelCuda whole(cfg, layout, Recompute::kNone), r0(cfg, layout, Recompute::kNone),
+      r1(cfg, layout, Recompute::kNone);
   cuda::AdamWCuda opt_whole(whole), opt0(r0), opt1(r1);
   const int64_t total = opt_whole.flat_size(), mid = total / 2 + 7;
   for (cuda::ModelCuda* m : {&whole, &r0, &r1}) m->set_params(params);
@@ -465,7 +476,7 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
     EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float))) << "moments";
   }
   // Moments go back up slice by slice: a resumed sharded model holds the same state.
-  cuda::ModelCuda again(cfg, layout, false);
+  cuda::ModelCuda again(cfg, layout, Recompute::kNone);
   cuda::AdamWCuda opt_again(again);
   opt_again.shard(mid, total);
   opt_again.set_state(mw, vw);
@@ -478,7 +489,7 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
 TEST(CudaModel, RejectsOutOfVocabularyTokens) {
   const ModelConfig cfg = tiny({});
   const SeqLayout layout = SeqLayout::batch(1, 64);
-  cuda::ModelCuda m(cfg, layout, false);
+  cuda::ModelCuda m(cfg, layout, Recompute::kNone);
   std::vector<int32_t> tokens(64, 1), targets(64, 2);
   tokens[5] = static_cast<int32_t>(cfg.vocab_size);
   try {

@@ -2,6 +2,7 @@
 // nsa_launch.h's, shared with the C ABI.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "common/convert.h"
 #include "common/cublas_check.h"
@@ -125,7 +126,8 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
   bw_->d_v_cmp.resize(C * G * cfg.dv);
   sel_idx_.resize(T * G * cfg.n_sel);
   bw_->partial.resize(dkdv_partial_floats(p));
-  p.q = q_.get(), p.o = o_.get(), p.d_o = bw_->d_o.get(), p.d_q = bw_->d_q.get();
+  q_ptr_ = q_.get();
+  p.q = q_ptr_, p.o = o_.get(), p.d_o = bw_->d_o.get(), p.d_q = bw_->d_q.get();
   p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get(), p.d_k_cmp = bw_->d_k_cmp.get();
   p.k_cmp_bf16 = k_cmp_bf16_.get(), p.v_cmp_bf16 = v_cmp_bf16_.get();
   p.d_v_cmp = bw_->d_v_cmp.get(), p.sel_idx = sel_idx_.get();
@@ -147,8 +149,8 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
     p.gate[c] = gate_[c].get(), p.o_branch[c] = o_branch_[c].get(), p.lse[c] = lse_[c].get();
     p.delta[c] = bw_->delta[c].get(), p.d_gate[c] = bw_->d_gate[c].get();
   }
-  NSA_CUBLAS_CHECK(cublasCreate(&blas_));
-  if (cfg.phi == Phi::kMlp) {
+  if (cfg.phi == Phi::kMlp) {  // the compression MLPs' GEMMs; a handle holds device memory
+    NSA_CUBLAS_CHECK(cublasCreate(&blas_));
     mlp_k_ = std::make_unique<CompressMlp>(cfg.l, cfg.dk, cfg.mlp_hidden(), C * G);
     mlp_v_ = std::make_unique<CompressMlp>(cfg.l, cfg.dv, cfg.mlp_hidden(), C * G);
     mlp_args_[0] = mlp_k_->args();
@@ -170,7 +172,9 @@ NsaCudaLayer::~NsaCudaLayer() {
 
 void NsaCudaLayer::set_inputs(const NsaTensors<float>& in) {
   check_inputs(cfg_, layout_, in);
-  upload(q_, to_bf16(in.q));
+  const std::vector<bf16> q = to_bf16(in.q);
+  NSA_CUDA_CHECK(cudaMemcpy(q_ptr_, q.data(), q.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+  NSA_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // complete, as DeviceBuffer::upload
   for (int c = 0; c < kNumBranches; ++c) {
     if (cfg_.kv_index(c) == c) {
       upload(k_[c], to_bf16(in.k[c]));
@@ -184,6 +188,14 @@ void NsaCudaLayer::set_inputs(const NsaTensors<float>& in) {
     mlp_args_[0] = mlp_k_->args();
     mlp_args_[1] = mlp_v_->args();
   }
+}
+
+void NsaCudaLayer::use_query_buffer(bf16* q) {
+  NSA_CHECK(q != nullptr && reinterpret_cast<uintptr_t>(q) % 16 == 0,
+            "use_query_buffer: a null or not 16-byte aligned pointer");
+  q_.resize(0);
+  q_ptr_ = q;
+  p_.q = q;
 }
 
 void NsaCudaLayer::set_mlp_params(const float* const k[kPhiMlpTensors],

@@ -64,7 +64,7 @@ class NsaCudaLayer {
   // Device-side I/O for callers whose tensors live on the GPU (the model): write the inputs and
   // dO in place (bf16, the host tensors' layouts), read o and the gradients. The φ = mlp
   // parameters come through set_inputs, or stay in the caller's device memory: set_mlp_params.
-  bf16* q_in() { return q_.get(); }
+  bf16* q_in() { return q_ptr_; }
   bf16* k_in(int branch) { return k_[cfg_.kv_index(branch)].get(); }
   bf16* v_in(int branch) { return v_[cfg_.kv_index(branch)].get(); }
   bf16* gate_in(int branch) { return gate_[branch].get(); }
@@ -75,6 +75,10 @@ class NsaCudaLayer {
   const float* d_k_out(int branch) const { return bw_->d_k[cfg_.kv_index(branch)].get(); }
   const float* d_v_out(int branch) const { return bw_->d_v[cfg_.kv_index(branch)].get(); }
   const float* d_gate_out(int branch) const { return bw_->d_gate[branch].get(); }
+  // The queries in the caller's device memory (bf16 [T, H, dk], 16-byte aligned) instead of the
+  // layer's own, which are freed: layers of a model that recompute their queries before each
+  // backward share one buffer (Recompute::kOps). q_in() and set_inputs use it from then on.
+  void use_query_buffer(bf16* q);
   // φ = mlp: from now on the compression MLPs read their parameters (fp32, PhiMlpParams layouts
   // and order) from the caller's device memory – k for the keys' MLP, v for the values' – instead
   // of the layer's own copies (the model keeps them in its flat weight buffer). The gradients
@@ -105,6 +109,7 @@ class NsaCudaLayer {
   DeviceBuffer<int32_t> seq_of_row_, sel_idx_;
   DeviceBuffer<bf16> q_, k_[3], v_[3], gate_[3], o_, o_branch_[3], k_cmp_bf16_, v_cmp_bf16_;
   DeviceBuffer<float> k_cmp_, v_cmp_, lse_[3];
+  bf16* q_ptr_ = nullptr;  // q_, or the caller's buffer (use_query_buffer)
   std::shared_ptr<NsaBackwardBuffers> bw_;
   // 64-row query tiles (also the window's dK/dV units), compressed-token units, selection-block
   // units (see nsa_backward_dkdv.h).

@@ -9,7 +9,7 @@ std::vector<float> logit_rows_cuda(const ModelConfig& cfg, const ModelParams<flo
                                    const SeqLayout& layout, const std::vector<int32_t>& inputs,
                                    const std::vector<int32_t>& targets,
                                    const std::vector<int64_t>& rows) {
-  ModelCuda model(cfg, layout, /*recompute=*/true);  // forward only: one workspace is enough
+  ModelCuda model(cfg, layout, Recompute::kLayers);  // forward only: one workspace is enough
   ModelParams<float> copy = params;                  // set_params reads through mutable views
   model.set_params(copy);
   model.forward_backward(inputs, targets, /*backward=*/false);

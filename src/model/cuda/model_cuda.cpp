@@ -16,26 +16,37 @@
 
 namespace nsa::cuda {
 
-// One layer's activations for its backward.
+// One layer's activations for its backward. The attention's state (nsa), the norms' 1/rms and
+// the raw gate logits are always the layer's own. The norms' outputs h1, h2 (bf16 [T, D]), the
+// MLP's up-projections u1, u3 (bf16 [T, F]) and the attention's residual sum x2 (fp32 [T, D]) are
+// too – or, with Recompute::kOps, they point into buffers every layer shares (h1 and h2 one
+// buffer, x2 the projections' fp32 scratch), which the backward refills.
 struct ModelCuda::Workspace {
   Workspace(const NsaConfig& attn, const SeqLayout& layout, int64_t T, int64_t D, int64_t F,
-            std::shared_ptr<NsaBackwardBuffers> backward_buffers)
+            std::shared_ptr<NsaBackwardBuffers> backward_buffers, bool own_activations)
       : nsa(attn, layout, std::move(backward_buffers)),
-        h1(T * D),
-        h2(T * D),
-        u1(T * F),
-        u3(T * F),
         rstd1(T),
         rstd2(T),
-        g_raw(T * 3 * attn.heads),
-        x2(T * D) {}
-  NsaCudaLayer nsa;
-  DeviceBuffer<bf16> h1, h2, u1, u3;
-  DeviceBuffer<float> rstd1, rstd2, g_raw, x2;
-  size_t bytes() const {
-    return nsa.device_bytes(true) + h1.bytes() + h2.bytes() + u1.bytes() + u3.bytes() +
-           rstd1.bytes() + rstd2.bytes() + g_raw.bytes() + x2.bytes();
+        g_raw(T * 3 * attn.heads) {
+    if (!own_activations) return;  // the model points h1 … x2 at its shared buffers
+    own_h1.resize(T * D), own_h2.resize(T * D), own_u1.resize(T * F), own_u3.resize(T * F);
+    own_x2.resize(T * D);
+    h1 = own_h1.get(), h2 = own_h2.get(), u1 = own_u1.get(), u3 = own_u3.get();
+    x2 = own_x2.get();
   }
+  NsaCudaLayer nsa;
+  DeviceBuffer<float> rstd1, rstd2, g_raw;
+  bf16 *h1 = nullptr, *h2 = nullptr, *u1 = nullptr, *u3 = nullptr;
+  float* x2 = nullptr;
+  // The bytes this layer holds alone (not the shared buffers).
+  size_t bytes() const {
+    return nsa.device_bytes(true) + rstd1.bytes() + rstd2.bytes() + g_raw.bytes() + own_h1.bytes() +
+           own_h2.bytes() + own_u1.bytes() + own_u3.bytes() + own_x2.bytes();
+  }
+
+ private:
+  DeviceBuffer<bf16> own_h1, own_h2, own_u1, own_u3;
+  DeviceBuffer<float> own_x2;
 };
 
 namespace {
@@ -54,7 +65,7 @@ const ModelConfig& checked_for_gpu(const ModelConfig& cfg) {
   return cfg;
 }
 
-ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recompute)
+ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, Recompute recompute)
     : cfg_(checked_for_gpu(cfg)),
       recompute_(recompute),
       n_tokens_(layout.total_tokens()),
@@ -67,9 +78,22 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   // attention = full: the window widened to the longest sequence (model_config.h); the branch
   // masks of the gates (branch_enabled) do the rest, as on the CPU.
   const NsaConfig layer_attn = cfg.layer_attention(layout.max_length());
-  for (int64_t i = 0; i < (recompute ? 1 : L); ++i) {
+  const bool ops = recompute == Recompute::kOps;
+  const int64_t width = std::max({H * a.dk, Gk * a.dk, 3 * H, ops ? D : 0});
+  proj_out_.resize(T * width);
+  if (ops) {
+    shared_h_.resize(T * D), shared_u1_.resize(T * ffn_dim_), shared_u3_.resize(T * ffn_dim_);
+    shared_q_.resize(T * H * a.dk);
+  }
+  for (int64_t i = 0; i < (recompute == Recompute::kLayers ? 1 : L); ++i) {
     workspaces_.push_back(
-        std::make_unique<Workspace>(layer_attn, layout, T, D, ffn_dim_, nsa_backward_));
+        std::make_unique<Workspace>(layer_attn, layout, T, D, ffn_dim_, nsa_backward_, !ops));
+    if (!ops) continue;
+    Workspace& ws = *workspaces_.back();
+    ws.h1 = ws.h2 = shared_h_.get();  // h1 is read before h2 is written, in both passes
+    ws.u1 = shared_u1_.get(), ws.u3 = shared_u3_.get();
+    ws.x2 = proj_out_.get();  // the projections' scratch is free from the attention on
+    ws.nsa.use_query_buffer(shared_q_.get());
   }
   for (int64_t i = 0; i <= L; ++i) layer_inputs_.emplace_back(T * D);
   tokens_.resize(T);
@@ -85,8 +109,6 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recom
   emb_order_.resize(T);
   emb_seg_token_.resize(T);
   emb_seg_start_.resize(T + 1);
-  const int64_t width = std::max({H * a.dk, Gk * a.dk, 3 * H});
-  proj_out_.resize(T * width);
   residual_grad_.resize(T * D);
   norm_out_grad_.resize(T * D);
   mlp_act_grad_.resize(T * ffn_dim_);
@@ -186,30 +208,22 @@ void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, floa
   const bool check = !recomputing;
   const std::string layer = "layer " + std::to_string(li) + " ";
   cudaStream_t st = stream_;
-  mark(StepPhase::kElementwise);
-  launch_rmsnorm_forward(x_in, params_.weight(s.attn_norm), static_cast<float>(cfg_.norm_eps),
-                         ws.h1.get(), ws.rstd1.get(), T, D, st);
-  if (check) check_finite(ws.h1.get(), {T, D}, layer + "attention_norm output");
-  mark(StepPhase::kGemmForward);
-  gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wq), f32(proj_out_.get()), T, D, H * a.dk,
-                       0.0f, st);
-  mark(StepPhase::kElementwise);
-  launch_rope_to_bf16(proj_out_.get(), ws.nsa.q_in(), H * a.dk, positions_.get(), rope_table_.get(),
-                      T, H, a.dk, false, st);
+  attention_norm_forward(li, ws, x_in, check);
+  query_forward(li, ws);
   for (int c = 0; c < kNumBranches; ++c) {
     if (a.kv_index(c) != c) continue;
     mark(StepPhase::kGemmForward);
-    gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wk[c]), f32(proj_out_.get()), T, D,
-                         Gk * a.dk, 0.0f, st);
+    gemm_.linear_forward(ws.h1, params_.weight_bf16(s.wk[c]), f32(proj_out_.get()), T, D, Gk * a.dk,
+                         0.0f, st);
     mark(StepPhase::kElementwise);
     launch_rope_to_bf16(proj_out_.get(), ws.nsa.k_in(c), Gk * a.dk, positions_.get(),
                         rope_table_.get(), T, Gk, a.dk, false, st);
     mark(StepPhase::kGemmForward);
-    gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wv[c]), b16(ws.nsa.v_in(c)), T, D,
-                         Gk * a.dv, 0.0f, st);
+    gemm_.linear_forward(ws.h1, params_.weight_bf16(s.wv[c]), b16(ws.nsa.v_in(c)), T, D, Gk * a.dv,
+                         0.0f, st);
   }
-  gemm_.linear_forward(ws.h1.get(), params_.weight_bf16(s.wg), f32(proj_out_.get()), T, D, 3 * H,
-                       0.0f, st);
+  gemm_.linear_forward(ws.h1, params_.weight_bf16(s.wg), f32(proj_out_.get()), T, D, 3 * H, 0.0f,
+                       st);
   bool enabled[3];
   bf16* gates[3];
   for (int c = 0; c < kNumBranches; ++c) {
@@ -232,29 +246,61 @@ void ModelCuda::layer_forward(int64_t li, Workspace& ws, const float* x_in, floa
     check_finite(ws.nsa.q_in(), {T, H, a.dk}, layer + "queries");
     check_finite(ws.nsa.o_out(), {T, H, a.dv}, layer + "NSA attention output");
   }
-  mark(StepPhase::kGemmForward);  // x2 = x + o·Woᵀ: the residual add in the GEMM's epilogue
-  gemm_.linear_forward_residual(ws.nsa.o_out(), params_.weight_bf16(s.wo), x_in, ws.x2.get(), T,
-                                H * a.dv, D, st);
-  // x2 = x + wo·o: with x finite (checked before), x2 is finite exactly where wo·o is.
-  if (check) check_finite(ws.x2.get(), {T, D}, layer + "attention projection (wo) output");
-  mark(StepPhase::kElementwise);
-  launch_rmsnorm_forward(ws.x2.get(), params_.weight(s.ffn_norm), static_cast<float>(cfg_.norm_eps),
-                         ws.h2.get(), ws.rstd2.get(), T, D, st);
+  mlp_inputs_forward(li, ws, x_in, check);
   const bool swiglu = cfg_.mlp == "swiglu";
-  mark(StepPhase::kGemmForward);
-  gemm_.linear_forward(ws.h2.get(), params_.weight_bf16(s.w1), b16(ws.u1.get()), T, D, ffn_dim_,
-                       0.0f, st);
-  if (swiglu)
-    gemm_.linear_forward(ws.h2.get(), params_.weight_bf16(s.w3), b16(ws.u3.get()), T, D, ffn_dim_,
-                         0.0f, st);
   // m = silu(u1)·u3 is not kept: the backward recomputes it from u1, u3.
   mark(StepPhase::kElementwise);
-  launch_swiglu_forward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_bf_.get(),
-                        T * ffn_dim_, st);
+  launch_swiglu_forward(ws.u1, swiglu ? ws.u3 : nullptr, mlp_act_bf_.get(), T * ffn_dim_, st);
   mark(StepPhase::kGemmForward);  // x_out = x2 + m·W2ᵀ
-  gemm_.linear_forward_residual(mlp_act_bf_.get(), params_.weight_bf16(s.w2), ws.x2.get(), x_out, T,
+  gemm_.linear_forward_residual(mlp_act_bf_.get(), params_.weight_bf16(s.w2), ws.x2, x_out, T,
                                 ffn_dim_, D, st);
   if (check) check_finite(x_out, {T, D}, layer + "MLP output");  // x_out = x2 + w2·m, as above
+}
+
+// h1 = attention_norm(x_in) and its 1/rms.
+void ModelCuda::attention_norm_forward(int64_t li, Workspace& ws, const float* x_in, bool check) {
+  const ModelParamsCuda::LayerSlots& s = params_.layer(li);
+  const int64_t T = n_tokens_, D = cfg_.dim;
+  mark(StepPhase::kElementwise);
+  launch_rmsnorm_forward(x_in, params_.weight(s.attn_norm), static_cast<float>(cfg_.norm_eps),
+                         ws.h1, ws.rstd1.get(), T, D, stream_);
+  if (check) check_finite(ws.h1, {T, D}, "layer " + std::to_string(li) + " attention_norm output");
+}
+
+// The queries q = RoPE(h1·Wqᵀ), through the fp32 projection scratch.
+void ModelCuda::query_forward(int64_t li, Workspace& ws) {
+  const NsaConfig& a = cfg_.attn;
+  const int64_t T = n_tokens_, D = cfg_.dim, H = a.heads;
+  mark(StepPhase::kGemmForward);
+  gemm_.linear_forward(ws.h1, params_.weight_bf16(params_.layer(li).wq), f32(proj_out_.get()), T, D,
+                       H * a.dk, 0.0f, stream_);
+  mark(StepPhase::kElementwise);
+  launch_rope_to_bf16(proj_out_.get(), ws.nsa.q_in(), H * a.dk, positions_.get(), rope_table_.get(),
+                      T, H, a.dk, false, stream_);
+}
+
+// From the attention's output on: x2 = x_in + o·Woᵀ, h2 = ffn_norm(x2) and its 1/rms, and the
+// MLP's up-projections u1 = h2·W1ᵀ, u3 = h2·W3ᵀ.
+void ModelCuda::mlp_inputs_forward(int64_t li, Workspace& ws, const float* x_in, bool check) {
+  const NsaConfig& a = cfg_.attn;
+  const ModelParamsCuda::LayerSlots& s = params_.layer(li);
+  const int64_t T = n_tokens_, D = cfg_.dim, H = a.heads;
+  cudaStream_t st = stream_;
+  mark(StepPhase::kGemmForward);  // x2 = x + o·Woᵀ: the residual add in the GEMM's epilogue
+  gemm_.linear_forward_residual(ws.nsa.o_out(), params_.weight_bf16(s.wo), x_in, ws.x2, T, H * a.dv,
+                                D, st);
+  // x2 = x + wo·o: with x finite (checked before), x2 is finite exactly where wo·o is.
+  if (check) {
+    check_finite(ws.x2, {T, D},
+                 "layer " + std::to_string(li) + " attention projection (wo) output");
+  }
+  mark(StepPhase::kElementwise);
+  launch_rmsnorm_forward(ws.x2, params_.weight(s.ffn_norm), static_cast<float>(cfg_.norm_eps),
+                         ws.h2, ws.rstd2.get(), T, D, st);
+  mark(StepPhase::kGemmForward);
+  gemm_.linear_forward(ws.h2, params_.weight_bf16(s.w1), b16(ws.u1), T, D, ffn_dim_, 0.0f, st);
+  if (cfg_.mlp == "swiglu")
+    gemm_.linear_forward(ws.h2, params_.weight_bf16(s.w3), b16(ws.u3), T, D, ffn_dim_, 0.0f, st);
 }
 
 // dx: in, the gradient of the layer's output; out, of its input. residual_grad_bf_ holds dx in
@@ -265,6 +311,10 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   const int64_t T = n_tokens_, D = cfg_.dim, H = a.heads, Gk = a.groups;
   cudaStream_t st = stream_;
   const bool swiglu = cfg_.mlp == "swiglu";
+  const bool ops = recompute_ == Recompute::kOps;
+  // Recompute::kOps: the shared buffers hold the last layer's forward; refill them for the others
+  // (the same kernels on the same inputs: the forward's bits).
+  if (ops && li != cfg_.n_layers - 1) mlp_inputs_forward(li, ws, x_in, false);
   // MLP.
   mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.w2),
@@ -272,31 +322,33 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   // The activation's backward also recomputes m = silu(u1)·u3 (the forward's bits) for W2's
   // gradient: one pass over u1 and u3 instead of two.
   mark(StepPhase::kElementwise);
-  launch_swiglu_backward(ws.u1.get(), swiglu ? ws.u3.get() : nullptr, mlp_act_grad_.get(),
-                         up1_grad_bf_.get(), up3_grad_bf_.get(), mlp_act_bf_.get(), T * ffn_dim_,
-                         st);
+  launch_swiglu_backward(ws.u1, swiglu ? ws.u3 : nullptr, mlp_act_grad_.get(), up1_grad_bf_.get(),
+                         up3_grad_bf_.get(), mlp_act_bf_.get(), T * ffn_dim_, st);
   mark(StepPhase::kGemmBackward);
   gemm_.linear_weight_grad(residual_grad_bf_.get(), mlp_act_bf_.get(), params_.grad(s.w2), T,
                            ffn_dim_, D, st);
   gemm_.linear_input_grad(up1_grad_bf_.get(), params_.weight_bf16(s.w1), f32(norm_out_grad_.get()),
                           T, D, ffn_dim_, 0.0f, st);
-  gemm_.linear_weight_grad(up1_grad_bf_.get(), ws.h2.get(), params_.grad(s.w1), T, D, ffn_dim_, st);
+  gemm_.linear_weight_grad(up1_grad_bf_.get(), ws.h2, params_.grad(s.w1), T, D, ffn_dim_, st);
   if (swiglu) {
     gemm_.linear_input_grad(up3_grad_bf_.get(), params_.weight_bf16(s.w3),
                             f32(norm_out_grad_.get()), T, D, ffn_dim_, 1.0f, st);
-    gemm_.linear_weight_grad(up3_grad_bf_.get(), ws.h2.get(), params_.grad(s.w3), T, D, ffn_dim_,
-                             st);
+    gemm_.linear_weight_grad(up3_grad_bf_.get(), ws.h2, params_.grad(s.w3), T, D, ffn_dim_, st);
   }
   mark(StepPhase::kElementwise);
-  launch_rmsnorm_backward(ws.x2.get(), params_.weight(s.ffn_norm), ws.rstd2.get(),
-                          norm_out_grad_.get(), dx, true, residual_grad_bf_.get(),
-                          params_.grad(s.ffn_norm), norm_partial_.get(), T, D, st);
+  launch_rmsnorm_backward(ws.x2, params_.weight(s.ffn_norm), ws.rstd2.get(), norm_out_grad_.get(),
+                          dx, true, residual_grad_bf_.get(), params_.grad(s.ffn_norm),
+                          norm_partial_.get(), T, D, st);
   // Attention: wo, NSA, gates, projections.
   mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.wo), b16(ws.nsa.d_o_in()),
                           T, H * a.dv, D, 0.0f, st);
   gemm_.linear_weight_grad(residual_grad_bf_.get(), ws.nsa.o_out(), params_.grad(s.wo), T, H * a.dv,
                            D, st);
+  if (ops) {  // h1 (its buffer held h2) and, but for the last layer's, the queries
+    attention_norm_forward(li, ws, x_in, false);
+    if (li != cfg_.n_layers - 1) query_forward(li, ws);
+  }
   mark(StepPhase::kAttentionBackward);
   ws.nsa.backward(st);
   mark(StepPhase::kElementwise);
@@ -335,7 +387,7 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   const auto project_grads = [&](int slot, int64_t col, int64_t width, float beta) {
     gemm_.linear_input_grad(pg + col, params_.weight_bf16(slot), f32(norm_out_grad_.get()), T, D,
                             width, beta, st, pc.ld);
-    gemm_.linear_weight_grad(pg + col, ws.h1.get(), params_.grad(slot), T, D, width, st, pc.ld);
+    gemm_.linear_weight_grad(pg + col, ws.h1, params_.grad(slot), T, D, width, st, pc.ld);
   };
   if (pc.one_gemm) {  // wq's slot starts the block of all of them
     project_grads(s.wq, 0, pc.n, 0.0f);
@@ -390,7 +442,7 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
                            layer_inputs_[0].get(), T, D, st);
   check_finite(layer_inputs_[0].get(), {T, D}, "the token embedding output");
   for (int64_t li = 0; li < L; ++li) {
-    Workspace& ws = *workspaces_[recompute_ ? 0 : li];
+    Workspace& ws = workspace(li);
     NSA_CUDA_CHECK(cudaEventRecord(fwd_events_[2 * li], st));
     layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get(), false);
     NSA_CUDA_CHECK(cudaEventRecord(fwd_events_[2 * li + 1], st));
@@ -431,11 +483,11 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
                             false, residual_grad_bf_.get(), params_.grad(params_.norm_slot()),
                             norm_partial_.get(), T, D, st);
     for (int64_t li = L; li-- > 0;) {
-      Workspace& ws = *workspaces_[recompute_ ? 0 : li];
-      // With recompute the workspace still holds the last layer's forward; refill it for the
-      // others (the recomputed output equals layer_inputs_[li + 1] bit for bit).
+      Workspace& ws = workspace(li);
+      // With recompute = layers the workspace still holds the last layer's forward; refill it for
+      // the others (the recomputed output equals layer_inputs_[li + 1] bit for bit).
       NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li], st));
-      if (recompute_ && li != L - 1)
+      if (recompute_ == Recompute::kLayers && li != L - 1)
         layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get(), true);
       layer_backward(li, ws, layer_inputs_[li].get(), residual_grad_.get());
       NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li + 1], st));
@@ -513,10 +565,13 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
         NSA_CUDA_CHECK(cudaEventElapsedTime(&ms, bwd_events_[2 * li], bwd_events_[2 * li + 1]));
         stats->layer_backward_ms[li] = ms;
       }
-      // What a layer keeps for its backward: its input and its workspace (shared with recompute).
+      // What a layer keeps for its backward: its input and its workspace; buffers that layers
+      // share (recompute) count at layer 0.
+      const bool shared = recompute_ == Recompute::kLayers;
       stats->layer_bytes[li] = static_cast<int64_t>(
-          layer_inputs_[li].bytes() +
-          (recompute_ && li > 0 ? 0 : workspaces_[recompute_ ? 0 : li]->bytes()));
+          layer_inputs_[li].bytes() + (shared && li > 0 ? 0 : workspace(li).bytes()) +
+          (li == 0 ? shared_h_.bytes() + shared_u1_.bytes() + shared_u3_.bytes() + shared_q_.bytes()
+                   : 0));
     }
     for (int c = 0; c < kNumBranches; ++c) {
       stats->gate_mean[c] =
@@ -569,7 +624,8 @@ size_t ModelCuda::device_bytes() const {
                  row_loss_.bytes() + step_scalars_.bytes() + final_norm_out_.bytes() +
                  logits_grad_bf_.bytes() + residual_grad_bf_.bytes() + mlp_act_bf_.bytes() +
                  up1_grad_bf_.bytes() + up3_grad_bf_.bytes() + proj_grad_bf_.bytes() +
-                 final_norm_rstd_.bytes() + (32u << 20);  // + the GEMM workspace
+                 final_norm_rstd_.bytes() + shared_h_.bytes() + shared_u1_.bytes() +
+                 shared_u3_.bytes() + shared_q_.bytes() + (32u << 20);  // + the GEMM workspace
   for (const auto& ws : workspaces_) total += ws->bytes();
   total += nsa_backward_->bytes();
   for (const auto& x : layer_inputs_) total += x.bytes();

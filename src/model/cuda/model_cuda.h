@@ -3,18 +3,21 @@
 // master weights and gradients (model_params_cuda.h), and an fp32 residual stream. The optimizer
 // (AdamW, ZeRO-1) belongs to the training layer: train/cuda/adamw_cuda.h.
 //
-// Activation memory: the input of every layer is kept (fp32 [T, dim] each); the rest of a layer's
-// activations (norms, projections, NSA state, MLP inputs) lives in a workspace – one per layer, or
-// with `recompute` a single one that the backward refills by running each layer's forward again.
+// Activation memory (nsa/recompute.h): the input of every layer is kept (fp32 [T, dim] each);
+// the rest of a layer's activations lives in a workspace. Recompute::kNone: one per layer, all
+// kept. kOps: the attention's state per layer but its queries; the norms' outputs, the queries,
+// the attention's residual sum and the MLP's up-projections are shared by all layers and
+// recomputed per op in the backward (the same kernels on the same inputs: the same bits).
+// kLayers: a single workspace that the backward refills by running each layer's forward again.
 // What a backward needs only while it runs (the NSA gradients and partial sums, the MLP product
 // silu(u1)·u3, recomputed) is one set shared by all layers.
 // φ = mlp: the compression MLPs' parameters live in the flat weight buffer with the others (so the
 // optimizer, checkpoints and collectives see them); the attention layer reads them in place and
 // its parameter gradients are added into the flat gradient buffer after each layer's backward.
 // Everything is deterministic (no floating-point atomics), so a step is bit-identical across runs
-// and recompute on = off bitwise. One host synchronisation per micro-batch (to read the loss and
-// the metrics) and one per optimizer step (the gradient norm for clipping); anomaly mode
-// (ModelStats::check_finite) adds one per checked tensor.
+// and every recompute policy gives the same bits. One host synchronisation per micro-batch (to read
+// the loss and the metrics) and one per optimizer step (the gradient norm for clipping); anomaly
+// mode (ModelStats::check_finite) adds one per checked tensor.
 //
 // Phase timing (phase_timer.h, off unless turned on: `nsa bench train`): the passes mark where
 // each phase of the step begins on the stream.
@@ -34,6 +37,7 @@
 #include "model/cuda/phase_timer.h"
 #include "model/model_cpu.h"
 #include "model/model_params.h"
+#include "nsa/recompute.h"
 
 namespace nsa::cuda {
 
@@ -47,7 +51,7 @@ const ModelConfig& checked_for_gpu(const ModelConfig& cfg);
 class ModelCuda {
  public:
   // Throws nsa::Error without a GPU, or for head dims the attention kernels are not built for.
-  ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, bool recompute);
+  ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, Recompute recompute);
   ~ModelCuda();
   ModelCuda(const ModelCuda&) = delete;
   ModelCuda& operator=(const ModelCuda&) = delete;
@@ -96,6 +100,13 @@ class ModelCuda {
   // recomputing: the backward's second forward of the layer (no anomaly checks: bit-identical).
   void layer_forward(int64_t li, Workspace& ws, const float* x_in, float* x_out, bool recomputing);
   void layer_backward(int64_t li, Workspace& ws, const float* x_in, float* dx);
+  // Pieces of the forward the backward runs again with Recompute::kOps (check: anomaly checks).
+  void attention_norm_forward(int64_t li, Workspace& ws, const float* x_in, bool check);
+  void query_forward(int64_t li, Workspace& ws);
+  void mlp_inputs_forward(int64_t li, Workspace& ws, const float* x_in, bool check);
+  Workspace& workspace(int64_t li) {
+    return *workspaces_[recompute_ == Recompute::kLayers ? 0 : li];
+  }
   void mark(StepPhase phase) { timer_.mark(phase, stream_); }
   // Anomaly mode: throws naming `what` when x [numel(shape)] holds a NaN or ±Inf (synchronises);
   // nothing unless this micro-batch checks.
@@ -103,7 +114,7 @@ class ModelCuda {
   void check_finite(const T* x, const Shape& shape, const std::string& what);
 
   ModelConfig cfg_;
-  bool recompute_;
+  Recompute recompute_;
   int64_t n_tokens_, ffn_dim_;  // tokens per micro-batch (T), MLP hidden width (F)
   cudaStream_t stream_ = nullptr;
   Gemm gemm_;
@@ -118,6 +129,7 @@ class ModelCuda {
   // Scratch shared by all layers: fp32 [T, ·] projection outputs before RoPE / conversion, the
   // residual gradient dx, the gradient into a norm's output, the MLP activation's gradient, the
   // gate logits' gradient, reduction partial sums, logits and per-row losses.
+  // (Recompute::kOps: proj_out_ also holds x2, and the layers share h1/h2, u1 and u3 below.)
   DeviceBuffer<float> proj_out_, residual_grad_, norm_out_grad_, mlp_act_grad_, gate_logit_grad_;
   DeviceBuffer<float> norm_partial_, sum_partial_, logits_, row_loss_;
   DeviceBuffer<float> step_scalars_;  // [kNumScalars], see Scalar
@@ -125,6 +137,7 @@ class ModelCuda {
   // silu(u1)·u3, the gradients of u1 and u3.
   DeviceBuffer<bf16> final_norm_out_, logits_grad_bf_, residual_grad_bf_, mlp_act_bf_;
   DeviceBuffer<bf16> up1_grad_bf_, up3_grad_bf_;
+  DeviceBuffer<bf16> shared_h_, shared_u1_, shared_u3_, shared_q_;  // Recompute::kOps only
   // The attention projections' output gradients side by side, bf16 [T, ld]: columns in the order
   // of their weights in the parameter buffer – q, then k and v of each branch with its own K/V,
   // then the gate logits. When those weights lie back to back (one_gemm), one GEMM gives the

@@ -8,7 +8,7 @@ namespace nsa::cuda {
 std::vector<double> token_losses_cuda(const ModelConfig& cfg, const ModelParams<float>& params,
                                       const SeqLayout& layout, const std::vector<int32_t>& inputs,
                                       const std::vector<int32_t>& targets) {
-  ModelCuda model(cfg, layout, /*recompute=*/true);  // forward only: one workspace is enough
+  ModelCuda model(cfg, layout, Recompute::kLayers);  // forward only: one workspace is enough
   ModelParams<float> copy = params;                  // set_params reads through mutable views
   model.set_params(copy);
   model.forward_backward(inputs, targets, /*backward=*/false);

@@ -27,7 +27,7 @@ bool host_allreduce() {
 class TrainModelCuda : public TrainModel {
  public:
   TrainModelCuda(const ModelConfig& cfg, const SeqLayout& layout, const AdamWConfig& adam,
-                 bool recompute)
+                 Recompute recompute)
       : cfg_(cfg),
         adam_(adam),
         model_(cfg, layout, recompute),
@@ -135,7 +135,7 @@ class TrainModelCuda : public TrainModel {
 }  // namespace
 
 std::unique_ptr<TrainModel> make_train_model_cuda(const ModelConfig& cfg, const SeqLayout& layout,
-                                                  const AdamWConfig& adam, bool recompute) {
+                                                  const AdamWConfig& adam, Recompute recompute) {
   select_local_device();  // one GPU per rank of a node
   return std::make_unique<TrainModelCuda>(cfg, layout, adam, recompute);
 }

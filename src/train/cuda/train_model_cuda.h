@@ -9,6 +9,6 @@
 namespace nsa::cuda {
 
 std::unique_ptr<TrainModel> make_train_model_cuda(const ModelConfig& cfg, const SeqLayout& layout,
-                                                  const AdamWConfig& adam, bool recompute);
+                                                  const AdamWConfig& adam, Recompute recompute);
 
 }  // namespace nsa::cuda
