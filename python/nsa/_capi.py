@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-NSA_CAPI_VERSION = 2
+NSA_CAPI_VERSION = 3
 _LIB_NAME = "libnsa_capi.so"
 _ERR_UNAVAILABLE = 3
 
@@ -105,10 +105,12 @@ def _load():
     lib.nsa_attention_backward_cuda.argtypes = [
         P(AttnConfig), ctypes.c_void_p, ctypes.c_int64, P(AttnTensors), P(AttnSaved),
         P(TensorRef), P(AttnTensors)] + cuda_tail
+    lib.nsa_attention_backward_cuda_bf16.argtypes = lib.nsa_attention_backward_cuda.argtypes
     for f in (lib.nsa_compressed_tokens, lib.nsa_attention_forward_cpu,
               lib.nsa_attention_backward_cpu, lib.nsa_attention_forward_cpu_given_selection,
               lib.nsa_cuda_available, lib.nsa_cuda_compressed_rows, lib.nsa_cuda_workspace_bytes,
-              lib.nsa_attention_forward_cuda, lib.nsa_attention_backward_cuda):
+              lib.nsa_attention_forward_cuda, lib.nsa_attention_backward_cuda,
+              lib.nsa_attention_backward_cuda_bf16):
         f.restype = ctypes.c_int32
     return lib, path
 

@@ -14,7 +14,8 @@ Op arguments: xs, the present slots of ops.py's 20 (q, k×3, v×3, g×3, φ_k×5
 drops k/v of sel and win, φ = avg drops the φ parameters) as bfloat16, φ parameters float32;
 cu_seqlens, an int64 device tensor or None (then num_seqs sequences of equal length); cfg, the
 config as a list of ints (CFG_FIELDS); scale (0: 1/sqrt(dk)). The forward returns o, o_branch×3,
-lse×3, k_cmp, v_cmp, sel_idx; the backward the float32 gradients of all x in one buffer.
+lse×3, k_cmp, v_cmp, sel_idx; the backward the gradients of all x in two buffers – the bfloat16
+ones (q, K/V, gates), written in bfloat16 by the library's kernels, and the float32 φ ones.
 """
 import ctypes
 import functools
@@ -78,7 +79,8 @@ def _workspace_bytes(cfg, scale, T, num_seqs, backward, device):
 
 
 def _call_args(cfg, scale, q, num_seqs, backward):
-    """(workspace tensor, device index, stream handle) of a call on q's device."""
+    """(workspace tensor, device index, stream handle) of a call on q's device; backward: 0
+    forward, 1 backward, 2 backward with bfloat16 gradients (nsa_cuda_workspace_bytes)."""
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     nbytes = _workspace_bytes(tuple(cfg), float(scale), q.shape[0], num_seqs, backward, device)
     ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=q.device)
@@ -92,7 +94,7 @@ def forward_impl(xs, cu_seqlens, num_seqs, cfg, scale):
         return outs
     xs = [_ready(x) for x in xs]
     o, o_br, lse, (k_cmp, v_cmp, sel_idx) = outs[0], outs[1:4], outs[4:7], outs[7:]
-    ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, False)
+    ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, 0)
     _capi.call(_capi.LIB.nsa_attention_forward_cuda, ctypes.byref(attn_config(cfg, scale)),
                None if cu_seqlens is None else cu_seqlens.data_ptr(), num_seqs,
                ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, xs), "cuda")),
@@ -102,9 +104,8 @@ def forward_impl(xs, cu_seqlens, num_seqs, cfg, scale):
 
 
 def _grad_layout(xs):
-    """Element offsets of xs' gradients in backward_flat's buffer and its size: each gradient
-    starts on a multiple of 8 elements (the library wants 16-byte aligned tensors, and the
-    bfloat16 casts stay so too)."""
+    """Element offsets of xs' gradients in one buffer and its size: each gradient starts on a
+    multiple of 8 elements (16-byte aligned in float32 and bfloat16 alike, as the library wants)."""
     offs, end = [], 0
     for x in xs:
         offs.append(end)
@@ -113,31 +114,68 @@ def _grad_layout(xs):
 
 
 def _grad_views(flat, xs, offs):
-    """The gradients of xs as views of backward_flat's buffer (or of its cast), at _grad_layout's
-    offsets."""
+    """The gradients of xs as views of one buffer, at _grad_layout's offsets."""
     return [flat[o:o + x.numel()].view(x.shape) for o, x in zip(offs, xs)]
 
 
-def backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
-    """One backward call: the float32 gradients of all xs, in order, in one buffer (one
-    allocation, and in _input_grads one cast, instead of one each: most of the op's cost over the
-    kernels is per-tensor host work)."""
-    offs, size = _grad_layout(xs)
-    flat = torch.empty(size, dtype=torch.float32, device=xs[0].device)
-    if xs[0].shape[0] == 0:
-        return flat.zero_()
-    grads = _grad_views(flat, xs, offs)
+def _backward_call(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale, grads, bf16_grads):
+    """One backward call into the library, writing grads (shaped as xs; the bfloat16 inputs'
+    gradients in bfloat16 with bf16_grads, else all float32)."""
     xs, saved = [_ready(x) for x in xs], [_ready(t) for t in saved]
     o_br, lse, (k_cmp, v_cmp, sel_idx) = saved[0:3], saved[3:6], saved[6:9]
-    ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, True)
-    _capi.call(_capi.LIB.nsa_attention_backward_cuda, ctypes.byref(attn_config(cfg, scale)),
+    ws, device, stream = _call_args(cfg, scale, xs[0], num_seqs, 2 if bf16_grads else 1)
+    entry = (_capi.LIB.nsa_attention_backward_cuda_bf16 if bf16_grads
+             else _capi.LIB.nsa_attention_backward_cuda)
+    _capi.call(entry, ctypes.byref(attn_config(cfg, scale)),
                None if cu_seqlens is None else cu_seqlens.data_ptr(), num_seqs,
                ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, xs), "cuda")),
                ctypes.byref(saved_refs(None, o_br, lse, k_cmp, v_cmp, sel_idx, "cuda")),
                ctypes.byref(_capi.ref(_ready(d_o), "cuda")),
                ctypes.byref(refs(_capi.AttnTensors, _slots(cfg, grads), "cuda")),
                ws.data_ptr(), ws.numel(), device, stream)
+
+
+def backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
+    """One backward call: the float32 gradients of all xs, in order, in one buffer (the tests
+    compare these with the CPU op's)."""
+    offs, size = _grad_layout(xs)
+    flat = torch.empty(size, dtype=torch.float32, device=xs[0].device)
+    if xs[0].shape[0] == 0:
+        return flat.zero_()
+    _backward_call(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale,
+                   _grad_views(flat, xs, offs), False)
     return flat
+
+
+def _n_bf16(xs):
+    """How many of xs (slot order) are bfloat16: q, the K/V and the gates come first."""
+    n = 0
+    while n < len(xs) and xs[n].dtype == torch.bfloat16:
+        n += 1
+    return n
+
+
+def _packed_sizes(xs):
+    """Elements of backward_packed's two buffers."""
+    n_bf = _n_bf16(xs)
+    return _grad_layout(xs[:n_bf])[1], _grad_layout(xs[n_bf:])[1]
+
+
+def backward_packed(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
+    """One backward call with the gradients as the op returns them: [the bfloat16 inputs'
+    gradients in one bfloat16 buffer, the float32 φ parameters' in one float32 buffer], each at
+    _grad_layout's offsets of its part of xs – one allocation each, and no float32 → bfloat16
+    pass here: the library's kernels write the bfloat16 gradients themselves."""
+    n_bf = _n_bf16(xs)
+    size_bf, size_32 = _packed_sizes(xs)
+    flat_bf = torch.empty(size_bf, dtype=torch.bfloat16, device=xs[0].device)
+    flat32 = torch.empty(size_32, dtype=torch.float32, device=xs[0].device)
+    if xs[0].shape[0] == 0:
+        return [flat_bf.zero_(), flat32.zero_()]
+    grads = (_grad_views(flat_bf, xs[:n_bf], _grad_layout(xs[:n_bf])[0])
+             + _grad_views(flat32, xs[n_bf:], _grad_layout(xs[n_bf:])[0]))
+    _backward_call(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale, grads, True)
+    return [flat_bf, flat32]
 
 
 def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
@@ -146,18 +184,13 @@ def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
     return _grad_views(flat, xs, _grad_layout(xs)[0])
 
 
-def _input_grads(xs, flat32, needs):
-    """The gradients in the inputs' dtypes from backward_flat's buffer: the bfloat16 inputs come
-    first (q, K/V, gates; then the float32 φ parameters), and their gradients are cast in one
-    kernel, not one each (each cast was a dispatch of host work while the GPU waited)."""
-    n_bf = 0
-    while n_bf < len(xs) and xs[n_bf].dtype == torch.bfloat16:
-        n_bf += 1
-    offs, _ = _grad_layout(xs)
-    end = offs[n_bf] if n_bf < len(xs) else flat32.numel()
-    grads = _grad_views(flat32[:end].to(torch.bfloat16), xs[:n_bf], offs) if n_bf else []
+def _input_grads(xs, flat_bf, flat32, needs):
+    """The gradients in the inputs' dtypes from backward_packed's buffers: views of the bfloat16
+    one for q, K/V and the gates (no cast), the φ parameters' from the float32 one."""
+    n_bf = _n_bf16(xs)
+    grads = _grad_views(flat_bf, xs[:n_bf], _grad_layout(xs[:n_bf])[0])
     rest = xs[n_bf:]  # float32 φ parameters: their views as they are
-    grads += [g.to(x.dtype) for g, x in zip(_grad_views(flat32, rest, offs[n_bf:]), rest)]
+    grads += [g.to(x.dtype) for g, x in zip(_grad_views(flat32, rest, _grad_layout(rest)[0]), rest)]
     return [g if need else None for g, need in zip(grads, needs)]
 
 
@@ -174,12 +207,14 @@ if HAS_CUSTOM_OP:
     @torch.library.custom_op("nsa::attention_bwd", mutates_args=(), device_types="cuda")
     def attention_bwd(xs: List[Tensor], saved: List[Tensor], d_o: Tensor,
                       cu_seqlens: Optional[Tensor], num_seqs: int, cfg: List[int],
-                      scale: float) -> Tensor:
-        return backward_flat(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale)
+                      scale: float) -> List[Tensor]:
+        return backward_packed(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale)
 
     @attention_bwd.register_fake
     def _attention_bwd_fake(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
-        return torch.empty(_grad_layout(xs)[1], dtype=torch.float32, device=xs[0].device)
+        size_bf, size_32 = _packed_sizes(xs)
+        return [torch.empty(size_bf, dtype=torch.bfloat16, device=xs[0].device),
+                torch.empty(size_32, dtype=torch.float32, device=xs[0].device)]
 
     def _setup_context(ctx, inputs, output):
         xs, cu_seqlens, num_seqs, cfg, scale = inputs
@@ -194,9 +229,10 @@ if HAS_CUSTOM_OP:
         xs, outs, cu_seqlens = list(saved[:ctx.n]), list(saved[ctx.n:ctx.n + 9]), saved[-1]
         if grads[0] is None:  # o did not reach the loss
             return [None] * ctx.n, None, None, None, None
-        g32 = torch.ops.nsa.attention_bwd(xs, outs, grads[0].contiguous(), cu_seqlens,
-                                          ctx.num_seqs, ctx.cfg, ctx.scale)
-        return _input_grads(xs, g32, ctx.needs_input_grad[0]), None, None, None, None
+        flat_bf, flat32 = torch.ops.nsa.attention_bwd(xs, outs, grads[0].contiguous(), cu_seqlens,
+                                                      ctx.num_seqs, ctx.cfg, ctx.scale)
+        return (_input_grads(xs, flat_bf, flat32, ctx.needs_input_grad[0]), None, None, None,
+                None)
 
     torch.library.register_autograd("nsa::attention_fwd", _backward, setup_context=_setup_context)
 
@@ -220,9 +256,10 @@ class AttentionFunction(torch.autograd.Function):
             return (None,) * (4 + ctx.n)
         saved = ctx.saved_tensors
         xs, outs, cu_seqlens = list(saved[:ctx.n]), list(saved[ctx.n:ctx.n + 9]), saved[-1]
-        g32 = backward_flat(xs, outs, d_o.contiguous(), cu_seqlens, ctx.num_seqs, ctx.cfg,
-                            ctx.scale)
-        return (None, None, None, None, *_input_grads(xs, g32, ctx.needs_input_grad[4:]))
+        flat_bf, flat32 = backward_packed(xs, outs, d_o.contiguous(), cu_seqlens, ctx.num_seqs,
+                                          ctx.cfg, ctx.scale)
+        return (None, None, None, None,
+                *_input_grads(xs, flat_bf, flat32, ctx.needs_input_grad[4:]))
 
 
 def run_forward(xs, cu_seqlens, num_seqs, cfg, scale):

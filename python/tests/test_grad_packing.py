@@ -1,7 +1,8 @@
-"""The CUDA op's gradient buffer (nsa._cuda): one float32 allocation for all of the backward's
-gradients and one bfloat16 cast of them. Pure tensor bookkeeping, so it is checked here on the
-CPU: the library refuses tensors that are not 16-byte aligned, and the gradients must come back
-with their inputs' shapes, dtypes and values.
+"""The CUDA op's gradient buffers (nsa._cuda): one bfloat16 allocation for the gradients of q,
+K/V and the gates (the library writes them in bfloat16) and one float32 allocation for the φ
+parameters'. Pure tensor bookkeeping, so it is checked here on the CPU: the library refuses
+tensors that are not 16-byte aligned, and the gradients must come back with their inputs' shapes,
+dtypes and values.
 """
 import torch
 
@@ -32,17 +33,33 @@ def test_every_gradient_starts_32_byte_aligned_in_one_buffer():
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "gradients overlap"
 
 
-def test_input_grads_casts_the_bf16_ones_and_keeps_shapes_and_values():
+def test_packed_buffers_hold_each_part_16_byte_aligned():
     xs = inputs()
-    offs, end = _cuda._grad_layout(xs)
-    flat = torch.randn(end, generator=torch.Generator().manual_seed(3))
-    views = _cuda._grad_views(flat, xs, offs)
+    size_bf, size_32 = _cuda._packed_sizes(xs)
+    assert _cuda._n_bf16(xs) == 10
+    assert size_bf == _cuda._grad_layout(xs[:10])[1] and size_32 == _cuda._grad_layout(xs[10:])[1]
+    flat_bf = torch.empty(size_bf, dtype=torch.bfloat16)
+    for x, v, o in zip(xs, _cuda._grad_views(flat_bf, xs[:10], _cuda._grad_layout(xs[:10])[0]),
+                       _cuda._grad_layout(xs[:10])[0]):
+        assert v.shape == x.shape and (v.data_ptr() - flat_bf.data_ptr()) % 16 == 0
+
+
+def test_input_grads_are_views_of_the_bf16_buffer_and_keep_shapes_and_values():
+    xs = inputs()
+    size_bf, size_32 = _cuda._packed_sizes(xs)
+    gen = torch.Generator().manual_seed(3)
+    flat_bf = torch.randn(size_bf, generator=gen).to(torch.bfloat16)
+    flat32 = torch.randn(size_32, generator=gen)
+    views = (_cuda._grad_views(flat_bf, xs[:10], _cuda._grad_layout(xs[:10])[0])
+             + _cuda._grad_views(flat32, xs[10:], _cuda._grad_layout(xs[10:])[0]))
     needs = [True] * len(xs)
     needs[4] = False
-    out = _cuda._input_grads(xs, flat, needs)
+    out = _cuda._input_grads(xs, flat_bf, flat32, needs)
     assert out[4] is None
     for i, (x, v, g) in enumerate(zip(xs, views, out)):
         if i == 4:
             continue
         assert g.shape == x.shape and g.dtype == x.dtype
-        assert torch.equal(g, v.to(x.dtype))
+        assert torch.equal(g, v)
+        if x.dtype == torch.bfloat16:  # no copy: a view of the library's output
+            assert g.data_ptr() == v.data_ptr()

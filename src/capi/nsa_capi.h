@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define NSA_CAPI_VERSION 2
+#define NSA_CAPI_VERSION 3
 
 /* The library is built with hidden visibility; only these entry points are exported. */
 #define NSA_CAPI __attribute__((visibility("default")))
@@ -130,7 +130,8 @@ NSA_CAPI int32_t nsa_cuda_compressed_rows(const NsaAttnConfig* cfg, int64_t tota
                                           int64_t num_seqs, int64_t* out, char* err,
                                           size_t err_size);
 
-/* Workspace bytes of one forward (backward = 0) or backward (1) call on `device`. */
+/* Workspace bytes of one forward (backward = 0), backward (1) or backward with bf16 gradients
+ * (2: nsa_attention_backward_cuda_bf16) call on `device`. */
 NSA_CAPI int32_t nsa_cuda_workspace_bytes(const NsaAttnConfig* cfg, int64_t total_tokens,
                                           int64_t num_seqs, int32_t backward, int32_t device,
                                           size_t* out, char* err, size_t err_size);
@@ -147,6 +148,17 @@ NSA_CAPI int32_t nsa_attention_backward_cuda(const NsaAttnConfig* cfg, const int
                                              const NsaAttnTensors* grads, void* workspace,
                                              size_t workspace_bytes, int32_t device, void* stream,
                                              char* err, size_t err_size);
+
+/* The backward with the gradients of q, k, v and the gates in bf16 (the φ parameters' stay fp32):
+ * what a bf16 caller wants, without a conversion pass of its own – the kernels that finish d_q and
+ * the gate gradients write bf16 directly and the K/V gradients are converted in one launch; the
+ * fp32 sums live in the workspace (nsa_cuda_workspace_bytes with backward = 2). The values are the
+ * fp32 backward's, rounded to nearest even. */
+NSA_CAPI int32_t nsa_attention_backward_cuda_bf16(
+    const NsaAttnConfig* cfg, const int64_t* cu_seqlens, int64_t num_seqs, const NsaAttnTensors* in,
+    const NsaAttnSaved* saved, const NsaTensorRef* d_o, const NsaAttnTensors* grads,
+    void* workspace, size_t workspace_bytes, int32_t device, void* stream, char* err,
+    size_t err_size);
 
 #ifdef __cplusplus
 }

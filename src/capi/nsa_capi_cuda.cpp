@@ -38,10 +38,11 @@ std::array<Shape, 5> phi_shapes(const NsaConfig& cfg, int64_t D) {
 }
 
 // Fills io from the C structs: inputs always, the forward's outputs (o only when `with_o`), and the
-// backward's dO and gradients when given.
+// backward's dO and gradients when given (those of q, k, v and the gates in bf16 with
+// grads_bf16).
 void read_io(const NsaConfig& cfg, int64_t T, int64_t N, const NsaAttnTensors& in,
              const NsaAttnSaved& saved, bool with_o, const NsaTensorRef* d_o,
-             const NsaAttnTensors* grads, cuda::NsaCudaIo& io) {
+             const NsaAttnTensors* grads, bool grads_bf16, cuda::NsaCudaIo& io) {
   const int64_t H = cfg.heads, G = cfg.groups, dk = cfg.dk, dv = cfg.dv;
   const int64_t C = cuda::nsa_cuda_compressed_rows(cfg, T, N);
   const auto gname = [](int c) { return std::string("g_") + kBranchNames[c]; };
@@ -72,15 +73,30 @@ void read_io(const NsaConfig& cfg, int64_t T, int64_t N, const NsaAttnTensors& i
 
   if (!grads) return;
   io.d_o = device_tensor<const bf16>(*d_o, {T, H, dv}, "do");
-  io.d_q = device_tensor<float>(grads->q, {T, H, dk}, "dq");
+  io.grads_bf16 = grads_bf16;
+  if (grads_bf16) {
+    io.d_q_bf16 = device_tensor<bf16>(grads->q, {T, H, dk}, "dq");
+  } else {
+    io.d_q = device_tensor<float>(grads->q, {T, H, dk}, "dq");
+  }
   for (int c = 0; c < kNumBranches; ++c) {
+    const std::string dg = "d" + gname(c);
     if (cfg.kv_index(c) == c) {
-      io.d_k[c] =
-          device_tensor<float>(grads->k[c], {T, G, dk}, "d" + capi::branch_name("k", c, cfg));
-      io.d_v[c] =
-          device_tensor<float>(grads->v[c], {T, G, dv}, "d" + capi::branch_name("v", c, cfg));
+      const std::string dk_name = "d" + capi::branch_name("k", c, cfg);
+      const std::string dv_name = "d" + capi::branch_name("v", c, cfg);
+      if (grads_bf16) {
+        io.d_k_bf16[c] = device_tensor<bf16>(grads->k[c], {T, G, dk}, dk_name);
+        io.d_v_bf16[c] = device_tensor<bf16>(grads->v[c], {T, G, dv}, dv_name);
+      } else {
+        io.d_k[c] = device_tensor<float>(grads->k[c], {T, G, dk}, dk_name);
+        io.d_v[c] = device_tensor<float>(grads->v[c], {T, G, dv}, dv_name);
+      }
     }
-    io.d_gate[c] = device_tensor<float>(grads->g[c], {T, H}, "d" + gname(c));
+    if (grads_bf16) {
+      io.d_gate_bf16[c] = device_tensor<bf16>(grads->g[c], {T, H}, dg);
+    } else {
+      io.d_gate[c] = device_tensor<float>(grads->g[c], {T, H}, dg);
+    }
   }
   for (int i = 0; mlp && i < 5; ++i) {
     const std::string f = capi::kPhiNames[i];
@@ -118,6 +134,22 @@ void check_layout(const int64_t* cu_seqlens, int64_t num_seqs, int64_t T) {
   NSA_CHECK(reinterpret_cast<uintptr_t>(cu_seqlens) % 8 == 0, "cu_seqlens is not 8-byte aligned");
 }
 
+// Both backward entry points: fp32 gradients, or (grads_bf16) bf16 ones for q, k, v and the gates.
+void backward_cuda(const NsaAttnConfig* cfg, const int64_t* cu_seqlens, int64_t num_seqs,
+                   const NsaAttnTensors* in, const NsaAttnSaved* saved, const NsaTensorRef* d_o,
+                   const NsaAttnTensors* grads, bool grads_bf16, void* workspace,
+                   size_t workspace_bytes, int32_t device, void* stream) {
+  const NsaConfig c = capi::make_config(cfg);
+  const int64_t T = capi::tokens_of(in);
+  NSA_CHECK(saved && d_o && grads, "saved tensors, do or gradients are NULL");
+  check_layout(cu_seqlens, num_seqs, T);
+  cuda::NsaCudaIo io;
+  read_io(c, T, num_seqs, *in, *saved, false, d_o, grads, grads_bf16, io);
+  const DeviceGuard guard(device);
+  cuda::nsa_cuda_backward(c, T, num_seqs, cu_seqlens, io, workspace, workspace_bytes,
+                          static_cast<cudaStream_t>(stream));
+}
+
 }  // namespace
 }  // namespace nsa
 
@@ -143,9 +175,11 @@ int32_t nsa_cuda_workspace_bytes(const NsaAttnConfig* cfg, int64_t total_tokens,
                                  size_t err_size) {
   return nsa::capi::guarded(err, err_size, [&] {
     NSA_CHECK(out && total_tokens >= 0 && num_seqs >= 1, "bad arguments");
+    NSA_CHECK(backward >= 0 && backward <= 2, "backward = ", backward,
+              ": 0 (forward), 1 (backward) or 2 (backward with bf16 gradients)");
     const nsa::DeviceGuard guard(device);
     *out = nsa::cuda::nsa_cuda_workspace_bytes(nsa::capi::make_config(cfg), total_tokens, num_seqs,
-                                               backward != 0);
+                                               backward != 0, backward == 2);
   });
 }
 
@@ -159,7 +193,7 @@ int32_t nsa_attention_forward_cuda(const NsaAttnConfig* cfg, const int64_t* cu_s
     NSA_CHECK(out, "outputs are NULL");
     nsa::check_layout(cu_seqlens, num_seqs, T);
     nsa::cuda::NsaCudaIo io;
-    nsa::read_io(c, T, num_seqs, *in, *out, true, nullptr, nullptr, io);
+    nsa::read_io(c, T, num_seqs, *in, *out, true, nullptr, nullptr, false, io);
     const nsa::DeviceGuard guard(device);
     nsa::cuda::nsa_cuda_forward(c, T, num_seqs, cu_seqlens, io, workspace, workspace_bytes,
                                 static_cast<cudaStream_t>(stream));
@@ -173,15 +207,20 @@ int32_t nsa_attention_backward_cuda(const NsaAttnConfig* cfg, const int64_t* cu_
                                     size_t workspace_bytes, int32_t device, void* stream, char* err,
                                     size_t err_size) {
   return nsa::capi::guarded(err, err_size, [&] {
-    const nsa::NsaConfig c = nsa::capi::make_config(cfg);
-    const int64_t T = nsa::capi::tokens_of(in);
-    NSA_CHECK(saved && d_o && grads, "saved tensors, do or gradients are NULL");
-    nsa::check_layout(cu_seqlens, num_seqs, T);
-    nsa::cuda::NsaCudaIo io;
-    nsa::read_io(c, T, num_seqs, *in, *saved, false, d_o, grads, io);
-    const nsa::DeviceGuard guard(device);
-    nsa::cuda::nsa_cuda_backward(c, T, num_seqs, cu_seqlens, io, workspace, workspace_bytes,
-                                 static_cast<cudaStream_t>(stream));
+    nsa::backward_cuda(cfg, cu_seqlens, num_seqs, in, saved, d_o, grads, false, workspace,
+                       workspace_bytes, device, stream);
+  });
+}
+
+int32_t nsa_attention_backward_cuda_bf16(const NsaAttnConfig* cfg, const int64_t* cu_seqlens,
+                                         int64_t num_seqs, const NsaAttnTensors* in,
+                                         const NsaAttnSaved* saved, const NsaTensorRef* d_o,
+                                         const NsaAttnTensors* grads, void* workspace,
+                                         size_t workspace_bytes, int32_t device, void* stream,
+                                         char* err, size_t err_size) {
+  return nsa::capi::guarded(err, err_size, [&] {
+    nsa::backward_cuda(cfg, cu_seqlens, num_seqs, in, saved, d_o, grads, true, workspace,
+                       workspace_bytes, device, stream);
   });
 }
 

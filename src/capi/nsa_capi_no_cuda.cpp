@@ -39,4 +39,11 @@ int32_t nsa_attention_backward_cuda(const NsaAttnConfig*, const int64_t*, int64_
   return nsa::capi::unavailable(kNoCuda, err, err_size);
 }
 
+int32_t nsa_attention_backward_cuda_bf16(const NsaAttnConfig*, const int64_t*, int64_t,
+                                         const NsaAttnTensors*, const NsaAttnSaved*,
+                                         const NsaTensorRef*, const NsaAttnTensors*, void*, size_t,
+                                         int32_t, void*, char* err, size_t err_size) {
+  return nsa::capi::unavailable(kNoCuda, err, err_size);
+}
+
 }  // extern "C"

@@ -155,6 +155,42 @@ struct CallBuffers {
     }
     return d;
   }
+
+  // The backward again with bf16 gradients (NsaCudaIo::grads_bf16) into poisoned buffers of its
+  // own: q, k, v and the gates' gradients, downloaded as floats.
+  NsaTensors<float> grads_bf16(const NsaConfig& cfg, cudaStream_t stream) {
+    const int64_t H = cfg.heads, G = cfg.groups;
+    DeviceBuffer<bf16> dq(T * H * cfg.dk), dk[3], dv[3], dg[3];
+    DeviceBuffer<unsigned char> ws(
+        static_cast<int64_t>(cuda::nsa_cuda_workspace_bytes(cfg, T, N, true, true)));
+    cuda::NsaCudaIo b = io;
+    b.grads_bf16 = true;
+    b.d_q = nullptr, b.d_q_bf16 = dq.get();
+    dq.poison();
+    for (int c = 0; c < kNumBranches; ++c) {
+      b.d_k[c] = b.d_v[c] = b.d_gate[c] = nullptr;
+      if (cfg.kv_index(c) == c) {
+        dk[c].resize(T * G * cfg.dk), dv[c].resize(T * G * cfg.dv);
+        dk[c].poison(), dv[c].poison();
+        b.d_k_bf16[c] = dk[c].get(), b.d_v_bf16[c] = dv[c].get();
+      }
+      dg[c].resize(T * H), dg[c].poison(), b.d_gate_bf16[c] = dg[c].get();
+    }
+    NSA_CUDA_CHECK(cudaDeviceSynchronize());
+    cuda::nsa_cuda_backward(cfg, T, N, cu.size() ? cu.get() : nullptr, b, ws.get(), ws.bytes(),
+                            stream);
+    NSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    NsaTensors<float> d;
+    d.q = download_bf16(dq, {T, H, cfg.dk});
+    for (int c = 0; c < kNumBranches; ++c) {
+      if (cfg.kv_index(c) == c) {
+        d.k[c] = download_bf16(dk[c], {T, G, cfg.dk});
+        d.v[c] = download_bf16(dv[c], {T, G, cfg.dv});
+      }
+      d.gate[c] = download_bf16(dg[c], {T, H});
+    }
+    return d;
+  }
 };
 
 // The first `rows` rows of a compressed K/V buffer; the rest must be zero (padding).
@@ -226,8 +262,24 @@ TEST_P(CudaCallVsLayer, BitIdenticalWithPhiAvg) {
   NSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   call.run(cfg, stream);
   NSA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaStreamDestroy(stream);
   expect_same_as_layer(cfg, layout, call, layer);
+
+  // bf16 gradients: the fp32 ones rounded to nearest even, bit for bit.
+  NsaTensors<float> want = call.grads(cfg);
+  const NsaTensors<float> got = call.grads_bf16(cfg, stream);
+  cudaStreamDestroy(stream);
+  round_bf16(want.q);
+  expect_equal(got.q, want.q, "dq (bf16)");
+  for (int b = 0; b < kNumBranches; ++b) {
+    const std::string name = kBranchNames[b];
+    if (cfg.kv_index(b) == b) {
+      round_bf16(want.k[b]), round_bf16(want.v[b]);
+      expect_equal(got.k[b], want.k[b], "dk_" + name + " (bf16)");
+      expect_equal(got.v[b], want.v[b], "dv_" + name + " (bf16)");
+    }
+    round_bf16(want.gate[b]);
+    expect_equal(got.gate[b], want.gate[b], "dg_" + name + " (bf16)");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -49,13 +49,15 @@ __global__ void preprocess_kernel(const NsaParams p) {
   }
   if (lane == 0) {
     for (int c = 0; c < 3; ++c) {
-      p.d_gate[c][th] = acc[c];
+      if (p.d_gate[c]) p.d_gate[c][th] = acc[c];
+      if (p.d_gate_bf16[c]) p.d_gate_bf16[c][th] = __float2bfloat16_rn(acc[c]);
       p.delta[c][th] = __bfloat162float(p.gate[c][th]) * acc[c];
     }
   }
 }
 
-// d_q[th] (=, or +=) scale·dq for one row half.
+// d_q[th] (=, or +=) scale·dq for one row half; also into p.d_q_bf16 when the caller set it (the
+// launch of the kernel that finishes d_q).
 template <int DK>
 __device__ void store_dq(const NsaParams& p, const float dq[][4], int r, int64_t th,
                          bool accumulate) {
@@ -67,6 +69,10 @@ __device__ void store_dq(const NsaParams& p, const float dq[][4], int r, int64_t
     float2 v = make_float2(p.scale * dq[nt][2 * r], p.scale * dq[nt][2 * r + 1]);
     if (accumulate) v.x += d->x, v.y += d->y;
     *d = v;
+    if (p.d_q_bf16) {
+      *reinterpret_cast<__nv_bfloat162*>(p.d_q_bf16 + th * DK + nt * 8 + 2 * tq) =
+          __floats2bfloat162_rn(v.x, v.y);
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <unordered_map>
 
+#include "common/convert.h"
 #include "common/cublas_check.h"
 #include "common/cuda_check.h"
 #include "common/workspace.h"
@@ -76,9 +77,20 @@ void lay_out(Call& c, const NsaConfig& cfg, int64_t T, int64_t N, const NsaCudaI
   s.device_layout = &c.layout;
   if (backward) {
     p.d_o = io.d_o, p.d_q = io.d_q;
+    float* d_k[3] = {io.d_k[0], io.d_k[1], io.d_k[2]};
+    float* d_v[3] = {io.d_v[0], io.d_v[1], io.d_v[2]};
+    if (io.grads_bf16) {  // the fp32 sums in the workspace; the kernels' bf16 outputs the caller's
+      p.d_q = ws.take<float>(T * H * cfg.dk), p.d_q_bf16 = io.d_q_bf16;
+      for (int b = 0; b < kNumBranches; ++b) {
+        if (cfg.kv_index(b) != b) continue;
+        d_k[b] = ws.take<float>(T * G * cfg.dk), d_v[b] = ws.take<float>(T * G * cfg.dv);
+      }
+    }
     for (int b = 0; b < kNumBranches; ++b) {
       const int kv = cfg.kv_index(b);
-      p.d_k[b] = io.d_k[kv], p.d_v[b] = io.d_v[kv], p.d_gate[b] = io.d_gate[b];
+      p.d_k[b] = d_k[kv], p.d_v[b] = d_v[kv];
+      p.d_gate[b] = io.grads_bf16 ? nullptr : io.d_gate[b];
+      p.d_gate_bf16[b] = io.grads_bf16 ? io.d_gate_bf16[b] : nullptr;
       p.delta[b] = ws.take<float>(T * H);
     }
     p.d_k_cmp = ws.take<float>(C * G * cfg.dk);
@@ -142,11 +154,14 @@ void nsa_cuda_check_supported(const NsaConfig& cfg) {
             ".", cc % 10, "; the kernels are built for Hopper (sm_90a) only");
 }
 
-size_t nsa_cuda_workspace_bytes(const NsaConfig& cfg, int64_t T, int64_t N, bool backward) {
+size_t nsa_cuda_workspace_bytes(const NsaConfig& cfg, int64_t T, int64_t N, bool backward,
+                                bool grads_bf16) {
   cfg.validate();
   Workspace ws = Workspace::sizing();
   Call c;
-  lay_out(c, cfg, T, N, NsaCudaIo{}, backward, ws);
+  NsaCudaIo io;
+  io.grads_bf16 = backward && grads_bf16;
+  lay_out(c, cfg, T, N, io, backward, ws);
   return ws.used();
 }
 
@@ -186,6 +201,15 @@ void nsa_cuda_backward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t
   launch_build_device_layout(cfg, c.layout, cu_seqlens, stream);
   launch_nsa_backward_recompute(c.p, c.scratch, stream);
   launch_nsa_backward(cfg, c.p, c.tables, c.scratch, stream);
+  if (io.grads_bf16) {  // d_q and d_gate are written in bf16 already
+    F32ToBf16Batch batch;
+    for (int b = 0; b < kNumBranches; ++b) {
+      if (cfg.kv_index(b) != b) continue;
+      batch.add(c.p.d_k[b], io.d_k_bf16[b], T * cfg.groups * cfg.dk);
+      batch.add(c.p.d_v[b], io.d_v_bf16[b], T * cfg.groups * cfg.dv);
+    }
+    launch_f32_to_bf16_batch(batch, stream);
+  }
 }
 
 }  // namespace nsa::cuda

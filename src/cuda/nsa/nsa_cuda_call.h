@@ -47,6 +47,15 @@ struct NsaCudaIo {
   float* d_gate[3] = {};
   float* d_phi_k[5] = {};
   float* d_phi_v[5] = {};
+  // grads_bf16: the gradients of q, k, v and the gates in bf16 instead (the d_* above stay null
+  // but φ's): the kernels that finish d_q and d_gate write these directly, the K/V gradients are
+  // converted in one launch at the end; their fp32 sums live in the workspace (sized with
+  // grads_bf16 = true).
+  bool grads_bf16 = false;
+  bf16* d_q_bf16 = nullptr;
+  bf16* d_k_bf16[3] = {};
+  bf16* d_v_bf16[3] = {};
+  bf16* d_gate_bf16[3] = {};
 };
 
 // Rows of the compressed K/V buffers for T tokens in N sequences: T / d, a bound on the real count
@@ -57,8 +66,10 @@ int64_t nsa_cuda_compressed_rows(const NsaConfig& cfg, int64_t T, int64_t N);
 // the kernels are not built for. (Reads the device's attributes once per device.)
 void nsa_cuda_check_supported(const NsaConfig& cfg);
 
-// Workspace bytes of a forward or backward call for T tokens in N sequences.
-size_t nsa_cuda_workspace_bytes(const NsaConfig& cfg, int64_t T, int64_t N, bool backward);
+// Workspace bytes of a forward or backward call for T tokens in N sequences (grads_bf16: a
+// backward with NsaCudaIo::grads_bf16).
+size_t nsa_cuda_workspace_bytes(const NsaConfig& cfg, int64_t T, int64_t N, bool backward,
+                                bool grads_bf16 = false);
 
 // cu_seqlens: device, N + 1 entries (null: N sequences of T / N tokens); not checked on the host
 // (see layout::sanitized_cu_entry). workspace: 256-byte aligned, at least the bytes above; it is

@@ -54,9 +54,13 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   const bool shared = cfg.kv == KvMode::kShared;
   launch_nsa_backward_preprocess(p, stream);
   const bool block_major = s.sel_kernel == SelectedKernel::kBlockMajor;
-  launch_compressed_dq(p, t.row_tiles, t.n_row_tiles, stream);
-  if (!block_major) launch_selected_dq(p, stream);
-  launch_window_dq(p, t.row_tiles, t.n_row_tiles, stream);
+  // d_q_bf16 (wanted by the caller) is written by whichever kernel finishes d_q: the window's dq,
+  // or after it the block-major selected branch's merge.
+  NsaParams unfinished = p;
+  unfinished.d_q_bf16 = nullptr;
+  launch_compressed_dq(unfinished, t.row_tiles, t.n_row_tiles, stream);
+  if (!block_major) launch_selected_dq(unfinished, stream);
+  launch_window_dq(block_major ? unfinished : p, t.row_tiles, t.n_row_tiles, stream);
   build_sel_index(p, s.sel_index, stream);
   attach_sel_index(p, s.sel_index);
   launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles, kWinChunks, false,

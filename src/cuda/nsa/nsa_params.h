@@ -58,10 +58,15 @@ struct NsaParams {
   const bf16* d_o;   // [T, H, dv]
   float* delta[3];   // [T, H]: g_c · (dO · o_c)
   float* d_q;        // [T, H, dk]
-  float* d_gate[3];  // [T, H]
-  float* d_k_cmp;    // [C, G, dk] gradient of the compressed keys
-  float* d_v_cmp;    // [C, G, dv]
-  float* d_k[3];     // raw-key gradients per branch ([T, G, dk]); shared: all three alias one
+  float* d_gate[3];  // [T, H]; null where d_gate_bf16 is wanted instead
+  // Optional bf16 copies of the final d_q and d_gate (callers that want bf16 gradients, the C
+  // ABI): written by the kernel that finishes each (d_q: the selected branch's merge, or the
+  // window's dq without one; d_gate: the preprocessing). Null: not wanted.
+  bf16* d_q_bf16;
+  bf16* d_gate_bf16[3];
+  float* d_k_cmp;  // [C, G, dk] gradient of the compressed keys
+  float* d_v_cmp;  // [C, G, dv]
+  float* d_k[3];   // raw-key gradients per branch ([T, G, dk]); shared: all three alias one
   float* d_v[3];
   // Inverted selection index (built in the backward): entries sorted by (group, block, row, slot);
   // entry e's low 32 bits are row·n_sel + slot (the query row and which of its n_sel choices the

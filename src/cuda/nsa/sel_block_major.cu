@@ -457,6 +457,10 @@ __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int rows,
   float* dst = p.d_q + th * DK + col;
 #pragma unroll
   for (int c = 0; c < kPer; ++c) dst[c] += p.scale * acc[c];
+  if (p.d_q_bf16) {  // the caller wants bf16 gradients: this kernel finishes d_q
+#pragma unroll
+    for (int c = 0; c < kPer; ++c) p.d_q_bf16[th * DK + col + c] = __float2bfloat16_rn(dst[c]);
+  }
 }
 
 // Sorted keys of rows [r0, r0 + rows) in v.keys_out; returns their count (padding included).
