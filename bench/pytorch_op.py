@@ -13,13 +13,17 @@ and sequence length, one sequence of S tokens:
     on the host while the GPU waits, output and workspace allocation, the fp32 → bf16 casts of the
     gradients.
   - op, back to back: --reps forward + backward passes with no synchronisation in between, total
-    time / reps – a training step's situation, where the host runs ahead of the GPU.
+    time / reps – a training step's situation, where the host runs ahead of the GPU; --windows
+    such windows, the median reported (one slow pass – a collection, the allocator – moves a
+    single window's mean by a percent at these lengths).
+  - with --profile: torch.profiler over one back-to-back window, every GPU kernel's time per pass
+    (what the op launches beyond the C++ benchmark's kernels shows there).
   - SDPA: bench/dense_attention.py's timing (K/V repeated to H heads) with the cuDNN and the flash
     backends, the faster of the two.
 Prints a table (overhead % = op / C++ − 1) and, with --json, one JSON line per row.
 
   python3 bench/pytorch_op.py --nsa-binary build/nsa [--configs m7c_125m,paper_attn]
-      [--seq-lens 16384] [--reps 20] [--json out.jsonl]
+      [--seq-lens 16384] [--reps 20] [--windows 5] [--profile] [--json out.jsonl]
 """
 import argparse
 import json
@@ -84,8 +88,9 @@ def op_inputs(config, S):
     return x, d_o
 
 
-def op_times(config, S, reps):
-    """(fwd_ms, bwd_ms) per call (events, median) and the back-to-back total per pass."""
+def op_times(config, S, reps, windows, profile):
+    """(fwd_ms, bwd_ms) per call (events, median) and the back-to-back time per pass (the median
+    of `windows` windows of `reps` passes)."""
     _, _, _, _, l, d, l_sel, n_sel, w = SHAPES[config]
     hp = dict(l=l, d=d, l_sel=l_sel, n_sel=n_sel, w=w)
     x, d_o = op_inputs(config, S)
@@ -113,13 +118,34 @@ def op_times(config, S, reps):
         f_ms.append(e0.elapsed_time(e1))
         b_ms.append(e1.elapsed_time(e2))
     del o
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        bwd(fwd())
-    b.record()
-    torch.cuda.synchronize()
-    return statistics.median(f_ms), statistics.median(b_ms), a.elapsed_time(b) / reps
+    loops = []
+    for _ in range(windows):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            bwd(fwd())
+        b.record()
+        torch.cuda.synchronize()
+        loops.append(a.elapsed_time(b) / reps)
+    if profile:
+        print_kernel_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S))
+    return statistics.median(f_ms), statistics.median(b_ms), statistics.median(loops)
+
+
+def print_kernel_profile(step, reps, title):
+    """GPU kernels of `reps` back-to-back passes under torch.profiler: µs per pass, by name."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            step()
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total / reps, e.count / reps, e.key) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    rows.sort(reverse=True)
+    print("GPU kernels per pass, %s (µs, launches per pass, name):" % title)
+    for us, n, name in rows:
+        print("  %9.1f %5.1f  %s" % (us, n, name[:110]))
+    print("  %9.1f        total" % sum(r[0] for r in rows))
 
 
 def sdpa_best(config, S, reps):
@@ -143,6 +169,8 @@ def main():
     ap.add_argument("--configs", default="m7c_125m,paper_attn")
     ap.add_argument("--seq-lens", default="16384")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--windows", type=int, default=5, help="back-to-back windows (median)")
+    ap.add_argument("--profile", action="store_true", help="print the GPU kernels per pass")
     ap.add_argument("--nsa-binary", help="the nsa binary to run `nsa bench attention` with")
     ap.add_argument("--cpp-json", nargs="*", default=[],
                     help="or: files of `nsa bench attention --device cuda --json` lines")
@@ -163,7 +191,7 @@ def main():
             else:
                 sys.exit("pytorch_op.py: no C++ numbers for %s S=%d: pass --nsa-binary or "
                          "--cpp-json" % (config, S))
-            of, ob, loop = op_times(config, S, a.reps)
+            of, ob, loop = op_times(config, S, a.reps, a.windows, a.profile)
             torch.cuda.empty_cache()
             sdpa = sdpa_best(config, S, a.reps)
             rows.append(dict(bench="pytorch_op", config=config, S=S, cpp_fwd_ms=cf, cpp_bwd_ms=cb,

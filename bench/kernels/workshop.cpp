@@ -8,10 +8,10 @@
 // layer's.
 //
 // Kernels: sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block cmp_fwd win_fwd select cmp_dq
-// win_dq layer_fwd layer_bwd, and dkdv_{cmp,sel,win}:CHUNKS (the dK/dV kernel with CHUNKS CTAs per
-// unit, at most the layer's own count, plus the partials' sum). Prints one line per kernel: the
-// median over the repetitions (CUDA events around each launch sequence; the block-major variants
-// include their sort and merge).
+// win_dq cmp_win_dq (the two in one kernel) layer_fwd layer_bwd, and dkdv_{cmp,sel,win}:CHUNKS (the
+// dK/dV kernel with CHUNKS CTAs per unit, at most the layer's own count, plus the partials' sum).
+// Prints one line per kernel: the median over the repetitions (CUDA events around each launch
+// sequence; the block-major variants include their sort and merge).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -109,6 +109,8 @@ int run(int argc, char** argv) {
       {"select", [&](cudaStream_t s) { nsa::cuda::launch_select_blocks(p, tiles, n_tiles, s); }},
       {"cmp_dq", [&](cudaStream_t s) { nsa::cuda::launch_compressed_dq(p, tiles, n_tiles, s); }},
       {"win_dq", [&](cudaStream_t s) { nsa::cuda::launch_window_dq(p, tiles, n_tiles, s); }},
+      {"cmp_win_dq",
+       [&](cudaStream_t s) { nsa::cuda::launch_compressed_and_window_dq(p, tiles, n_tiles, s); }},
       {"layer_fwd", [&](cudaStream_t s) { layer.forward(s); }},
       {"layer_bwd", [&](cudaStream_t s) { layer.backward(s); }},
   };

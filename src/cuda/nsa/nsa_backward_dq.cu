@@ -5,9 +5,12 @@
 // dq: the forward's tiling again – dense branches per (64 query rows, head) over key tiles in
 // shared memory (warpgroup MMA for head dims that are multiples of 64, see wgmma_tiles.cuh), the
 // selected branch per (query row, group) with the heads as M – recomputing P = exp(S − lse) from
-// the saved log-sum-exp: dS = P ∘ (g_c·dO·Vᵀ − delta_c), dq += scale·dS·K. The three branches run
-// in the order compressed (writes dq), selected, window (add): fixed order, no atomics, so dq is
-// bit-identical from run to run.
+// the saved log-sum-exp: dS = P ∘ (g_c·dO·Vᵀ − delta_c), dq += scale·dS·K. The compressed and
+// window branches run in one kernel (Q and dO loaded once, dq summed in registers over both key
+// ranges and written once), then the selected branch adds: fixed order, no atomics, so dq is
+// bit-identical from run to run. (The single-branch kernels stay for the kernel workshop.)
+#include <type_traits>
+
 #include "common/cuda_check.h"
 #include "head_dims.h"
 #include "nsa_kernels.h"
@@ -90,7 +93,9 @@ struct DqTiling {
   }
 };
 
-template <int DK, int DV, Branch B, bool kWgmma, int HC>
+// Bs: the dense branches whose dq this kernel sums, in order (compressed, then window: the
+// fused kernel; or one of them). Q and dO are loaded once for all of them and d_q is written once.
+template <int DK, int DV, bool kWgmma, int HC, Branch... Bs>
 __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
     dense_dq_kernel(const NsaParams p, const RowTile* __restrict__ tiles, bool accumulate) {
   constexpr int KT = DqTiling<DK, DV, kWgmma>::KT;
@@ -111,7 +116,7 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
     };
   };
   // Q and dO: fragments in registers (mma.sync), or this warpgroup's shared tiles (wgmma, loaded
-  // with the first K/V chunk).
+  // with the first K/V chunk of the first branch that has one).
   constexpr int kQf = kWgmma ? 1 : DK / 16, kDof = kWgmma ? 1 : DV / 16;
   uint32_t qf[kQf][4], dof[kDof][4];
   unsigned char* const q_tile = sw_align(smem) +
@@ -122,57 +127,62 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
     load_a_rows<DK>(qf, row_of(p.q, DK));
     load_a_rows<DV>(dof, row_of(p.d_o, DV));
   }
-  RowStats st;
-  st.load(p, static_cast<int>(B), th_lo, th_hi, r_lo < tile.rows, r_lo + 8 < tile.rows);
-
-  const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
-  const auto pipe = dense_pipeline<DK, DV, KT, kWgmma, kThreads * HC, B>(smem, p, n, g, keys);
-  const int64_t n_chunks = n_key_chunks(keys, KT);
+  bool rows_loaded = false;  // wgmma: the Q / dO tiles are in shared memory
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
   float dq[DK / 8][4] = {};
-  if constexpr (kWgmma) {
-    if (n_chunks > 0) {
-      const int wg_tid = threadIdx.x % kThreads;
-      const int64_t wg_row0 = start + tile.first;
-      const auto rows = [&](const bf16* base, int d) {
-        return [=](int r) -> const bf16* {
-          return r < tile.rows ? base + ((wg_row0 + r) * H + h) * d : nullptr;
+  const auto run_branch = [&](auto branch) {
+    constexpr Branch B = decltype(branch)::value;
+    RowStats st;
+    st.load(p, static_cast<int>(B), th_lo, th_hi, r_lo < tile.rows, r_lo + 8 < tile.rows);
+    const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
+    const auto pipe = dense_pipeline<DK, DV, KT, kWgmma, kThreads * HC, B>(smem, p, n, g, keys);
+    const int64_t n_chunks = n_key_chunks(keys, KT);
+    if constexpr (kWgmma) {
+      if (n_chunks > 0 && !rows_loaded) {
+        const int wg_tid = threadIdx.x % kThreads;
+        const int64_t wg_row0 = start + tile.first;
+        const auto rows = [&](const bf16* base, int d) {
+          return [=](int r) -> const bf16* {
+            return r < tile.rows ? base + ((wg_row0 + r) * H + h) * d : nullptr;
+          };
         };
-      };
-      load_sw_tile<DK, 64, kThreads>(q_tile, rows(p.q, DK), wg_tid);
-      load_sw_tile<DV, 64, kThreads>(do_tile, rows(p.d_o, DV), wg_tid);  // committed with chunk 0
-    }
-  }
-  if (n_chunks > 0) pipe.issue(0);
-  for (int64_t it = 0; it < n_chunks; ++it) {
-    const KeyChunk c = pipe.acquire(it, n_chunks);
-    float s[KT / 8][4], dp[KT / 8][4];
-    if constexpr (kWgmma) {
-      wgmma_fence();
-      wgmma_tile_bt_issue<DK, KT>(s, q_tile, pipe.k(it));
-      wgmma_tile_bt_issue<DV, KT>(dp, do_tile, pipe.v(it));
-      wgmma_commit();
-      wgmma_wait<0>();
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < KT / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+        load_sw_tile<DK, 64, kThreads>(q_tile, rows(p.q, DK), wg_tid);
+        load_sw_tile<DV, 64, kThreads>(do_tile, rows(p.d_o, DV), wg_tid);  // committed with chunk 0
+        rows_loaded = true;
       }
-      mma_a_bt<DK, KT / 8>(s, qf, pipe.k(it));
-      mma_a_bt<DV, KT / 8>(dp, dof, pipe.v(it));
     }
-    scale_and_mask<B, KT / 8>(s, m, warp_t0, warp_rows, static_cast<int>(c.k0),
-                              static_cast<int>(c.nk), sl2);
-    scores_to_ds<KT / 8>(s, dp, st);
-    if constexpr (kWgmma) {
-      wgmma_p_v<DK, KT>(dq, s, pipe.k(it));
-    } else {
-      mma_c_b<DK, KT / 16>(dq, s, pipe.k(it));
+    if (n_chunks > 0) pipe.issue(0);
+    for (int64_t it = 0; it < n_chunks; ++it) {
+      const KeyChunk c = pipe.acquire(it, n_chunks);
+      float s[KT / 8][4], dp[KT / 8][4];
+      if constexpr (kWgmma) {
+        wgmma_fence();
+        wgmma_tile_bt_issue<DK, KT>(s, q_tile, pipe.k(it));
+        wgmma_tile_bt_issue<DV, KT>(dp, do_tile, pipe.v(it));
+        wgmma_commit();
+        wgmma_wait<0>();
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < KT / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+        }
+        mma_a_bt<DK, KT / 8>(s, qf, pipe.k(it));
+        mma_a_bt<DV, KT / 8>(dp, dof, pipe.v(it));
+      }
+      scale_and_mask<B, KT / 8>(s, m, warp_t0, warp_rows, static_cast<int>(c.k0),
+                                static_cast<int>(c.nk), sl2);
+      scores_to_ds<KT / 8>(s, dp, st);
+      if constexpr (kWgmma) {
+        wgmma_p_v<DK, KT>(dq, s, pipe.k(it));
+      } else {
+        mma_c_b<DK, KT / 16>(dq, s, pipe.k(it));
+      }
+      pipe.release();  // ends with a barrier: the next branch may refill the stages
     }
-    pipe.release();
-  }
+  };
+  (run_branch(std::integral_constant<Branch, Bs>{}), ...);
   if (r_lo < tile.rows) store_dq<DK>(p, dq, 0, th_lo, accumulate);
   if (r_lo + 8 < tile.rows) store_dq<DK>(p, dq, 1, th_hi, accumulate);
 }
@@ -217,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p
   }
 }
 
-template <Branch B>
+template <Branch... Bs>
 void launch_dense_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, bool accumulate,
                      cudaStream_t stream) {
   if (n_tiles == 0) return;
@@ -226,7 +236,7 @@ void launch_dense_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, 
     using Tiling = DqTiling<DK(), DV(), kWgmma>;
     const auto launch = [&](auto hc) {
       constexpr int HC = decltype(hc)::value;
-      const auto kernel = dense_dq_kernel<DK(), DV(), B, kWgmma, HC>;
+      const auto kernel = dense_dq_kernel<DK(), DV(), kWgmma, HC, Bs...>;
       set_kernel_smem(kernel, Tiling::smem_bytes());
       kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H / HC)), kThreads * HC,
                Tiling::smem_bytes(), stream>>>(p, tiles, accumulate);
@@ -271,6 +281,11 @@ void launch_selected_dq(const NsaParams& p, cudaStream_t stream) {
 void launch_window_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
                       cudaStream_t stream) {
   launch_dense_dq<Branch::kWin>(p, tiles, n_tiles, true, stream);
+}
+
+void launch_compressed_and_window_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                                     cudaStream_t stream) {
+  launch_dense_dq<Branch::kCmp, Branch::kWin>(p, tiles, n_tiles, false, stream);
 }
 
 }  // namespace nsa::cuda

@@ -42,11 +42,15 @@ void launch_window_forward(const NsaParams& p, const RowTile* tiles, int64_t n_t
 
 // delta_c = g_c · (dO·o_c) and d_gate_c = dO·o_c for every (row, head, branch).
 void launch_nsa_backward_preprocess(const NsaParams& p, cudaStream_t stream);
-// dq: the compressed branch writes d_q, the selected (query-major) and the window branch add to
-// it; the block-major selected branch adds its dq later, in SelBlockMajor::backward.
+// dq: the compressed and window branches in one kernel write d_q, the selected branch adds to it
+// (query-major: launch_selected_dq; block-major: later, in SelBlockMajor::backward).
+void launch_compressed_and_window_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
+                                     cudaStream_t stream);
+void launch_selected_dq(const NsaParams& p, cudaStream_t stream);
+// One dense branch alone (the compressed writes d_q, the window adds): the kernel workshop's
+// comparison with the fused kernel.
 void launch_compressed_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
                           cudaStream_t stream);
-void launch_selected_dq(const NsaParams& p, cudaStream_t stream);
 void launch_window_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
                       cudaStream_t stream);
 

@@ -54,13 +54,12 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   const bool shared = cfg.kv == KvMode::kShared;
   launch_nsa_backward_preprocess(p, stream);
   const bool block_major = s.sel_kernel == SelectedKernel::kBlockMajor;
-  // d_q_bf16 (wanted by the caller) is written by whichever kernel finishes d_q: the window's dq,
-  // or after it the block-major selected branch's merge.
+  // d_q_bf16 (wanted by the caller) is written by the kernel that finishes d_q: the selected
+  // branch's, query-major here or block-major's merge below.
   NsaParams unfinished = p;
   unfinished.d_q_bf16 = nullptr;
-  launch_compressed_dq(unfinished, t.row_tiles, t.n_row_tiles, stream);
-  if (!block_major) launch_selected_dq(unfinished, stream);
-  launch_window_dq(block_major ? unfinished : p, t.row_tiles, t.n_row_tiles, stream);
+  launch_compressed_and_window_dq(unfinished, t.row_tiles, t.n_row_tiles, stream);
+  if (!block_major) launch_selected_dq(p, stream);
   build_sel_index(p, s.sel_index, stream);
   attach_sel_index(p, s.sel_index);
   launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles, kWinChunks, false,

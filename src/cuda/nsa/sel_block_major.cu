@@ -455,12 +455,18 @@ __global__ void merge_dq_kernel(const NsaParams p, int64_t r0, int rows,
   }
   if (col >= DK) return;
   float* dst = p.d_q + th * DK + col;
+  static_assert(kPer % 2 == 0, "bf16 pairs");
+  float v[kPer];  // one fused multiply-add each, so the fp32 and bf16 results agree
 #pragma unroll
-  for (int c = 0; c < kPer; ++c) dst[c] += p.scale * acc[c];
-  if (p.d_q_bf16) {  // the caller wants bf16 gradients: this kernel finishes d_q
+  for (int c = 0; c < kPer; ++c) v[c] = __fmaf_rn(p.scale, acc[c], dst[c]);
+  if (p.d_q_bf16) {  // the caller wants bf16 gradients: this kernel finishes d_q, fp32 unwritten
+    auto* out = reinterpret_cast<__nv_bfloat162*>(p.d_q_bf16 + th * DK + col);
 #pragma unroll
-    for (int c = 0; c < kPer; ++c) p.d_q_bf16[th * DK + col + c] = __float2bfloat16_rn(dst[c]);
+    for (int c = 0; c < kPer; c += 2) out[c / 2] = __floats2bfloat162_rn(v[c], v[c + 1]);
+    return;
   }
+#pragma unroll
+  for (int c = 0; c < kPer; ++c) dst[c] = v[c];
 }
 
 // Sorted keys of rows [r0, r0 + rows) in v.keys_out; returns their count (padding included).
