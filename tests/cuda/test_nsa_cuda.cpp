@@ -23,6 +23,8 @@
 #include "../common/test_util.h"
 #include "cpu/attend_row.h"
 #include "cpu/block_select.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/nsa/nsa_backward_dkdv.h"
 #include "cuda/nsa/nsa_cuda_layer.h"
 
 namespace nsa::test {
@@ -213,6 +215,20 @@ TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
     expect_equal(again.q, vg.q, "dq run-to-run");
     expect_equal(again.k[cfg.kv_index(kSel)], vg.k[cfg.kv_index(kSel)], "dk_sel run-to-run");
     expect_equal(again.v[kCmp], vg.v[kCmp], "dv_cmp run-to-run");
+  }
+
+  // The window's dK/dV in one chunk per unit – what win_dkdv_chunks picks for long inputs (these
+  // shapes take two): the same gradients, within the reference's tolerance. (Separate K/V only:
+  // with shared K/V the other branches add to what the window writes.)
+  if (cfg.kv_index(kWin) == kWin) {
+    cuda::launch_nsa_backward_dkdv(layer.params(), cuda::Branch::kWin,
+                                   layer.units(cuda::Branch::kWin),
+                                   layer.num_units(cuda::Branch::kWin), 1, false,
+                                   layer.backward_buffers().partial.get(), nullptr);
+    NSA_CUDA_CHECK(cudaDeviceSynchronize());
+    const NsaTensors<float> one = layer.download_grads();
+    expect_within_lowp(one.k[kWin], rg.k[kWin], rg_lowp.k[kWin], "dk_win (one chunk)");
+    expect_within_lowp(one.v[kWin], rg.v[kWin], rg_lowp.v[kWin], "dv_win (one chunk)");
   }
 }
 

@@ -1,6 +1,8 @@
 // Compression φ = avg on the GPU: forward (mean of l raw rows per compressed token) and backward
 // (each raw row gathers d/l from the compressed tokens that cover it, in ascending order – no
 // atomics). fp32 math on bf16 raw inputs; compressed K/V and all gradients in fp32.
+#include <algorithm>
+
 #include "common/cuda_check.h"
 #include "nsa_kernels.h"
 
@@ -9,27 +11,37 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The keys' (blockIdx.y = 0) and the values' (1) halves of one launch: one launch for both.
+struct KvPair {
+  const bf16* raw[2];
+  float* cmp[2];
+  int64_t D[2];
+};
+
 // out [C, G, D] = mean over r < l of raw[(cmp_raw_start[i] + r), g, :].
-__global__ void compress_avg_forward_kernel(const bf16* __restrict__ raw, float* __restrict__ out,
-                                            const int64_t* __restrict__ raw_start, int64_t C,
-                                            int64_t G, int64_t D, int64_t l) {
+__global__ void compress_avg_forward_kernel(const KvPair kv, const int64_t* __restrict__ raw_start,
+                                            int64_t C, int64_t G, int64_t l) {
+  const int64_t D = kv.D[blockIdx.y];
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= C * G * D) return;
+  float* out = kv.cmp[blockIdx.y];
   const int64_t i = idx / (G * D), gc = idx % (G * D);
   if (raw_start[i] < 0) {  // a padding row of a capacity-sized compressed buffer (device_layout.h)
     out[idx] = 0.0f;
     return;
   }
-  const bf16* x = raw + raw_start[i] * G * D + gc;
+  const bf16* x = kv.raw[blockIdx.y] + raw_start[i] * G * D + gc;
   float acc = 0.0f;
   for (int64_t r = 0; r < l; ++r) acc += __bfloat162float(x[r * G * D]);
   out[idx] = acc / static_cast<float>(l);
 }
 
-// d_raw [T, G, D] (=, or += when accumulate) from d_cmp [C, G, D].
-__global__ void compress_avg_backward_kernel(const NsaParams p, const float* __restrict__ d_cmp,
-                                             float* __restrict__ d_raw, int64_t D,
-                                             bool accumulate) {
+// d_raw [T, G, D] (=, or += when accumulate) from d_cmp [C, G, D]; keys and values by blockIdx.y.
+__global__ void compress_avg_backward_kernel(const NsaParams p, bool accumulate) {
+  const bool keys = blockIdx.y == 0;
+  const int64_t D = keys ? p.dk : p.dv;
+  const float* __restrict__ d_cmp = keys ? p.d_k_cmp : p.d_v_cmp;
+  float* __restrict__ d_raw = keys ? p.d_k[0] : p.d_v[0];
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t G = p.G;
   if (idx >= p.T * G * D) return;
@@ -52,21 +64,16 @@ unsigned blocks_for(int64_t n) {
 
 void launch_compress_avg_forward(const NsaParams& p, cudaStream_t stream) {
   if (p.C == 0) return;
-  compress_avg_forward_kernel<<<blocks_for(p.C * p.G * p.dk), kThreads, 0, stream>>>(
-      p.k[0], p.k_cmp, p.cmp_raw_start, p.C, p.G, p.dk, p.l);
-  NSA_CUDA_LAUNCH_CHECK();
-  compress_avg_forward_kernel<<<blocks_for(p.C * p.G * p.dv), kThreads, 0, stream>>>(
-      p.v[0], p.v_cmp, p.cmp_raw_start, p.C, p.G, p.dv, p.l);
+  const KvPair kv{{p.k[0], p.v[0]}, {p.k_cmp, p.v_cmp}, {p.dk, p.dv}};
+  const dim3 grid(blocks_for(p.C * p.G * std::max(p.dk, p.dv)), 2);
+  compress_avg_forward_kernel<<<grid, kThreads, 0, stream>>>(kv, p.cmp_raw_start, p.C, p.G, p.l);
   NSA_CUDA_LAUNCH_CHECK();
 }
 
 void launch_compress_avg_backward(const NsaParams& p, bool accumulate, cudaStream_t stream) {
   if (p.T == 0) return;
-  compress_avg_backward_kernel<<<blocks_for(p.T * p.G * p.dk), kThreads, 0, stream>>>(
-      p, p.d_k_cmp, p.d_k[0], p.dk, accumulate);
-  NSA_CUDA_LAUNCH_CHECK();
-  compress_avg_backward_kernel<<<blocks_for(p.T * p.G * p.dv), kThreads, 0, stream>>>(
-      p, p.d_v_cmp, p.d_v[0], p.dv, accumulate);
+  const dim3 grid(blocks_for(p.T * p.G * std::max(p.dk, p.dv)), 2);
+  compress_avg_backward_kernel<<<grid, kThreads, 0, stream>>>(p, accumulate);
   NSA_CUDA_LAUNCH_CHECK();
 }
 

@@ -14,6 +14,18 @@ int64_t dkdv_partial_floats(const NsaParams& p) {
   return std::max(std::max(kSelChunks, kWinChunks) * p.T, kCmpChunks * p.C) * p.G * (p.dk + p.dv);
 }
 
+namespace {
+
+// The bf16 copies of the compressed K/V (the attention kernels' operands), in one launch.
+void convert_compressed_kv(const NsaParams& p, cudaStream_t stream) {
+  F32ToBf16Batch batch;
+  batch.add(p.k_cmp, p.k_cmp_bf16, p.C * p.G * p.dk);
+  batch.add(p.v_cmp, p.v_cmp_bf16, p.C * p.G * p.dv);
+  launch_f32_to_bf16_batch(batch, stream);
+}
+
+}  // namespace
+
 void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch& s,
                         cudaStream_t stream) {
   if (s.mlp_k) {
@@ -28,8 +40,7 @@ void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch
   } else {
     launch_compress_avg_forward(p, stream);
   }
-  launch_f32_to_bf16(p.k_cmp, p.k_cmp_bf16, p.C * p.G * p.dk, stream);
-  launch_f32_to_bf16(p.v_cmp, p.v_cmp_bf16, p.C * p.G * p.dv, stream);
+  convert_compressed_kv(p, stream);
   launch_compressed_forward(p, t.row_tiles, t.n_row_tiles, stream);
   launch_select_blocks(p, t.row_tiles, t.n_row_tiles, stream);
   if (s.sel_kernel == SelectedKernel::kBlockMajor) {
@@ -41,8 +52,7 @@ void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch
 }
 
 void launch_nsa_backward_recompute(const NsaParams& p, const NsaScratch& s, cudaStream_t stream) {
-  launch_f32_to_bf16(p.k_cmp, p.k_cmp_bf16, p.C * p.G * p.dk, stream);
-  launch_f32_to_bf16(p.v_cmp, p.v_cmp_bf16, p.C * p.G * p.dv, stream);
+  convert_compressed_kv(p, stream);
   if (s.mlp_k) {
     compress_mlp_hidden(s.blas, p, *s.mlp_k, p.k[0], stream);
     compress_mlp_hidden(s.blas, p, *s.mlp_v, p.v[0], stream);
@@ -62,8 +72,8 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   if (!block_major) launch_selected_dq(p, stream);
   build_sel_index(p, s.sel_index, stream);
   attach_sel_index(p, s.sel_index);
-  launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles, kWinChunks, false,
-                           s.partial, stream);
+  launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles,
+                           win_dkdv_chunks(p, t.n_row_tiles), false, s.partial, stream);
   // With shared K/V the window wrote the gradient first; the selected branch adds to it.
   if (block_major) {  // its dq too, in the same pass
     run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, shared, stream);

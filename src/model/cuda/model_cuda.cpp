@@ -128,47 +128,33 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, Recompute 
   mlp_act_bf_.resize(T * ffn_dim_);
   up3_grad_bf_.resize(T * ffn_dim_);
   {
-    // Parts (slot of layer li, columns) in parameter order; one GEMM needs every layer's parts
-    // back to back in the buffer.
-    const auto parts = [&](int64_t li) {
-      const ModelParamsCuda::LayerSlots& ls = params_.layer(li);
-      std::vector<std::pair<int, int64_t>> p{{ls.wq, H * a.dk}};
-      for (int c = 0; c < kNumBranches; ++c) {
-        if (a.kv_index(c) != c) continue;
-        p.emplace_back(ls.wk[c], Gk * a.dk);
-        p.emplace_back(ls.wv[c], Gk * a.dv);
-      }
-      p.emplace_back(ls.wg, 3 * H);
-      return p;
-    };
+    using P = ProjPart;
+    proj_parts_.push_back({P::kQuery, 0, H * a.dk, 0});
+    for (int c = 0; c < kNumBranches; ++c) {
+      if (a.kv_index(c) != c) continue;
+      proj_parts_.push_back({P::kKey, c, Gk * a.dk, 0});
+      proj_parts_.push_back({P::kValue, c, Gk * a.dv, 0});
+    }
+    proj_parts_.push_back({P::kGate, 0, 3 * H, 0});
+    // One GEMM needs every layer's parts back to back in the parameter buffer.
     const auto& slots = params_.slots();
     bool one_gemm = true;
     for (int64_t li = 0; li < L; ++li) {
-      const auto p = parts(li);
-      for (size_t i = 1; i < p.size(); ++i) {
-        const auto& prev = slots[p[i - 1].first];
-        one_gemm = one_gemm && slots[p[i].first].offset == prev.offset + prev.numel;
+      for (size_t i = 1; i < proj_parts_.size(); ++i) {
+        const auto& prev = slots[proj_parts_[i - 1].slot(params_.layer(li))];
+        one_gemm = one_gemm &&
+                   slots[proj_parts_[i].slot(params_.layer(li))].offset == prev.offset + prev.numel;
       }
     }
-    ProjGradCols& pc = proj_cols_;
-    pc.one_gemm = one_gemm;
     int64_t col = 0;
-    const auto place = [&](int64_t width) {
+    for (ProjPart& part : proj_parts_) {
       if (!one_gemm) col = (col + 127) / 128 * 128;  // each part's GEMM: a 256-byte-aligned dy
-      const int64_t at = col;
-      col += width;
-      return at;
-    };
-    pc.q = place(H * a.dk);
-    for (int c = 0; c < kNumBranches; ++c) {
-      if (a.kv_index(c) != c) continue;
-      pc.k[c] = place(Gk * a.dk);
-      pc.v[c] = place(Gk * a.dv);
+      part.col = col;
+      col += part.width;
     }
-    pc.g = place(3 * H);
-    pc.n = col;
-    pc.ld = (col + 7) / 8 * 8;
-    proj_grad_bf_.resize(T * pc.ld);
+    proj_one_gemm_ = one_gemm;
+    proj_ld_ = (col + 7) / 8 * 8;
+    proj_grad_bf_.resize(T * proj_ld_);
   }
   sel_hist_.resize(kSelDistanceBuckets);
   nonfinite_.resize(1);
@@ -372,32 +358,39 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   launch_column_sum_accumulate(gate_logit_grad_.get(), T, 3 * H, norm_partial_.get(),
                                params_.grad(s.bg), st);
   // The projections' output gradients into their columns of proj_grad_bf_, then their GEMMs.
-  const ProjGradCols& pc = proj_cols_;
   bf16* pg = proj_grad_bf_.get();
-  launch_f32_to_bf16_rows(gate_logit_grad_.get(), T, 3 * H, pg + pc.g, pc.ld, st);
-  launch_rope_to_bf16(ws.nsa.d_q_out(), pg + pc.q, pc.ld, positions_.get(), rope_table_.get(), T, H,
-                      a.dk, true, st);
-  for (int c = 0; c < kNumBranches; ++c) {
-    if (a.kv_index(c) != c) continue;
-    launch_rope_to_bf16(ws.nsa.d_k_out(c), pg + pc.k[c], pc.ld, positions_.get(), rope_table_.get(),
-                        T, Gk, a.dk, true, st);
-    launch_f32_to_bf16_rows(ws.nsa.d_v_out(c), T, Gk * a.dv, pg + pc.v[c], pc.ld, st);
+  const int64_t ld = proj_ld_;
+  for (const ProjPart& part : proj_parts_) {
+    switch (part.kind) {
+      case ProjPart::kQuery:
+        launch_rope_to_bf16(ws.nsa.d_q_out(), pg + part.col, ld, positions_.get(),
+                            rope_table_.get(), T, H, a.dk, true, st);
+        break;
+      case ProjPart::kKey:
+        launch_rope_to_bf16(ws.nsa.d_k_out(part.branch), pg + part.col, ld, positions_.get(),
+                            rope_table_.get(), T, Gk, a.dk, true, st);
+        break;
+      case ProjPart::kValue:
+        launch_f32_to_bf16_rows(ws.nsa.d_v_out(part.branch), T, part.width, pg + part.col, ld, st);
+        break;
+      case ProjPart::kGate:
+        launch_f32_to_bf16_rows(gate_logit_grad_.get(), T, part.width, pg + part.col, ld, st);
+        break;
+    }
   }
   mark(StepPhase::kGemmBackward);
   const auto project_grads = [&](int slot, int64_t col, int64_t width, float beta) {
     gemm_.linear_input_grad(pg + col, params_.weight_bf16(slot), f32(norm_out_grad_.get()), T, D,
-                            width, beta, st, pc.ld);
-    gemm_.linear_weight_grad(pg + col, ws.h1, params_.grad(slot), T, D, width, st, pc.ld);
+                            width, beta, st, ld);
+    gemm_.linear_weight_grad(pg + col, ws.h1, params_.grad(slot), T, D, width, st, ld);
   };
-  if (pc.one_gemm) {  // wq's slot starts the block of all of them
-    project_grads(s.wq, 0, pc.n, 0.0f);
+  if (proj_one_gemm_) {  // the first part's slot starts the block of all of them
+    const ProjPart& last = proj_parts_.back();
+    project_grads(proj_parts_.front().slot(s), 0, last.col + last.width, 0.0f);
   } else {
-    project_grads(s.wg, pc.g, 3 * H, 0.0f);
-    project_grads(s.wq, pc.q, H * a.dk, 1.0f);
-    for (int c = 0; c < kNumBranches; ++c) {
-      if (a.kv_index(c) != c) continue;
-      project_grads(s.wk[c], pc.k[c], Gk * a.dk, 1.0f);
-      project_grads(s.wv[c], pc.v[c], Gk * a.dv, 1.0f);
+    for (size_t i = 0; i < proj_parts_.size(); ++i) {
+      const ProjPart& part = proj_parts_[i];
+      project_grads(part.slot(s), part.col, part.width, i == 0 ? 0.0f : 1.0f);
     }
   }
   mark(StepPhase::kElementwise);

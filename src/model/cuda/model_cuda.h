@@ -88,6 +88,10 @@ class ModelCuda {
   // The passes' buffers and the parameter state (weights, bf16 copies, gradients); no optimizer.
   size_t device_bytes() const;
 
+  // Whether the attention projections' gradients take one GEMM pair (their weights lie back to
+  // back in the parameter buffer) or a pair each – the tests check which path a shape runs.
+  bool projection_grads_in_one_gemm() const { return proj_one_gemm_; }
+
   // Phase timing of the step's work on the model's stream (the optimizer and the trainer mark
   // their phases on it too).
   PhaseTimer& phase_timer() { return timer_; }
@@ -138,16 +142,26 @@ class ModelCuda {
   DeviceBuffer<bf16> final_norm_out_, logits_grad_bf_, residual_grad_bf_, mlp_act_bf_;
   DeviceBuffer<bf16> up1_grad_bf_, up3_grad_bf_;
   DeviceBuffer<bf16> shared_h_, shared_u1_, shared_u3_, shared_q_;  // Recompute::kOps only
-  // The attention projections' output gradients side by side, bf16 [T, ld]: columns in the order
-  // of their weights in the parameter buffer – q, then k and v of each branch with its own K/V,
-  // then the gate logits. When those weights lie back to back (one_gemm), one GEMM gives the
-  // input gradient of all of them and one their weight gradients; else each part its own, at a
-  // 256-byte-aligned column.
-  struct ProjGradCols {
-    int64_t q = 0, k[3] = {0, 0, 0}, v[3] = {0, 0, 0}, g = 0, n = 0, ld = 0;
-    bool one_gemm = false;
+  // The attention projections' output gradients side by side, bf16 [T, proj_ld_]: one part per
+  // projection in the order of their weights in the parameter buffer – q, then k and v of each
+  // branch with its own K/V, then the gate logits. When those weights lie back to back
+  // (proj_one_gemm_), one GEMM gives the input gradient of all of them and one their weight
+  // gradients; else each part its own, at a 256-byte-aligned column. This one list drives the
+  // check, the columns and the backward's writes and GEMMs.
+  struct ProjPart {
+    enum Kind { kQuery, kKey, kValue, kGate } kind;
+    int branch;          // kKey, kValue: whose K/V
+    int64_t width, col;  // columns, and the first of them in proj_grad_bf_
+    int slot(const ModelParamsCuda::LayerSlots& s) const {
+      return kind == kQuery   ? s.wq
+             : kind == kKey   ? s.wk[branch]
+             : kind == kValue ? s.wv[branch]
+                              : s.wg;
+    }
   };
-  ProjGradCols proj_cols_;
+  std::vector<ProjPart> proj_parts_;
+  int64_t proj_ld_ = 0;
+  bool proj_one_gemm_ = false;
   DeviceBuffer<bf16> proj_grad_bf_;
   DeviceBuffer<float> final_norm_rstd_;
   // Per-layer telemetry: events around each layer's forward and backward ([2·li], [2·li + 1]).

@@ -96,18 +96,17 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dx (+)= g and, when asked, its bf16 copy; col_part[blockIdx.x, j] = Σ over the CTA's rows of
-// dy·x̂. The running column sums: D floats per CTA, in shared memory when acc_global is null,
-// else at acc_global + blockIdx.x · D.
+// dy·x̂. The running column sums: D floats per CTA, in shared memory (acc_in_smem; copied to
+// col_part at the end), else in the CTA's row of col_part itself.
 template <bool kVec>
 __global__ void __launch_bounds__(kBwdThreads)
     rmsnorm_backward_kernel(const float* __restrict__ x, const float* __restrict__ w,
                             const float* __restrict__ rstd, const float* __restrict__ dy,
                             float* __restrict__ dx, bool accumulate, bf16* __restrict__ dx_bf16,
-                            float* __restrict__ col_part, float* __restrict__ acc_global, int64_t T,
-                            int64_t D) {
+                            float* __restrict__ col_part, bool acc_in_smem, int64_t T, int64_t D) {
   extern __shared__ float acc_shared[];
   __shared__ float scratch[33];
-  float* acc = acc_global ? acc_global + static_cast<int64_t>(blockIdx.x) * D : acc_shared;
+  float* acc = acc_in_smem ? acc_shared : col_part + static_cast<int64_t>(blockIdx.x) * D;
   const int64_t quads = (D + 3) / 4;
   for (int64_t q = threadIdx.x; q < quads; q += kBwdThreads) {  // thread-owned: no barrier needed
     const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -139,6 +138,7 @@ __global__ void __launch_bounds__(kBwdThreads)
       store_quad<kVec>(acc, q, D, a);
     }
   }
+  if (!acc_in_smem) return;  // each thread wrote its own columns of col_part already
   __syncthreads();
   for (int64_t j = threadIdx.x; j < D; j += kBwdThreads) {
     col_part[static_cast<int64_t>(blockIdx.x) * D + j] = acc[j];
@@ -165,9 +165,7 @@ void launch_rmsnorm_forward(const float* x, const float* w, float eps, bf16* y, 
 }
 
 int64_t rmsnorm_backward_partial_floats(int64_t T, int64_t D) {
-  const int64_t chunks = (T + kRowsPerCta - 1) / kRowsPerCta;
-  const bool shared = static_cast<size_t>(D) * sizeof(float) <= kSmemAccMax;
-  return chunks * D * (shared ? 1 : 2);
+  return (T + kRowsPerCta - 1) / kRowsPerCta * D;
 }
 
 void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy,
@@ -178,7 +176,6 @@ void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, 
   const size_t acc_bytes = static_cast<size_t>(D) * sizeof(float);
   const bool shared = acc_bytes <= kSmemAccMax;
   float* col_part = partial;
-  float* acc_global = shared ? nullptr : partial + chunks * D;
   const size_t smem = shared ? acc_bytes : 0;
   const auto launch = [&](auto kernel) {
     if (smem > 48 * 1024) {
@@ -186,7 +183,7 @@ void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, 
                                           static_cast<int>(smem)));
     }
     kernel<<<static_cast<unsigned>(chunks), kBwdThreads, smem, stream>>>(
-        x, w, rstd, dy, dx, accumulate_dx, dx_bf16, col_part, acc_global, T, D);
+        x, w, rstd, dy, dx, accumulate_dx, dx_bf16, col_part, shared, T, D);
     NSA_CUDA_LAUNCH_CHECK();
   };
   if (D % 4 == 0 && aligned_for(16, x, w, dy, dx, partial) && aligned_for(8, dx_bf16)) {
