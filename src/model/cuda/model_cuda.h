@@ -133,7 +133,8 @@ class ModelCuda {
   // Scratch shared by all layers: fp32 [T, ·] projection outputs before RoPE / conversion, the
   // residual gradient dx, the gradient into a norm's output, the MLP activation's gradient, the
   // gate logits' gradient, reduction partial sums, logits and per-row losses.
-  // (Recompute::kOps: proj_out_ also holds x2, and the layers share h1/h2, u1 and u3 below.)
+  // (Recompute::kOps: proj_out_ also holds x2, and the layers share h1/h2, u1, u3 and the queries
+  // below.)
   DeviceBuffer<float> proj_out_, residual_grad_, norm_out_grad_, mlp_act_grad_, gate_logit_grad_;
   DeviceBuffer<float> norm_partial_, sum_partial_, logits_, row_loss_;
   DeviceBuffer<float> step_scalars_;  // [kNumScalars], see Scalar
