@@ -241,6 +241,41 @@ INSTANTIATE_TEST_SUITE_P(Phi, CudaModelBitwise, ::testing::Values("avg", "mlp"),
 // exactly the CPU rule applied to the GPU's own selection (kept with keep_outputs) and within
 // 10 % (L1) of the CPU model's (bf16 rounding may flip near-tied block choices); gate means near
 // the CPU's; kept logits and token losses are the model's.
+// The LM head and loss in row chunks (what training runs at large vocabularies: the logits of the
+// whole batch never exist) against the whole batch's logits: the same loss and gradients but for
+// the order of fp32 sums; and a chunked pass keeps no logits to read.
+TEST(CudaModel, LmHeadInRowChunksMatchesTheWholeBatch) {
+  const ModelConfig cfg = tiny({});
+  const SeqLayout layout = SeqLayout::batch(2, 300);
+  std::vector<int32_t> tokens, targets;
+  random_tokens(layout.total_tokens(), cfg.vocab_size, 17, tokens, targets);
+  ModelParams<float> params = init_model_params<float>(cfg);
+  cuda::ModelCuda whole(cfg, layout, Recompute::kNone), chunked(cfg, layout, Recompute::kNone);
+  whole.keep_logits(true);
+  chunked.set_logit_chunk_rows(128);  // 600 rows: four full chunks and a partial one
+  ModelParams<float> g_whole = zeros_like(cfg, params), g_chunked = zeros_like(cfg, params);
+  double loss[2];
+  for (int i = 0; i < 2; ++i) {
+    cuda::ModelCuda& m = i ? chunked : whole;
+    m.set_params(params);
+    m.zero_grads();
+    loss[i] = m.forward_backward(tokens, targets, true);
+    m.get_grads(i ? g_chunked : g_whole);
+  }
+  EXPECT_NEAR(loss[1], loss[0], 1e-6 * loss[0]);
+  const auto a = g_whole.named(cfg), b = g_chunked.named(cfg);
+  for (size_t i = 0; i < a.size(); ++i) {
+    Tensor<float> diff = *a[i].second;
+    for (int64_t j = 0; j < diff.numel(); ++j) diff[j] -= (*b[i].second)[j];
+    EXPECT_LE(l2(diff), 1e-4 * l2(*a[i].second)) << a[i].first;
+  }
+  std::vector<float> row;
+  EXPECT_THROW(chunked.download_logit_rows({0}, row), Error);
+  whole.download_logit_rows({0}, row);
+  EXPECT_EQ(row.size(), static_cast<size_t>(cfg.vocab_size));
+  EXPECT_LT(chunked.device_bytes(), whole.device_bytes());
+}
+
 TEST(CudaModel, StatsMatchTheCpuModel) {
   const ModelConfig cfg = tiny({{"n_layers", "2"}});
   const SeqLayout layout = SeqLayout::packed({0, 700, 1100}, 1100);  // positions restart

@@ -12,6 +12,7 @@ std::vector<float> logit_rows_cuda(const ModelConfig& cfg, const ModelParams<flo
   ModelCuda model(cfg, layout, Recompute::kLayers);  // forward only: one workspace is enough
   ModelParams<float> copy = params;                  // set_params reads through mutable views
   model.set_params(copy);
+  model.keep_logits(true);
   model.forward_backward(inputs, targets, /*backward=*/false);
   std::vector<float> out;
   model.download_logit_rows(rows, out);

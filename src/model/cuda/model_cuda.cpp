@@ -117,12 +117,14 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, Recompute 
       std::max({rmsnorm_backward_partial_floats(T, D), column_sum_partial_floats(T, 3 * H),
                 column_sum_partial_floats(T * H, 3)}));
   sum_partial_.resize(1024);
-  logits_.resize(T * cfg.vocab_size);
+  // The LM head's row chunk: about 256 MiB of fp32 logits and their bf16 gradient, a multiple of
+  // 128 rows (the whole batch for small vocabularies).
+  logit_chunk_rows_ =
+      std::max<int64_t>(128, (int64_t{256} << 20) / (6 * cfg.vocab_size) / 128 * 128);
   row_loss_.resize(T);
   step_scalars_.resize(kNumScalars);
   final_norm_out_.resize(T * D);
   final_norm_rstd_.resize(T);
-  logits_grad_bf_.resize(T * cfg.vocab_size);
   residual_grad_bf_.resize(T * D);
   up1_grad_bf_.resize(T * ffn_dim_);
   mlp_act_bf_.resize(T * ffn_dim_);
@@ -457,19 +459,32 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
   launch_rmsnorm_forward(layer_inputs_[L].get(), params_.weight(params_.norm_slot()),
                          static_cast<float>(cfg_.norm_eps), final_norm_out_.get(),
                          final_norm_rstd_.get(), T, D, st);
+  // LM head and loss in row chunks, each chunk's logits (and their gradient) gone before the
+  // next: only the row losses outlive them – unless the caller reads the logits (the whole
+  // batch's then, in one chunk).
   mark(StepPhase::kLmHeadLoss);
-  gemm_.linear_forward(final_norm_out_.get(), params_.weight_bf16(params_.output_slot()),
-                       f32(logits_.get()), T, D, V, 0.0f, st);
-  check_finite(logits_.get(), {T, V}, "the logits");
-  launch_cross_entropy(logits_.get(), targets_.get(), T, V, 1.0f / static_cast<float>(T),
-                       row_loss_.get(), backward ? logits_grad_bf_.get() : nullptr, st);
+  const bool whole = keep || checking_ || keep_logits_;
+  const int64_t rows = whole ? T : std::min(T, logit_chunk_rows_);
+  if (logits_.size() < rows * V) logits_.resize(rows * V);  // grows once, to what is asked
+  if (backward && logits_grad_bf_.size() < rows * V) logits_grad_bf_.resize(rows * V);
+  logits_whole_ = whole;
+  const bf16* w_out = params_.weight_bf16(params_.output_slot());
+  for (int64_t r0 = 0; r0 < T; r0 += rows) {
+    const int64_t n = std::min(rows, T - r0);
+    gemm_.linear_forward(final_norm_out_.get() + r0 * D, w_out, f32(logits_.get()), n, D, V, 0.0f,
+                         st);
+    if (whole) check_finite(logits_.get(), {T, V}, "the logits");
+    launch_cross_entropy(logits_.get(), targets_.get() + r0, n, V, 1.0f / static_cast<float>(T),
+                         row_loss_.get() + r0, backward ? logits_grad_bf_.get() : nullptr, st);
+    if (!backward) continue;
+    gemm_.linear_input_grad(logits_grad_bf_.get(), w_out, f32(norm_out_grad_.get() + r0 * D), n, D,
+                            V, 0.0f, st);
+    gemm_.linear_weight_grad(logits_grad_bf_.get(), final_norm_out_.get() + r0 * D,
+                             params_.grad(params_.output_slot()), n, D, V, st);
+  }
   launch_sum(row_loss_.get(), T, false, 1.0f / static_cast<float>(T), sum_partial_.get(),
              step_scalars_.get() + kLoss, st);
   if (backward) {
-    gemm_.linear_input_grad(logits_grad_bf_.get(), params_.weight_bf16(params_.output_slot()),
-                            f32(norm_out_grad_.get()), T, D, V, 0.0f, st);
-    gemm_.linear_weight_grad(logits_grad_bf_.get(), final_norm_out_.get(),
-                             params_.grad(params_.output_slot()), T, D, V, st);
     mark(StepPhase::kElementwise);
     launch_rmsnorm_backward(layer_inputs_[L].get(), params_.weight(params_.norm_slot()),
                             final_norm_rstd_.get(), norm_out_grad_.get(), residual_grad_.get(),
@@ -537,7 +552,7 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
   }
   if (keep) {
     stats->logits = Tensor<float>({T, V});
-    NSA_CUDA_CHECK(cudaMemcpyAsync(stats->logits.ptr(), logits_.get(), logits_.bytes(),
+    NSA_CUDA_CHECK(cudaMemcpyAsync(stats->logits.ptr(), logits_.get(), T * V * sizeof(float),
                                    cudaMemcpyDeviceToHost, st));
   }
   NSA_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -580,6 +595,9 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
 
 void ModelCuda::download_logit_rows(const std::vector<int64_t>& rows, std::vector<float>& out) {
   const int64_t V = cfg_.vocab_size;
+  NSA_CHECK(logits_whole_,
+            "download_logit_rows: the last pass computed its logits in row chunks; "
+            "call keep_logits(true) before it");
   out.resize(rows.size() * static_cast<size_t>(V));
   for (size_t i = 0; i < rows.size(); ++i) {
     NSA_CHECK(rows[i] >= 0 && rows[i] < n_tokens_, "logit row ", rows[i], " is outside [0, ",

@@ -25,6 +25,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -77,8 +78,14 @@ class ModelCuda {
   // and the token losses.
   double forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
                           bool backward, ModelStats* stats = nullptr);
-  // The logits of token rows `rows` of the last forward_backward, [rows.size(), vocab] (fp32).
+  // The logits of token rows `rows` of the last forward_backward, [rows.size(), vocab] (fp32):
+  // after a pass with keep_logits(true) (or keep_outputs / check_finite), which keeps the whole
+  // batch's logits; otherwise the LM head runs in row chunks (about 256 MiB of logits at a time)
+  // and the logits do not outlive their chunk.
   void download_logit_rows(const std::vector<int64_t>& rows, std::vector<float>& out);
+  void keep_logits(bool on) { keep_logits_ = on; }
+  // Tests: the LM head's row chunk (default: from the vocabulary size).
+  void set_logit_chunk_rows(int64_t rows) { logit_chunk_rows_ = std::max<int64_t>(1, rows); }
   // Each token's loss of the last forward_backward, [T] (fp32; their mean is its loss).
   void download_token_losses(std::vector<float>& out);
   // Σ g² over the whole gradient buffer (fixed-order reduction; synchronises), for the gradient
@@ -137,6 +144,10 @@ class ModelCuda {
   // below.)
   DeviceBuffer<float> proj_out_, residual_grad_, norm_out_grad_, mlp_act_grad_, gate_logit_grad_;
   DeviceBuffer<float> norm_partial_, sum_partial_, logits_, row_loss_;
+  // The LM head's rows per chunk; keep the whole batch's logits (download_logit_rows); whether
+  // the last pass did.
+  int64_t logit_chunk_rows_ = 0;
+  bool keep_logits_ = false, logits_whole_ = false;
   DeviceBuffer<float> step_scalars_;  // [kNumScalars], see Scalar
   // bf16 [T, ·]: the final norm's output, the logits' gradient, dx, the MLP activation
   // silu(u1)·u3, the gradients of u1 and u3.
