@@ -237,10 +237,6 @@ TEST_P(CudaModelBitwise, RecomputeEqualsStoredAndRunsAreBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(Phi, CudaModelBitwise, ::testing::Values("avg", "mlp"),
                          [](const auto& info) { return std::string(info.param); });
 
-// The metrics of a micro-batch as the CPU model fills them: the selection-distance histogram is
-// exactly the CPU rule applied to the GPU's own selection (kept with keep_outputs) and within
-// 10 % (L1) of the CPU model's (bf16 rounding may flip near-tied block choices); gate means near
-// the CPU's; kept logits and token losses are the model's.
 // The LM head and loss in row chunks (what training runs at large vocabularies: the logits of the
 // whole batch never exist) against the whole batch's logits: the same loss and gradients but for
 // the order of fp32 sums; and a chunked pass keeps no logits to read.
@@ -276,6 +272,10 @@ TEST(CudaModel, LmHeadInRowChunksMatchesTheWholeBatch) {
   EXPECT_LT(chunked.device_bytes(), whole.device_bytes());
 }
 
+// The metrics of a micro-batch as the CPU model fills them: the selection-distance histogram is
+// exactly the CPU rule applied to the GPU's own selection (kept with keep_outputs) and within
+// 10 % (L1) of the CPU model's (bf16 rounding may flip near-tied block choices); gate means near
+// the CPU's; kept logits and token losses are the model's.
 TEST(CudaModel, StatsMatchTheCpuModel) {
   const ModelConfig cfg = tiny({{"n_layers", "2"}});
   const SeqLayout layout = SeqLayout::packed({0, 700, 1100}, 1100);  // positions restart
