@@ -88,7 +88,7 @@ struct DqTiling {
   // wgmma: each warpgroup's Q and dO rows (64 × DK, 64 × DV) as swizzled tiles after the pipeline.
   static constexpr size_t kRowTileBytes = 64 * (DK + DV) * 2;
   static size_t smem_bytes() {
-    if constexpr (kWgmma) return SwKvPipeline<DK, DV, KT, int>::kBytes + HC * kRowTileBytes;
+    if constexpr (kWgmma) return TmaKvPipeline<DK, DV, KT, int>::kBytes + HC * kRowTileBytes;
     return KvPipeline<DK, DV, KT, false, int>::kBytes;
   }
 };
@@ -97,7 +97,8 @@ struct DqTiling {
 // fused kernel; or one of them). Q and dO are loaded once for all of them and d_q is written once.
 template <int DK, int DV, bool kWgmma, int HC, Branch... Bs>
 __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
-    dense_dq_kernel(const NsaParams p, const RowTile* __restrict__ tiles, bool accumulate) {
+    dense_dq_kernel(const NsaParams p, const RowTile* __restrict__ tiles, bool accumulate,
+                    const __grid_constant__ DenseKvMaps maps) {
   constexpr int KT = DqTiling<DK, DV, kWgmma>::KT;
   extern __shared__ __align__(16) unsigned char smem[];
   // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
   constexpr int kQf = kWgmma ? 1 : DK / 16, kDof = kWgmma ? 1 : DV / 16;
   uint32_t qf[kQf][4], dof[kDof][4];
   unsigned char* const q_tile = sw_align(smem) +
-                                (SwKvPipeline<DK, DV, KT, int>::kBytes - kSwAlignSlack) +
+                                (TmaKvPipeline<DK, DV, KT, int>::kBytes - kSwAlignSlack) +
                                 (threadIdx.x / kThreads) * DqTiling<DK, DV, kWgmma>::kRowTileBytes;
   unsigned char* const do_tile = q_tile + 64 * DK * 2;
   if constexpr (!kWgmma) {
@@ -136,8 +137,10 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
     RowStats st;
     st.load(p, static_cast<int>(B), th_lo, th_hi, r_lo < tile.rows, r_lo + 8 < tile.rows);
     const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
-    const auto pipe = dense_pipeline<DK, DV, KT, kWgmma, kThreads * HC, B>(smem, p, n, g, keys);
+    const auto pipe =
+        dense_pipeline<DK, DV, KT, kWgmma, kThreads * HC, B>(smem, p, maps, n, g, keys);
     const int64_t n_chunks = n_key_chunks(keys, KT);
+    if (n_chunks > 0) pipe.issue(0);
     if constexpr (kWgmma) {
       if (n_chunks > 0 && !rows_loaded) {
         const int wg_tid = threadIdx.x % kThreads;
@@ -148,11 +151,14 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
           };
         };
         load_sw_tile<DK, 64, kThreads>(q_tile, rows(p.q, DK), wg_tid);
-        load_sw_tile<DV, 64, kThreads>(do_tile, rows(p.d_o, DV), wg_tid);  // committed with chunk 0
+        load_sw_tile<DV, 64, kThreads>(do_tile, rows(p.d_o, DV), wg_tid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async_smem();  // written by cp.async, read by wgmma
+        __syncthreads();
         rows_loaded = true;
       }
     }
-    if (n_chunks > 0) pipe.issue(0);
     for (int64_t it = 0; it < n_chunks; ++it) {
       const KeyChunk c = pipe.acquire(it, n_chunks);
       float s[KT / 8][4], dp[KT / 8][4];
@@ -234,12 +240,14 @@ void launch_dense_dq(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, 
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     constexpr bool kWgmma = wgmma_dims(DK(), DV());
     using Tiling = DqTiling<DK(), DV(), kWgmma>;
+    DenseKvMaps maps{};
+    if constexpr (kWgmma) maps = make_dense_kv_maps(p, Tiling::KT);
     const auto launch = [&](auto hc) {
       constexpr int HC = decltype(hc)::value;
       const auto kernel = dense_dq_kernel<DK(), DV(), kWgmma, HC, Bs...>;
       set_kernel_smem(kernel, Tiling::smem_bytes());
       kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H / HC)), kThreads * HC,
-               Tiling::smem_bytes(), stream>>>(p, tiles, accumulate);
+               Tiling::smem_bytes(), stream>>>(p, tiles, accumulate, maps);
       NSA_CUDA_LAUNCH_CHECK();
     };
     if (p.hpg % Tiling::HC == 0) {

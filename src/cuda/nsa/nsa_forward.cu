@@ -66,14 +66,15 @@ struct DenseTiling {
   static constexpr int HC = kWgmma ? 2 : 1;  // heads per CTA when the group's heads divide by it
   static constexpr int KT = kWgmma ? 64 : kKeyTile;
   static size_t smem_bytes() {
-    if constexpr (kWgmma) return SwKvPipeline<DK, DV, KT, int>::kBytes;
+    if constexpr (kWgmma) return TmaKvPipeline<DK, DV, KT, int>::kBytes;
     return KvPipeline<DK, DV, KT, false, int>::kBytes;
   }
 };
 
 template <int DK, int DV, Branch B, bool kWgmma, int HC>
 __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
-    dense_forward_kernel(const NsaParams p, const RowTile* __restrict__ tiles) {
+    dense_forward_kernel(const NsaParams p, const RowTile* __restrict__ tiles,
+                         const __grid_constant__ DenseKvMaps maps) {
   constexpr int KT = DenseTiling<DK, DV, kWgmma>::KT;
   extern __shared__ __align__(16) unsigned char smem[];
   // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
     return r < warp_rows ? p.q + ((start + warp_t0 + r) * p.H + h) * DK : nullptr;
   });
   const KeyRange keys = dense_keys<B>(p, tile.first, tile.first + tile.rows - 1);
-  const auto pipe = dense_pipeline<DK, DV, KT, kWgmma, kThreads * HC, B>(smem, p, n, g, keys);
+  const auto pipe = dense_pipeline<DK, DV, KT, kWgmma, kThreads * HC, B>(smem, p, maps, n, g, keys);
   const int64_t n_chunks = n_key_chunks(keys, KT);
   const MaskParams m = mask_params(p);
   const float sl2 = p.scale * kLog2e;
@@ -179,12 +180,14 @@ void launch_dense(const NsaParams& p, const RowTile* tiles, int64_t n_tiles, cud
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto DV) {
     constexpr bool kWgmma = wgmma_dims(DK(), DV());
     using Tiling = DenseTiling<DK(), DV(), kWgmma>;
+    DenseKvMaps maps{};
+    if constexpr (kWgmma) maps = make_dense_kv_maps(p, Tiling::KT);
     const auto launch = [&](auto hc) {
       constexpr int HC = decltype(hc)::value;
       const auto kernel = dense_forward_kernel<DK(), DV(), B, kWgmma, HC>;
       set_kernel_smem(kernel, Tiling::smem_bytes());
       kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.H / HC)), kThreads * HC,
-               Tiling::smem_bytes(), stream>>>(p, tiles);
+               Tiling::smem_bytes(), stream>>>(p, tiles, maps);
       NSA_CUDA_LAUNCH_CHECK();
     };
     if (p.hpg % Tiling::HC == 0) {

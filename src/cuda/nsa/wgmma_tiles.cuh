@@ -1,5 +1,5 @@
 // What the warpgroup-MMA (wgmma) attention kernels share: K/V tiles in 128-byte-swizzled shared
-// memory (common/wgmma.cuh has the layout), a two-stage cp.async pipeline of them, and the two
+// memory (common/wgmma.cuh has the layout), a two-stage TMA pipeline of them, and the two
 // products of a flash-style loop with the warpgroup's 64 rows as M:
 //   S (64 × KT) = Q·Kᵀ with Q as register fragments, K a K-major tile;
 //   O (64 × DV) += P·V with P from the S accumulators, V an MN-major tile
@@ -11,7 +11,9 @@
 // per row), sub-tile c at byte c·R·128, each 1024-byte aligned.
 #pragma once
 
+#include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "dense_kv_maps.h"
 #include "tiles.cuh"
 
 namespace nsa::cuda {
@@ -63,75 +65,106 @@ __device__ __forceinline__ unsigned char* sw_align(unsigned char* smem) {
   return smem + (((a + 1023u) & ~1023u) - a);
 }
 
-// Two-stage pipeline of KT-row K/V tiles (swizzled), run by the whole CTA of N threads; chunk `it`
-// comes from chunks(it). Two ways to run it:
+// Two-stage pipeline of KT-row K/V tiles (swizzled) for the dense branches, filled by the bulk
+// tensor copy engine: thread 0 issues one box per 64-column sub-tile (dense_kv_maps.h) on the
+// stage's mbarrier; every thread waits on that barrier, which also publishes the bytes to wgmma.
+// Rows past the chunk's keys arrive as whatever follows them (the next sequence's keys, or zeros
+// past the tensor): the kernels mask those scores to −inf, so their probabilities are exact zeros.
+// Chunk `it` comes from chunks(it) and uses stage it % 2 and barrier phase (it / 2) % 2. Two ways
+// to run it:
 // - one barrier per chunk (the forward):
 //     issue(0); for it: { c = acquire(it); <issue the first product on chunk it>;
 //                         prefetch(it, n); <wait, softmax, the chunk's other products> }
-//   prefetch loads chunk it + 1 into the buffer of chunk it − 1, free once every warpgroup has
+//   prefetch loads chunk it + 1 into the stage of chunk it − 1, free once every warpgroup has
 //   passed acquire(it)'s barrier (each waited for its products on chunk it − 1 before it);
-// - as KvPipeline in tiles.cuh (dq): issue(0); for it: { c = acquire(it, n); ...; release(); }.
-//   The first way kept more addresses live across the products: dq spilled (288 bytes at
-//   d = 64) and measured slower (H200 workshop, m7c 16k 0.150 -> 0.169 ms), the forward not.
-template <int DK, int DV, int KT, typename Chunks, int N = 128>
-struct SwKvPipeline {
+// - dq: issue(0); for it: { c = acquire(it, n); ...; release(); } – acquire starts chunk it + 1
+//   in the stage that release()'s barrier freed.
+// It replaced a pipeline of cp.async copies by all threads, whose address arithmetic and waits
+// were a fifth of the forward's stall samples (Nsight Compute, m7c_125m 16k).
+template <int DK, int DV, int KT, typename Chunks>
+struct TmaKvPipeline {
   static constexpr uint32_t kKBytes = KT * DK * 2, kVBytes = KT * DV * 2;
   static constexpr size_t kBytes = 2 * (kKBytes + kVBytes) + kSwAlignSlack;
   unsigned char* buf;  // 1024-byte aligned
-  KvRows kv;
+  uint64_t* bars;      // one mbarrier per stage
+  const CUtensorMap* k_map;
+  const CUtensorMap* v_map;
+  int32_t group, row0;  // the maps' group and the row of the range's key 0
   Chunks chunks;
 
   __device__ unsigned char* k(int64_t it) const { return buf + (it & 1) * (kKBytes + kVBytes); }
   __device__ unsigned char* v(int64_t it) const { return k(it) + kKBytes; }
   __device__ void issue(int64_t it) const {
-    const KeyChunk c = chunks(it);
-    load_sw_tile<DK, KT, N>(
-        k(it), [&](int i) { return i < c.nk ? kv.k + (c.k0 + i) * kv.k_stride : nullptr; },
-        threadIdx.x);
-    load_sw_tile<DV, KT, N>(
-        v(it), [&](int i) { return i < c.nk ? kv.v + (c.k0 + i) * kv.v_stride : nullptr; },
-        threadIdx.x);
-    cp_async_commit();
+    static_assert(DK % 64 == 0 && DV % 64 == 0, "64-column boxes");
+    if (threadIdx.x != 0) return;
+    uint64_t* bar = bars + (it & 1);
+    const int32_t row = row0 + static_cast<int32_t>(chunks(it).k0);
+    mbarrier_expect_bytes(bar, kKBytes + kVBytes);
+#pragma unroll
+    for (int s = 0; s < DK / 64; ++s)
+      tma_load_box(k(it) + s * KT * 128, k_map, s * 64, group, row, bar);
+#pragma unroll
+    for (int s = 0; s < DV / 64; ++s)
+      tma_load_box(v(it) + s * KT * 128, v_map, s * 64, group, row, bar);
   }
-  // Waits for chunk it (the only one in flight), makes it visible to wgmma (the async proxy) and
-  // to every thread; returns it.
+  __device__ void wait(int64_t it) const {
+    mbarrier_wait(bars + (it & 1), static_cast<uint32_t>((it >> 1) & 1));
+  }
+  // The first way: waits for chunk it; the barrier frees the other stage for prefetch.
   __device__ KeyChunk acquire(int64_t it) const {
-    cp_async_wait<0>();
-    fence_proxy_async_smem();
+    wait(it);
     __syncthreads();
     return chunks(it);
   }
   __device__ void prefetch(int64_t it, int64_t n) const {
     if (it + 1 < n) issue(it + 1);
   }
-  // The second way: starts chunk it + 1, waits for chunk it, returns it; release() after its use.
+  // The second way: starts chunk it + 1, waits for chunk it; release() after its use.
   __device__ KeyChunk acquire(int64_t it, int64_t n) const {
-    issue_next_wait_current(it, n, [this](int64_t next) { issue(next); });
-    fence_proxy_async_smem();
-    __syncthreads();
+    prefetch(it, n);
+    wait(it);
     return chunks(it);
   }
-  __device__ void release() const { __syncthreads(); }
+  __device__ void release() const {
+    __syncthreads();
+  }
 };
 
-template <int DK, int DV, int KT, int N, typename Chunks>
-__device__ SwKvPipeline<DK, DV, KT, Chunks, N> make_sw_pipeline(unsigned char* smem, KvRows kv,
-                                                                Chunks chunks) {
-  return {sw_align(smem), kv, chunks};
+// Every thread of the block calls it (it ends with a block barrier): the stages' barriers are
+// (re)initialised by thread 0 – a kernel may run several ranges one after the other, each after
+// the previous one's last release.
+template <int DK, int DV, int KT, typename Chunks>
+__device__ __forceinline__ TmaKvPipeline<DK, DV, KT, Chunks> make_tma_pipeline(
+    unsigned char* smem, const CUtensorMap* k_map, const CUtensorMap* v_map, int64_t group,
+    int64_t row0, Chunks chunks) {
+  __shared__ uint64_t bars[2];
+  if (threadIdx.x == 0) {
+    mbarrier_init_one(&bars[0]);
+    mbarrier_init_one(&bars[1]);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  return {
+      sw_align(smem), bars, k_map, v_map, static_cast<int32_t>(group), static_cast<int32_t>(row0),
+      chunks};
 }
 
 // The K/V pipeline of a dense-branch kernel (N threads) over the keys [keys.begin, keys.end) of
-// branch B, sequence n, group g, in chunks of KT rows: swizzled tiles for wgmma, padded tiles for
-// mma.sync. n_key_chunks gives the chunk count.
+// branch B, sequence n, group g, in chunks of KT rows: swizzled tiles by TMA for wgmma (`maps`
+// from make_dense_kv_maps), padded tiles by cp.async for mma.sync. n_key_chunks gives the chunk
+// count.
 template <int DK, int DV, int KT, bool kWgmma, int N, Branch B>
-__device__ __forceinline__ auto dense_pipeline(unsigned char* smem, const NsaParams& p, int64_t n,
-                                               int64_t g, KeyRange keys) {
+__device__ __forceinline__ auto dense_pipeline(unsigned char* smem, const NsaParams& p,
+                                               const DenseKvMaps& maps, int64_t n, int64_t g,
+                                               KeyRange keys) {
   const auto chunks = [keys](int64_t it) {
     const int64_t k0 = keys.begin + it * KT;
     return KeyChunk{k0, keys.end - k0 < KT ? keys.end - k0 : KT};
   };
   if constexpr (kWgmma) {
-    return make_sw_pipeline<DK, DV, KT, N>(smem, branch_rows<B>(p, n, g), chunks);
+    constexpr int i = dense_map_index(B);
+    const int64_t row0 = B == Branch::kCmp ? p.cmp_offsets[n] : p.cu_seqlens[n];
+    return make_tma_pipeline<DK, DV, KT>(smem, &maps.k[i], &maps.v[i], g, row0, chunks);
   } else {
     return make_pipeline<DK, DV, KT, false>(smem, branch_rows<B>(p, n, g), chunks);
   }
