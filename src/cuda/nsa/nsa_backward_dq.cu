@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
     const auto pipe =
         dense_pipeline<DK, DV, KT, kWgmma, kThreads * HC, B>(smem, p, maps, n, g, keys);
     const int64_t n_chunks = n_key_chunks(keys, KT);
-    if (n_chunks > 0) pipe.issue(0);
+    pipe.start(n_chunks);
     if constexpr (kWgmma) {
       if (n_chunks > 0 && !rows_loaded) {
         const int wg_tid = threadIdx.x % kThreads;
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads) selected_dq_kernel(const NsaParams p
       RowStats st;
       st.load(p, 1, th_lo, th_hi, th_lo >= 0, th_hi >= 0);
       float dq[DK / 8][4] = {};
-      if (n_chunks > 0) pipe.issue(0);
+      pipe.start(n_chunks);
       for (int64_t it = 0; it < n_chunks; ++it) {
         const KeyChunk c = pipe.acquire(it, n_chunks);
         if (c.nk > 0) {

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
   const float sl2 = p.scale * kLog2e;
   SoftmaxAcc<DV> acc;
   acc.init();
-  if (n_chunks > 0) pipe.issue(0);
+  pipe.start(n_chunks);
   for (int64_t it = 0; it < n_chunks; ++it) {
     float s[KT / 8][4];
     KeyChunk c;
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) selected_forward_kernel(const NsaPar
       load_pack_rows<DK>(qf, p, pack, h0, p.q);
       SoftmaxAcc<DV> acc;
       acc.init();
-      if (n_chunks > 0) pipe.issue(0);
+      pipe.start(n_chunks);
       for (int64_t it = 0; it < n_chunks; ++it) {
         const KeyChunk c = pipe.acquire(it, n_chunks);
         if (c.nk > 0) {

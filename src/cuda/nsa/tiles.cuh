@@ -140,7 +140,7 @@ __device__ __forceinline__ void issue_next_wait_current(int64_t it, int64_t n, I
 // Two-stage pipeline of K/V tiles of KT rows in shared memory, filled with cp.async while the
 // previous tile is being used. Chunk `it` comes from chunks(it). Either the whole CTA
 // (kWarp = false) or one warp (kWarp = true, its own buffers) runs it. Usage:
-//   if (n > 0) pipe.issue(0);
+//   pipe.start(n);
 //   for (it = 0; it < n; ++it) { c = pipe.acquire(it, n); ...use pipe.k(it), pipe.v(it)...;
 //   pipe.release(); }
 template <int DK, int DV, int KT, bool kWarp, typename Chunks>
@@ -172,6 +172,9 @@ struct KvPipeline {
         v(it), KT, [&](int i) { return i < c.nk ? kv.v + (c.k0 + i) * kv.v_stride : nullptr; }, tid,
         n);
     cp_async_commit();
+  }
+  __device__ void start(int64_t n) const {
+    if (n > 0) issue(0);
   }
   // Starts chunk it + 1, waits for chunk it, and returns it.
   __device__ KeyChunk acquire(int64_t it, int64_t n) const {

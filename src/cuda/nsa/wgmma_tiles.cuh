@@ -65,26 +65,32 @@ __device__ __forceinline__ unsigned char* sw_align(unsigned char* smem) {
   return smem + (((a + 1023u) & ~1023u) - a);
 }
 
-// Two-stage pipeline of KT-row K/V tiles (swizzled) for the dense branches, filled by the bulk
-// tensor copy engine: thread 0 issues one box per 64-column sub-tile (dense_kv_maps.h) on the
-// stage's mbarrier; every thread waits on that barrier, which also publishes the bytes to wgmma.
-// Rows past the chunk's keys arrive as whatever follows them (the next sequence's keys, or zeros
-// past the tensor): the kernels mask those scores to −inf, so their probabilities are exact zeros.
-// Chunk `it` comes from chunks(it) and uses stage it % 2 and barrier phase (it / 2) % 2. Two ways
-// to run it:
+// Stages of the dense branches' K/V pipeline (TmaKvPipeline). Three measured slower (H100
+// workshop: compressed forward m7c_125m 64k 1.10 -> 1.18 ms, paper_attn 16k 1.09 -> 1.14; the
+// compressed + window dq 1.64 -> 1.69 and 2.37 -> 2.44).
+constexpr int kKvStages = 2;
+
+// Pipeline of KT-row K/V tiles (swizzled) in kKvStages stages for the dense branches, filled by
+// the bulk tensor copy engine: thread 0 issues one box per 64-column sub-tile (dense_kv_maps.h) on
+// the stage's mbarrier; every thread waits on that barrier, which also publishes the bytes to
+// wgmma. Rows past the chunk's keys arrive as whatever follows them (the next sequence's keys, or
+// zeros past the tensor): the kernels mask those scores to −inf, so their probabilities are exact
+// zeros. Chunk `it` uses stage it % S and barrier phase (it / S) % 2 (S = kKvStages); start(n)
+// issues the first S − 1 chunks. Two ways to run it:
 // - one barrier per chunk (the forward):
-//     issue(0); for it: { c = acquire(it); <issue the first product on chunk it>;
+//     start(n); for it: { c = acquire(it); <issue the first product on chunk it>;
 //                         prefetch(it, n); <wait, softmax, the chunk's other products> }
-//   prefetch loads chunk it + 1 into the stage of chunk it − 1, free once every warpgroup has
-//   passed acquire(it)'s barrier (each waited for its products on chunk it − 1 before it);
-// - dq: issue(0); for it: { c = acquire(it, n); ...; release(); } – acquire starts chunk it + 1
-//   in the stage that release()'s barrier freed.
+//   prefetch loads chunk it + S − 1 into the stage of chunk it − 1, free once every warpgroup
+//   has passed acquire(it)'s barrier (each waited for its products on chunk it − 1 before it);
+// - dq: start(n); for it: { c = acquire(it, n); ...; release(); } – acquire starts chunk
+//   it + S − 1 in the stage that the previous release()'s barrier freed.
 // It replaced a pipeline of cp.async copies by all threads, whose address arithmetic and waits
 // were a fifth of the forward's stall samples (Nsight Compute, m7c_125m 16k).
 template <int DK, int DV, int KT, typename Chunks>
 struct TmaKvPipeline {
+  static constexpr int S = kKvStages;
   static constexpr uint32_t kKBytes = KT * DK * 2, kVBytes = KT * DV * 2;
-  static constexpr size_t kBytes = 2 * (kKBytes + kVBytes) + kSwAlignSlack;
+  static constexpr size_t kBytes = S * (kKBytes + kVBytes) + kSwAlignSlack;
   unsigned char* buf;  // 1024-byte aligned
   uint64_t* bars;      // one mbarrier per stage
   const CUtensorMap* k_map;
@@ -92,34 +98,39 @@ struct TmaKvPipeline {
   int32_t group, row0;  // the maps' group and the row of the range's key 0
   Chunks chunks;
 
-  __device__ unsigned char* k(int64_t it) const { return buf + (it & 1) * (kKBytes + kVBytes); }
+  __device__ unsigned char* k(int64_t it) const { return buf + (it % S) * (kKBytes + kVBytes); }
   __device__ unsigned char* v(int64_t it) const { return k(it) + kKBytes; }
   __device__ void issue(int64_t it) const {
     static_assert(DK % 64 == 0 && DV % 64 == 0, "64-column boxes");
     if (threadIdx.x != 0) return;
-    uint64_t* bar = bars + (it & 1);
+    uint64_t* bar = bars + it % S;
     const int32_t row = row0 + static_cast<int32_t>(chunks(it).k0);
     mbarrier_expect_bytes(bar, kKBytes + kVBytes);
 #pragma unroll
-    for (int s = 0; s < DK / 64; ++s)
+    for (int s = 0; s < DK / 64; ++s) {
       tma_load_box(k(it) + s * KT * 128, k_map, s * 64, group, row, bar);
+    }
 #pragma unroll
-    for (int s = 0; s < DV / 64; ++s)
+    for (int s = 0; s < DV / 64; ++s) {
       tma_load_box(v(it) + s * KT * 128, v_map, s * 64, group, row, bar);
+    }
+  }
+  __device__ void start(int64_t n) const {
+    for (int64_t it = 0; it < S - 1 && it < n; ++it) issue(it);
   }
   __device__ void wait(int64_t it) const {
-    mbarrier_wait(bars + (it & 1), static_cast<uint32_t>((it >> 1) & 1));
+    mbarrier_wait(bars + it % S, static_cast<uint32_t>((it / S) & 1));
   }
-  // The first way: waits for chunk it; the barrier frees the other stage for prefetch.
+  // The first way: waits for chunk it; the barrier frees the stage of chunk it − 1.
   __device__ KeyChunk acquire(int64_t it) const {
     wait(it);
     __syncthreads();
     return chunks(it);
   }
   __device__ void prefetch(int64_t it, int64_t n) const {
-    if (it + 1 < n) issue(it + 1);
+    if (it + S - 1 < n) issue(it + S - 1);
   }
-  // The second way: starts chunk it + 1, waits for chunk it; release() after its use.
+  // The second way: starts chunk it + S − 1, waits for chunk it; release() after its use.
   __device__ KeyChunk acquire(int64_t it, int64_t n) const {
     prefetch(it, n);
     wait(it);
@@ -137,10 +148,9 @@ template <int DK, int DV, int KT, typename Chunks>
 __device__ __forceinline__ TmaKvPipeline<DK, DV, KT, Chunks> make_tma_pipeline(
     unsigned char* smem, const CUtensorMap* k_map, const CUtensorMap* v_map, int64_t group,
     int64_t row0, Chunks chunks) {
-  __shared__ uint64_t bars[2];
+  __shared__ uint64_t bars[kKvStages];
   if (threadIdx.x == 0) {
-    mbarrier_init_one(&bars[0]);
-    mbarrier_init_one(&bars[1]);
+    for (int s = 0; s < kKvStages; ++s) mbarrier_init_one(&bars[s]);
     mbarrier_init_fence();
   }
   __syncthreads();
