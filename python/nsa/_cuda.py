@@ -155,10 +155,17 @@ def _n_bf16(xs):
     return n
 
 
+def _packed_layout(xs):
+    """backward_packed's two buffers: how many of xs lead in bfloat16, and _grad_layout's
+    (offsets, size) of that part and of the float32 rest."""
+    n_bf = _n_bf16(xs)
+    return n_bf, _grad_layout(xs[:n_bf]), _grad_layout(xs[n_bf:])
+
+
 def _packed_sizes(xs):
     """Elements of backward_packed's two buffers."""
-    n_bf = _n_bf16(xs)
-    return _grad_layout(xs[:n_bf])[1], _grad_layout(xs[n_bf:])[1]
+    _, (_, size_bf), (_, size_32) = _packed_layout(xs)
+    return size_bf, size_32
 
 
 def backward_packed(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
@@ -166,14 +173,12 @@ def backward_packed(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
     gradients in one bfloat16 buffer, the float32 φ parameters' in one float32 buffer], each at
     _grad_layout's offsets of its part of xs – one allocation each, and no float32 → bfloat16
     pass here: the library's kernels write the bfloat16 gradients themselves."""
-    n_bf = _n_bf16(xs)
-    size_bf, size_32 = _packed_sizes(xs)
+    n_bf, (offs_bf, size_bf), (offs_32, size_32) = _packed_layout(xs)
     flat_bf = torch.empty(size_bf, dtype=torch.bfloat16, device=xs[0].device)
     flat32 = torch.empty(size_32, dtype=torch.float32, device=xs[0].device)
     if xs[0].shape[0] == 0:
         return [flat_bf.zero_(), flat32.zero_()]
-    grads = (_grad_views(flat_bf, xs[:n_bf], _grad_layout(xs[:n_bf])[0])
-             + _grad_views(flat32, xs[n_bf:], _grad_layout(xs[n_bf:])[0]))
+    grads = _grad_views(flat_bf, xs[:n_bf], offs_bf) + _grad_views(flat32, xs[n_bf:], offs_32)
     _backward_call(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale, grads, True)
     return [flat_bf, flat32]
 
@@ -187,10 +192,10 @@ def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
 def _input_grads(xs, flat_bf, flat32, needs):
     """The gradients in the inputs' dtypes from backward_packed's buffers: views of the bfloat16
     one for q, K/V and the gates (no cast), the φ parameters' from the float32 one."""
-    n_bf = _n_bf16(xs)
-    grads = _grad_views(flat_bf, xs[:n_bf], _grad_layout(xs[:n_bf])[0])
+    n_bf, (offs_bf, _), (offs_32, _) = _packed_layout(xs)
+    grads = _grad_views(flat_bf, xs[:n_bf], offs_bf)
     rest = xs[n_bf:]  # float32 φ parameters: their views as they are
-    grads += [g.to(x.dtype) for g, x in zip(_grad_views(flat32, rest, _grad_layout(rest)[0]), rest)]
+    grads += [g.to(x.dtype) for g, x in zip(_grad_views(flat32, rest, offs_32), rest)]
     return [g if need else None for g, need in zip(grads, needs)]
 
 

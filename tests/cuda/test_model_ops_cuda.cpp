@@ -102,6 +102,34 @@ TEST(ModelOpsVectorPaths, F32ToBf16) {
   }
 }
 
+// Several conversions in one launch, of different lengths (a partial vector at the end), on
+// aligned and misaligned pointers (one element at a time): each its own elements, rounded as the
+// host rounds, nothing past them.
+TEST(ModelOpsVectorPaths, F32ToBf16Batch) {
+  const int64_t counts[3] = {4 * 1500 + 3, 7, 4 * 300};
+  for (int64_t off : {0, 1}) {
+    std::vector<std::vector<float>> x;
+    std::vector<Placed<float>> src;
+    std::vector<Placed<bf16>> dst;
+    F32ToBf16Batch batch;
+    for (int j = 0; j < 3; ++j) {
+      x.push_back(random_floats(counts[j], 21 + j, 50.0f));
+      src.emplace_back(x[j], off);
+      dst.emplace_back(counts[j] + 4, off);  // four guard elements, zero
+    }
+    for (int j = 0; j < 3; ++j) batch.add(src[j].get(), dst[j].get(), counts[j]);
+    launch_f32_to_bf16_batch(batch, nullptr);
+    for (int j = 0; j < 3; ++j) {
+      const auto h = dst[j].host();
+      for (int64_t i = 0; i < counts[j] + 4; ++i) {
+        const bf16 want = __float2bfloat16(i < counts[j] ? x[j][i] : 0.0f);
+        ASSERT_EQ(0, std::memcmp(&want, &h[i], sizeof(bf16)))
+            << "offset " << off << " conversion " << j << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(ModelOpsVectorPaths, F32ToBf16IntoColumns) {
   const int64_t rows = 33, cols = 12, ld = 52, col = 4;
   const auto x = random_floats(rows * cols, 15, 10.0f);

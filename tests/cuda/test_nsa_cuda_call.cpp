@@ -60,6 +60,14 @@ Tensor<T> download(const DeviceBuffer<T>& b, Shape shape) {
   return t;
 }
 
+// A gradient buffer of either precision as floats.
+Tensor<float> as_floats(const DeviceBuffer<float>& b, Shape shape) {
+  return download(b, std::move(shape));
+}
+Tensor<float> as_floats(const DeviceBuffer<bf16>& b, Shape shape) {
+  return download_bf16(b, std::move(shape));
+}
+
 // The caller's device memory of one call: inputs, outputs, gradients, workspaces.
 struct CallBuffers {
   DeviceBuffer<bf16> q, k[3], v[3], g[3], d_o, o, o_br[3];
@@ -142,19 +150,24 @@ struct CallBuffers {
     return f;
   }
 
-  NsaTensors<float> grads(const NsaConfig& cfg) const {
+  // The gradients in dq, dk[3], dv[3], dg[3] (fp32 or bf16), downloaded as floats.
+  template <typename E>
+  NsaTensors<float> grads_in(const NsaConfig& cfg, const DeviceBuffer<E>& dq,
+                             const DeviceBuffer<E>* dk, const DeviceBuffer<E>* dv,
+                             const DeviceBuffer<E>* dg) const {
     const int64_t H = cfg.heads, G = cfg.groups;
     NsaTensors<float> d;
-    d.q = download(d_q, {T, H, cfg.dk});
+    d.q = as_floats(dq, {T, H, cfg.dk});
     for (int c = 0; c < kNumBranches; ++c) {
       if (cfg.kv_index(c) == c) {
-        d.k[c] = download(d_k[c], {T, G, cfg.dk});
-        d.v[c] = download(d_v[c], {T, G, cfg.dv});
+        d.k[c] = as_floats(dk[c], {T, G, cfg.dk});
+        d.v[c] = as_floats(dv[c], {T, G, cfg.dv});
       }
-      d.gate[c] = download(d_g[c], {T, H});
+      d.gate[c] = as_floats(dg[c], {T, H});
     }
     return d;
   }
+  NsaTensors<float> grads(const NsaConfig& cfg) const { return grads_in(cfg, d_q, d_k, d_v, d_g); }
 
   // The backward again with bf16 gradients (NsaCudaIo::grads_bf16) into poisoned buffers of its
   // own: q, k, v and the gates' gradients, downloaded as floats.
@@ -180,16 +193,7 @@ struct CallBuffers {
     cuda::nsa_cuda_backward(cfg, T, N, cu.size() ? cu.get() : nullptr, b, ws.get(), ws.bytes(),
                             stream);
     NSA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    NsaTensors<float> d;
-    d.q = download_bf16(dq, {T, H, cfg.dk});
-    for (int c = 0; c < kNumBranches; ++c) {
-      if (cfg.kv_index(c) == c) {
-        d.k[c] = download_bf16(dk[c], {T, G, cfg.dk});
-        d.v[c] = download_bf16(dv[c], {T, G, cfg.dv});
-      }
-      d.gate[c] = download_bf16(dg[c], {T, H});
-    }
-    return d;
+    return grads_in(cfg, dq, dk, dv, dg);
   }
 };
 

@@ -14,6 +14,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Four elements: one 16-byte load, one 8-byte store (src 16-byte, dst 8-byte aligned).
+__device__ __forceinline__ void convert4(const float* src, __nv_bfloat16* dst) {
+  const float4 v = *reinterpret_cast<const float4*>(src);
+  uint2 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+  h[0] = __floats2bfloat162_rn(v.x, v.y);
+  h[1] = __floats2bfloat162_rn(v.z, v.w);
+  *reinterpret_cast<uint2*>(dst) = raw;
+}
+
 // Element i of src [rows, cols] goes to dst[(i / cols)·dst_ld + i % cols].
 template <int kVec>
 __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16* __restrict__ dst,
@@ -26,12 +36,7 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ src, __nv_bfloat16*
     return r * dst_ld + (i - r * cols);
   };
   if (kVec == 4 && i0 + 4 <= n) {
-    const float4 v = *reinterpret_cast<const float4*>(src + i0);
-    uint2 raw;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-    h[0] = __floats2bfloat162_rn(v.x, v.y);
-    h[1] = __floats2bfloat162_rn(v.z, v.w);
-    *reinterpret_cast<uint2*>(dst + at(i0)) = raw;
+    convert4(src + i0, dst + at(i0));
     return;
   }
   for (int64_t i = i0; i < n && i < i0 + kVec; ++i) dst[at(i)] = __float2bfloat16(src[i]);
@@ -50,14 +55,9 @@ __global__ void f32_to_bf16_batch_kernel(const F32ToBf16Batch b) {
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4; i < n;
        i += stride) {
     if (vec && i + 4 <= n) {
-      const float4 v = *reinterpret_cast<const float4*>(src + i);
-      uint2 raw;
-      __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-      h[0] = __floats2bfloat162_rn(v.x, v.y);
-      h[1] = __floats2bfloat162_rn(v.z, v.w);
-      *reinterpret_cast<uint2*>(dst + i) = raw;
-    } else {
-      for (int64_t k = i; k < n; ++k) dst[k] = __float2bfloat16(src[k]);
+      convert4(src + i, dst + i);
+    } else {  // this thread's four elements only (up to n)
+      for (int64_t k = i; k < n && k < i + 4; ++k) dst[k] = __float2bfloat16(src[k]);
     }
   }
 }
