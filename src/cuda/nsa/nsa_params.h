@@ -60,9 +60,9 @@ struct NsaParams {
   float* d_q;        // [T, H, dk]
   float* d_gate[3];  // [T, H]; null where d_gate_bf16 is wanted instead
   // Optional bf16 results for d_q and d_gate (callers that want bf16 gradients, the C ABI):
-  // written by the kernel that finishes each (d_q: the selected branch's merge – which then leaves
-  // the fp32 d_q unfinished – or the window's dq without one; d_gate: the preprocessing). Null:
-  // not wanted.
+  // written by the kernel that finishes each (d_q: the selected branch's – the block-major merge,
+  // which then leaves the fp32 d_q unfinished, or the query-major dq; d_gate: the preprocessing).
+  // Null: not wanted.
   bf16* d_q_bf16;
   bf16* d_gate_bf16[3];
   float* d_k_cmp;  // [C, G, dk] gradient of the compressed keys
