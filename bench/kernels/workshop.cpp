@@ -7,11 +7,12 @@
 // --sel-budget-mib: the block-major selected branch's partial budget (its row chunk), default the
 // layer's.
 //
-// Kernels: sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block cmp_fwd win_fwd select cmp_dq
-// win_dq cmp_win_dq (the two in one kernel) layer_fwd layer_bwd, and dkdv_{cmp,sel,win}:CHUNKS (the
-// dK/dV kernel with CHUNKS CTAs per unit, at most the layer's own count, plus the partials' sum).
-// Prints one line per kernel: the median over the repetitions (CUDA events around each launch
-// sequence; the block-major variants include their sort and merge).
+// Kernels: sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block cmp_fwd win_fwd select
+// (select_q_global, select_q_shared: its Q rows forced to one place) cmp_dq win_dq cmp_win_dq (the
+// two in one kernel) layer_fwd layer_bwd, and dkdv_{cmp,sel,win}:CHUNKS (the dK/dV kernel with
+// CHUNKS CTAs per unit, at most the layer's own count, plus the partials' sum). Prints one line per
+// kernel: the median over the repetitions (CUDA events around each launch sequence; the block-major
+// variants include their sort and merge).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -107,6 +108,14 @@ int run(int argc, char** argv) {
        [&](cudaStream_t s) { nsa::cuda::launch_compressed_forward(p, tiles, n_tiles, s); }},
       {"win_fwd", [&](cudaStream_t s) { nsa::cuda::launch_window_forward(p, tiles, n_tiles, s); }},
       {"select", [&](cudaStream_t s) { nsa::cuda::launch_select_blocks(p, tiles, n_tiles, s); }},
+      {"select_q_global",
+       [&](cudaStream_t s) {
+         nsa::cuda::launch_select_blocks(p, tiles, n_tiles, s, nsa::cuda::SelectQ::kGlobal);
+       }},
+      {"select_q_shared",
+       [&](cudaStream_t s) {
+         nsa::cuda::launch_select_blocks(p, tiles, n_tiles, s, nsa::cuda::SelectQ::kShared);
+       }},
       {"cmp_dq", [&](cudaStream_t s) { nsa::cuda::launch_compressed_dq(p, tiles, n_tiles, s); }},
       {"win_dq", [&](cudaStream_t s) { nsa::cuda::launch_window_dq(p, tiles, n_tiles, s); }},
       {"cmp_win_dq",

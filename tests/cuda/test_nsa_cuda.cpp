@@ -160,17 +160,25 @@ TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
   NsaForward<float> rf_lowp = rf;
   for (int b = 0; b < kNumBranches; ++b) round_all(rf_lowp.o_branch[b]);
   const NsaTensors<float> rg_lowp = nsa_backward_cpu(cfg, layout, in, rf_lowp, d_o);
-  // Both selected-branch kernels; the block-major one also in row chunks of 7 rows.
+  // Both selected-branch kernels; the block-major one also in row chunks of 7 rows, and with the
+  // selection's Q rows forced into each of its two places (the sets must not change a bit).
   const int64_t row_bytes =
       cuda::sel_partial_bytes_per_row(cfg.heads, cfg.n_sel, cfg.l_sel, cfg.dk, cfg.dv);
-  for (const auto& [kernel, budget, label] :
-       {std::tuple{cuda::SelectedKernel::kQueryMajor, cuda::kSelPartialBudgetBytes, "query-major"},
-        std::tuple{cuda::SelectedKernel::kBlockMajor, cuda::kSelPartialBudgetBytes, "block-major"},
-        std::tuple{cuda::SelectedKernel::kBlockMajor, 7 * row_bytes,
-                   "block-major, 7-row chunks"}}) {
+  using cuda::SelectedKernel, cuda::SelectQ;
+  const int64_t full = cuda::kSelPartialBudgetBytes;
+  for (const auto& [kernel, budget, select_q, label] :
+       {std::tuple{SelectedKernel::kQueryMajor, full, SelectQ::kAuto, "query-major"},
+        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kAuto, "block-major"},
+        std::tuple{SelectedKernel::kBlockMajor, 7 * row_bytes, SelectQ::kAuto,
+                   "block-major, 7-row chunks"},
+        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kGlobal,
+                   "block-major, selection Q from global memory"},
+        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kShared,
+                   "block-major, selection Q in shared memory"}}) {
     SCOPED_TRACE(label);
     std::printf("  selected kernel: %s\n", label);
     layer.set_selected_kernel(kernel, budget);
+    layer.set_select_q(select_q);
     layer.poison_outputs();
     layer.forward();
     layer.backward();

@@ -57,6 +57,8 @@ class NsaCudaLayer {
   // and the kernel workshop compare both); tests also shrink the block-major partials' budget.
   void set_selected_kernel(SelectedKernel k, int64_t partial_budget_bytes = kSelPartialBudgetBytes);
   SelectedKernel selected_kernel() const { return sel_kernel_; }
+  // Where the block selection keeps its Q rows (nsa_kernels.h; tests force each way).
+  void set_select_q(SelectQ q) { select_q_ = q; }
 
   // Fills every output, saved-state and gradient buffer with NaN (tests: all must be overwritten).
   void poison_outputs();
@@ -105,6 +107,7 @@ class NsaCudaLayer {
   SeqLayout layout_;
   NsaParams p_{};
   SelectedKernel sel_kernel_;
+  SelectQ select_q_ = SelectQ::kAuto;
   DeviceBuffer<int64_t> cu_seqlens_, cmp_offsets_, blk_offsets_, cmp_raw_start_;
   DeviceBuffer<int32_t> seq_of_row_, sel_idx_;
   DeviceBuffer<bf16> q_, k_[3], v_[3], gate_[3], o_, o_branch_[3], k_cmp_bf16_, v_cmp_bf16_;

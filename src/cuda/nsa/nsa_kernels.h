@@ -34,8 +34,12 @@ void launch_compress_avg_backward(const NsaParams& p, bool accumulate, cudaStrea
 // selected branch, window branch (which also writes o). `tiles`: kQueryTileRows-row query tiles.
 void launch_compressed_forward(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
                                cudaStream_t stream);
+// Where the selection's CTAs keep their Q rows (select_blocks.cu): kAuto picks by the grid's size;
+// the other two (tests, the workshop) force global-memory reloads, or shared memory where it fits.
+// The choice changes no result bit.
+enum class SelectQ { kAuto, kGlobal, kShared };
 void launch_select_blocks(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
-                          cudaStream_t stream);
+                          cudaStream_t stream, SelectQ q = SelectQ::kAuto);
 void launch_selected_forward(const NsaParams& p, cudaStream_t stream);
 void launch_window_forward(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
                            cudaStream_t stream);

@@ -42,7 +42,7 @@ void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch
   }
   convert_compressed_kv(p, stream);
   launch_compressed_forward(p, t.row_tiles, t.n_row_tiles, stream);
-  launch_select_blocks(p, t.row_tiles, t.n_row_tiles, stream);
+  launch_select_blocks(p, t.row_tiles, t.n_row_tiles, stream, s.select_q);
   if (s.sel_kernel == SelectedKernel::kBlockMajor) {
     run_sel_block_major_forward(p, s.sel_block_major, stream);
   } else {

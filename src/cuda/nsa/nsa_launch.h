@@ -12,6 +12,7 @@
 #include "compress_mlp.h"
 #include "device_layout.h"
 #include "nsa/config.h"
+#include "nsa_kernels.h"
 #include "nsa_params.h"
 #include "sel_block_major.h"
 #include "sel_index.h"
@@ -49,6 +50,7 @@ struct NsaTables {
 // Everything else a launch sequence uses besides NsaParams.
 struct NsaScratch {
   SelectedKernel sel_kernel = SelectedKernel::kBlockMajor;
+  SelectQ select_q = SelectQ::kAuto;       // the selection's Q rows (nsa_kernels.h)
   SelBlockMajorView sel_block_major;       // the block-major kernel's scratch
   SelIndexView sel_index;                  // backward: the inverted selection index
   float* partial = nullptr;                // backward: dkdv_partial_floats(p) floats

@@ -25,13 +25,24 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = kQueryTileRows;  // query rows per CTA (one warp per 16)
 constexpr int kKeyTile = 64;           // compressed tokens per tile
 
+// The group's Q rows of a CTA staged once in shared memory and read by ldmatrix per head and tile,
+// instead of loaded from global memory per head and tile: for mma.sync (dk <= 64 here) when they
+// fit kQSmemMax and the grid is short (at most kQSharedCtasPerSm CTAs per SM). The extra shared
+// memory costs a CTA per SM (3 -> 2 at m7c_125m): worth it when the longest CTAs bound the kernel,
+// not when many waves do. Measured (H100 workshop, m7c_125m): 8k 0.137 -> 0.119 ms, 16k 0.259 ->
+// 0.235, 64k 2.48 -> 2.59 (so 64k keeps the reloads); loading the next head's rows while this
+// one's products run instead cost 224 registers and was slower everywhere (16k 0.286, 64k 3.43).
+constexpr int64_t kQSmemMax = 64 * 1024;
+constexpr int64_t kQSharedCtasPerSm = 4;
+
 struct SelectSmem {
-  int64_t ks, strip, lse2, top_s, top_i, top_n, merged, total;
+  int64_t ks, strip, lse2, top_s, top_i, top_n, merged, q, total;
 };
 
 // Byte offsets: two K tiles (bf16, double-buffered), probability strip, per-head lse (log2), the
 // two top lists of each row (scores, indices, lengths) and the merged list.
-__host__ __device__ inline SelectSmem select_smem(int dk, int64_t hpg, int64_t n_sel, int halo) {
+__host__ __device__ inline SelectSmem select_smem(int dk, int64_t hpg, int64_t n_sel, int halo,
+                                                  bool q_shared) {
   SelectSmem s;
   s.ks = 0;
   s.strip = s.ks + 2 * kKeyTile * tile_stride(dk) * 2;
@@ -40,7 +51,8 @@ __host__ __device__ inline SelectSmem select_smem(int dk, int64_t hpg, int64_t n
   s.top_i = s.top_s + 2 * kRows * n_sel * 4;
   s.top_n = s.top_i + 2 * kRows * n_sel * 4;
   s.merged = s.top_n + 2 * kRows * 4;
-  s.total = s.merged + kRows * n_sel * 4;
+  s.q = s.merged + kRows * n_sel * 4;
+  s.total = s.q + (q_shared ? hpg * kRows * tile_stride(dk) * 2 : 0);
   return s;
 }
 
@@ -87,13 +99,23 @@ constexpr bool select_wgmma(int dk) {
   return dk % 64 == 0 && dk > 64;
 }
 
-template <int DK, bool kRegTop>
+bool select_q_shared(SelectQ q, int dk, int64_t hpg, int64_t ctas) {
+  if (q == SelectQ::kGlobal || select_wgmma(dk) || hpg * kRows * tile_stride(dk) * 2 > kQSmemMax)
+    return false;
+  if (q == SelectQ::kShared) return true;
+  int device = 0, sms = 0;
+  NSA_CUDA_CHECK(cudaGetDevice(&device));
+  NSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return ctas <= kQSharedCtasPerSm * sms;
+}
+
+template <int DK, bool kRegTop, bool kQShared>
 __global__ void __launch_bounds__(kThreads)
     select_blocks_kernel(const NsaParams p, const RowTile* __restrict__ tiles, int halo) {
   constexpr bool kWgmma = select_wgmma(DK);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = kWgmma ? sw_align(smem_raw) : smem_raw;
-  const SelectSmem L = select_smem(DK, p.hpg, p.n_sel, halo);
+  const SelectSmem L = select_smem(DK, p.hpg, p.n_sel, halo, kQShared);
   bf16* ks = reinterpret_cast<bf16*>(smem + L.ks);
   float* strip = reinterpret_cast<float*>(smem + L.strip);
   float* lse2 = reinterpret_cast<float*>(smem + L.lse2);
@@ -101,6 +123,7 @@ __global__ void __launch_bounds__(kThreads)
   int32_t* top_i = reinterpret_cast<int32_t*>(smem + L.top_i);
   int32_t* top_n = reinterpret_cast<int32_t*>(smem + L.top_n);
   int32_t* merged = reinterpret_cast<int32_t*>(smem + L.merged);
+  bf16* qs = reinterpret_cast<bf16*>(smem + L.q);
   const int width = halo + kKeyTile;
 
   // Later rows see more keys: the grid takes the tiles last to first, so the longest start first.
@@ -160,6 +183,16 @@ __global__ void __launch_bounds__(kThreads)
     }
     cp_async_commit();
   };
+  const auto q_row = [&](int64_t hh, int r) -> const bf16* {
+    return r < tile.rows ? p.q + ((start + tile.first + r) * p.H + g * hpg + hh) * DK : nullptr;
+  };
+  if (kQShared && keys.end > 0) {  // joins the first K tile's commit group
+    for (int64_t hh = 0; hh < hpg; ++hh) {
+      load_tile<DK, true>(
+          qs + hh * kRows * tile_stride(DK), kRows, [&](int r) { return q_row(hh, r); },
+          threadIdx.x, kThreads);
+    }
+  }
   if (keys.end > 0) issue(0);
   int jb = 0;  // blocks below jb are scored
   for (int64_t k0 = 0;; k0 += kKeyTile) {
@@ -199,11 +232,14 @@ __global__ void __launch_bounds__(kThreads)
       }
       for (int64_t hh = 0; hh < hpg; ++hh) {
         uint32_t qf[DK / 16][4];
-        load_a_rows<DK>(qf, [&](int r) -> const bf16* {
-          return warp * 16 + r < tile.rows
-                     ? p.q + ((start + tile.first + warp * 16 + r) * p.H + g * hpg + hh) * DK
-                     : nullptr;
-        });
+        if constexpr (kQShared) {
+          const bf16* qh = qs + hh * kRows * tile_stride(DK);
+#pragma unroll
+          for (int kk = 0; kk < DK / 16; ++kk)
+            load_a(qf[kk], qh, tile_stride(DK), warp * 16, kk * 16);
+        } else {
+          load_a_rows<DK>(qf, [&](int r) { return q_row(hh, warp * 16 + r); });
+        }
         float s[kKeyTile / 8][4];
         if constexpr (kWgmma) {
           wgmma_a_bt<DK, kKeyTile>(s, qf, reinterpret_cast<const unsigned char*>(kt));
@@ -357,19 +393,26 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_select_blocks(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, SelectQ q) {
   if (n_tiles == 0) return;
   const int halo = strip_halo(p);
   NSA_CHECK(halo <= kKeyTile, "CUDA block selection: (l_sel + l) / d = ", (p.l_sel + p.l) / p.d,
             " must be below ", kKeyTile);
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto) {
     // The register list costs ~40 registers: for the widest heads that would cost a CTA per SM.
-    auto kernel = select_blocks_kernel<DK(), false>;
+    bool reg_top = false;
+    if constexpr (DK() <= 128) reg_top = p.n_sel - 1 <= kRegTopMax;
+    const bool q_shared = reg_top && select_q_shared(q, DK(), p.hpg, n_tiles * p.G);
+    auto kernel = select_blocks_kernel<DK(), false, false>;
     if constexpr (DK() <= 128) {
-      if (p.n_sel - 1 <= kRegTopMax) kernel = select_blocks_kernel<DK(), true>;
+      if (reg_top) {
+        kernel = q_shared ? select_blocks_kernel<DK(), true, true>
+                          : select_blocks_kernel<DK(), true, false>;
+      }
     }
-    const size_t smem = static_cast<size_t>(select_smem(DK(), p.hpg, p.n_sel, halo).total) +
-                        (select_wgmma(DK()) ? kSwAlignSlack : 0);
+    const size_t smem =
+        static_cast<size_t>(select_smem(DK(), p.hpg, p.n_sel, halo, q_shared).total) +
+        (select_wgmma(DK()) ? kSwAlignSlack : 0);
     set_kernel_smem(kernel, smem);
     kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(p.G)), kThreads, smem,
              stream>>>(p, tiles, halo);
