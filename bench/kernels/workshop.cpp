@@ -9,10 +9,10 @@
 //
 // Kernels: sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block cmp_fwd win_fwd select
 // (select_q_global, select_q_shared: its Q rows forced to one place) cmp_dq win_dq cmp_win_dq (the
-// two in one kernel) layer_fwd layer_bwd, and dkdv_{cmp,sel,win}:CHUNKS (the dK/dV kernel with
-// CHUNKS CTAs per unit, at most the layer's own count, plus the partials' sum). Prints one line per
-// kernel: the median over the repetitions (CUDA events around each launch sequence; the block-major
-// variants include their sort and merge).
+// two in one kernel) layer_fwd layer_bwd (layer_bwd_one_stream: without the fork), and
+// dkdv_{cmp,sel,win}:CHUNKS (the dK/dV kernel with CHUNKS CTAs per unit, at most the layer's own
+// count, plus the partials' sum). Prints one line per kernel: the median over the repetitions (CUDA
+// events around each launch sequence; the block-major variants include their sort and merge).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -122,6 +122,12 @@ int run(int argc, char** argv) {
        [&](cudaStream_t s) { nsa::cuda::launch_compressed_and_window_dq(p, tiles, n_tiles, s); }},
       {"layer_fwd", [&](cudaStream_t s) { layer.forward(s); }},
       {"layer_bwd", [&](cudaStream_t s) { layer.backward(s); }},
+      {"layer_bwd_one_stream",
+       [&](cudaStream_t s) {
+         layer.set_backward_fork(false);
+         layer.backward(s);
+         layer.set_backward_fork(true);
+       }},
   };
   std::printf("config %s S %lld reps %d sel budget %lld MiB (median ms)\n", config.c_str(),
               static_cast<long long>(seq_len), reps,

@@ -62,6 +62,7 @@ NsaCudaLayer::NsaCudaLayer(const NsaConfig& cfg, const SeqLayout& layout,
       sel_kernel_(default_selected_kernel(cfg)),
       bw_(backward_buffers ? std::move(backward_buffers) : std::make_shared<NsaBackwardBuffers>()) {
   NSA_CHECK(device_count() > 0, "--device cuda: no usable CUDA device (no GPU or no driver)");
+  fork_ = std::make_unique<StreamFork>();
   cfg.validate();
   NSA_CHECK(head_dims_supported(cfg.dk, cfg.dv), "--device cuda: head dims (dk, dv) = (", cfg.dk,
             ", ", cfg.dv,
@@ -230,6 +231,7 @@ NsaScratch NsaCudaLayer::scratch(bool backward) {
   NsaScratch s;
   s.sel_kernel = sel_kernel_;
   s.select_q = select_q_;
+  if (backward && fork_on_) s.fork = fork_.get();
   if (sel_kernel_ == SelectedKernel::kBlockMajor) {
     s.sel_block_major = bw_->sel_block_major.view(p_, sel_units_.size());
   }

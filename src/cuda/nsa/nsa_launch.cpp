@@ -68,16 +68,27 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   // branch's, query-major here or block-major's merge below.
   NsaParams unfinished = p;
   unfinished.d_q_bf16 = nullptr;
+  // Forked (s.fork): the selected branch's index, dK/dV + dq partials and merge run on the side
+  // stream after the preprocess; its d_q merge waits for the compressed + window dq (event 1);
+  // the window and compressed dK/dV run here meanwhile; the side joins back at the end (event 2).
+  const StreamFork* fork = block_major && !shared ? s.fork : nullptr;
+  const cudaStream_t sel_stream = fork ? fork->side() : stream;
+  if (fork) fork->record(0, stream), fork->wait(sel_stream, 0);
+  build_sel_index(p, s.sel_index, sel_stream);
+  attach_sel_index(p, s.sel_index);
   launch_compressed_and_window_dq(unfinished, t.row_tiles, t.n_row_tiles, stream);
   if (!block_major) launch_selected_dq(p, stream);
-  build_sel_index(p, s.sel_index, stream);
-  attach_sel_index(p, s.sel_index);
+  if (fork) fork->record(1, stream);
+  if (fork) {  // launched first: the side stream has the higher priority
+    run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, false,
+                                 sel_stream, fork->event(1));
+  }
   launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles,
                            win_dkdv_chunks(p, t.n_row_tiles), false, s.partial, stream);
   // With shared K/V the window wrote the gradient first; the selected branch adds to it.
-  if (block_major) {  // its dq too, in the same pass
+  if (block_major && !fork) {  // its dq too, in the same pass
     run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, shared, stream);
-  } else {
+  } else if (!block_major) {
     launch_nsa_backward_dkdv(p, Branch::kSel, t.sel_units, t.n_sel_units, kSelChunks, shared,
                              s.partial, stream);
   }
@@ -93,6 +104,7 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   } else {
     launch_compress_avg_backward(p, shared, stream);
   }
+  if (fork) fork->record(2, sel_stream), fork->wait(stream, 2);
 }
 
 }  // namespace nsa::cuda

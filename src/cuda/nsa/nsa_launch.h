@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "common/stream_fork.h"
 #include "compress_mlp.h"
 #include "device_layout.h"
 #include "nsa/config.h"
@@ -50,7 +51,10 @@ struct NsaTables {
 // Everything else a launch sequence uses besides NsaParams.
 struct NsaScratch {
   SelectedKernel sel_kernel = SelectedKernel::kBlockMajor;
-  SelectQ select_q = SelectQ::kAuto;       // the selection's Q rows (nsa_kernels.h)
+  SelectQ select_q = SelectQ::kAuto;  // the selection's Q rows (nsa_kernels.h)
+  // Backward: the selected branch's chain on fork->side() beside the dense branches' (block-major,
+  // separate K/V; null: one stream). Every buffer keeps one writer order: results are identical.
+  const StreamFork* fork = nullptr;
   SelBlockMajorView sel_block_major;       // the block-major kernel's scratch
   SelIndexView sel_index;                  // backward: the inverted selection index
   float* partial = nullptr;                // backward: dkdv_partial_floats(p) floats

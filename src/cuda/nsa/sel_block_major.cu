@@ -551,7 +551,7 @@ void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
 
 void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
                                   const RowTile* units, int64_t n_units, bool accumulate,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, cudaEvent_t merge_after) {
   if (p.T == 0) return;
   NSA_CHECK(n_units <= v.n_units, "selected branch (block-major): ", n_units,
             " units, the scratch was carved for ", v.n_units);
@@ -568,6 +568,7 @@ void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v
       NSA_CHECK(nr * p.H < (int64_t{1} << 31), "selected branch (block-major): ", nr * p.H,
                 " (row, head) pairs in a chunk do not fit the merge's 32-bit indices");
       const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair
+      if (merge_after && r0 == 0) NSA_CUDA_CHECK(cudaStreamWaitEvent(stream, merge_after, 0));
       merge_dq_kernel<DK()><<<merge_ctas, 256, 0, stream>>>(p, r0, static_cast<int>(nr), v.part);
       NSA_CUDA_LAUNCH_CHECK();
     }
