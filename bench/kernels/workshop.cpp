@@ -9,10 +9,11 @@
 //
 // Kernels: sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block cmp_fwd win_fwd select
 // (select_q_global, select_q_shared: its Q rows forced to one place) cmp_dq win_dq cmp_win_dq (the
-// two in one kernel) layer_fwd layer_bwd (layer_bwd_one_stream: without the fork), and
-// dkdv_{cmp,sel,win}:CHUNKS (the dK/dV kernel with CHUNKS CTAs per unit, at most the layer's own
-// count, plus the partials' sum). Prints one line per kernel: the median over the repetitions (CUDA
-// events around each launch sequence; the block-major variants include their sort and merge).
+// two in one kernel) layer_fwd layer_bwd (layer_fwd_one_stream, layer_bwd_one_stream: without the
+// fork), and dkdv_{cmp,sel,win}:CHUNKS (the dK/dV kernel with CHUNKS CTAs per unit, at most the
+// layer's own count, plus the partials' sum). Prints one line per kernel: the median over the
+// repetitions (CUDA events around each launch sequence; the block-major variants include their sort
+// and merge).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -121,12 +122,18 @@ int run(int argc, char** argv) {
       {"cmp_win_dq",
        [&](cudaStream_t s) { nsa::cuda::launch_compressed_and_window_dq(p, tiles, n_tiles, s); }},
       {"layer_fwd", [&](cudaStream_t s) { layer.forward(s); }},
+      {"layer_fwd_one_stream",
+       [&](cudaStream_t s) {
+         layer.set_fork(false);
+         layer.forward(s);
+         layer.set_fork(true);
+       }},
       {"layer_bwd", [&](cudaStream_t s) { layer.backward(s); }},
       {"layer_bwd_one_stream",
        [&](cudaStream_t s) {
-         layer.set_backward_fork(false);
+         layer.set_fork(false);
          layer.backward(s);
-         layer.set_backward_fork(true);
+         layer.set_fork(true);
        }},
   };
   std::printf("config %s S %lld reps %d sel budget %lld MiB (median ms)\n", config.c_str(),

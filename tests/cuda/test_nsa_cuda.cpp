@@ -166,7 +166,8 @@ TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
       cuda::sel_partial_bytes_per_row(cfg.heads, cfg.n_sel, cfg.l_sel, cfg.dk, cfg.dv);
   using cuda::SelectedKernel, cuda::SelectQ;
   const int64_t full = cuda::kSelPartialBudgetBytes;
-  NsaTensors<float> forked;  // the "block-major" run's gradients: its backward on two streams
+  NsaForward<float> forked_f;  // the "block-major" run's results: its passes on two streams
+  NsaTensors<float> forked;
   for (const auto& [kernel, budget, select_q, label] :
        {std::tuple{SelectedKernel::kQueryMajor, full, SelectQ::kAuto, "query-major"},
         std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kAuto, "block-major"},
@@ -176,22 +177,25 @@ TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
                    "block-major, selection Q from global memory"},
         std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kShared,
                    "block-major, selection Q in shared memory"},
-        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kAuto,
-                   "block-major, backward on one stream"}}) {
+        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kAuto, "block-major, one stream"}}) {
     SCOPED_TRACE(label);
     std::printf("  selected kernel: %s\n", label);
     layer.set_selected_kernel(kernel, budget);
     layer.set_select_q(select_q);
     const bool one_stream = std::string(label).find("one stream") != std::string::npos;
-    layer.set_backward_fork(!one_stream);
+    layer.set_fork(!one_stream);
     layer.poison_outputs();
     layer.forward();
     layer.backward();
     const NsaForward<float> vf = layer.download_forward();
     const NsaTensors<float> vg = layer.download_grads();
     expect_equal(vf.sel_idx, gf.sel_idx, "sel_idx");
-    if (std::string(label) == "block-major") forked = vg;
-    if (one_stream) {  // the same bits whether the selected branch ran beside the others or not
+    if (std::string(label) == "block-major") forked_f = vf, forked = vg;
+    if (one_stream) {  // the same bits whether the branches ran beside each other or not
+      expect_equal(vf.o, forked_f.o, "o, one stream vs two");
+      for (int b = 0; b < kNumBranches; ++b) {
+        expect_equal(vf.o_branch[b], forked_f.o_branch[b], "o_branch, one stream vs two");
+      }
       expect_equal(vg.q, forked.q, "dq, one stream vs two");
       for (int b = 0; b < kNumBranches; ++b) {
         expect_equal(vg.k[b], forked.k[b], "dk, one stream vs two");

@@ -127,6 +127,19 @@ cublasHandle_t blas_handle() {
   return it->second;
 }
 
+// The side stream of the forward and backward (NsaScratch::fork), likewise one per (thread,
+// device), made on first use; calls on other streams of the thread share it (their side work then
+// runs in call order).
+const StreamFork* stream_fork() {
+  thread_local std::unordered_map<int, StreamFork*>* forks =
+      new std::unordered_map<int, StreamFork*>();
+  int device = 0;
+  NSA_CUDA_CHECK(cudaGetDevice(&device));
+  auto it = forks->find(device);
+  if (it == forks->end()) it = forks->emplace(device, new StreamFork()).first;
+  return it->second;
+}
+
 }  // namespace
 
 int64_t nsa_cuda_compressed_rows(const NsaConfig& cfg, int64_t T, int64_t N) {
@@ -176,6 +189,7 @@ void nsa_cuda_forward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t*
   NSA_CHECK(workspace || ws.used() == 0, "CUDA NSA attention: the workspace is NULL");
   if (T == 0) return;
   if (cfg.phi == Phi::kMlp) c.scratch.blas = blas_handle();
+  c.scratch.fork = stream_fork();
   launch_build_device_layout(cfg, c.layout, cu_seqlens, stream);
   launch_nsa_forward(c.p, c.tables, c.scratch, stream);
 }
@@ -198,6 +212,7 @@ void nsa_cuda_backward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t
     }
     return;
   }
+  c.scratch.fork = stream_fork();
   launch_build_device_layout(cfg, c.layout, cu_seqlens, stream);
   launch_nsa_backward_recompute(c.p, c.scratch, stream);
   launch_nsa_backward(cfg, c.p, c.tables, c.scratch, stream);

@@ -231,7 +231,7 @@ NsaScratch NsaCudaLayer::scratch(bool backward) {
   NsaScratch s;
   s.sel_kernel = sel_kernel_;
   s.select_q = select_q_;
-  if (backward && fork_on_) s.fork = fork_.get();
+  if (fork_on_) s.fork = fork_.get();
   if (sel_kernel_ == SelectedKernel::kBlockMajor) {
     s.sel_block_major = bw_->sel_block_major.view(p_, sel_units_.size());
   }

@@ -16,10 +16,6 @@
 #include "nsa/attention.h"
 #include "nsa_backward_dkdv.h"
 #include "nsa_launch.h"
-
-#ifndef NSA_BACKWARD_FORK
-#define NSA_BACKWARD_FORK 1
-#endif
 #include "nsa_params.h"
 #include "sel_block_major.h"
 #include "sel_index.h"
@@ -63,9 +59,9 @@ class NsaCudaLayer {
   SelectedKernel selected_kernel() const { return sel_kernel_; }
   // Where the block selection keeps its Q rows (nsa_kernels.h; tests force each way).
   void set_select_q(SelectQ q) { select_q_ = q; }
-  // The backward's selected branch on a second stream beside the dense branches (NsaScratch::fork;
-  // on by default; tests compare both).
-  void set_backward_fork(bool on) { fork_on_ = on; }
+  // Independent branches on a second stream (NsaScratch::fork; on by default; tests compare
+  // both).
+  void set_fork(bool on) { fork_on_ = on; }
 
   // Fills every output, saved-state and gradient buffer with NaN (tests: all must be overwritten).
   void poison_outputs();
@@ -115,7 +111,7 @@ class NsaCudaLayer {
   NsaParams p_{};
   SelectedKernel sel_kernel_;
   SelectQ select_q_ = SelectQ::kAuto;
-  bool fork_on_ = NSA_BACKWARD_FORK != 0;
+  bool fork_on_ = true;
   std::unique_ptr<StreamFork> fork_;  // created with the layer
   DeviceBuffer<int64_t> cu_seqlens_, cmp_offsets_, blk_offsets_, cmp_raw_start_;
   DeviceBuffer<int32_t> seq_of_row_, sel_idx_;

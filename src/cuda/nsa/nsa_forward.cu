@@ -28,7 +28,8 @@ static_assert(kQueryTileRows == 16 * kWarps, "one warp per 16 query rows");
 constexpr int kKeyTile = 64;  // key rows per shared tile (dense branches)
 
 // Writes one row half of a warp's result: o_branch (bf16) and lse; with `combine`, also
-// o = g_cmp·o_cmp + g_sel·o_sel + g_win·(this).
+// o = g_cmp·o_cmp + g_sel·o_sel + g_win·(this) (the window branch when p.o is set; otherwise the
+// block-major selected branch's merge combines, sel_block_major.cu).
 template <int DV>
 __device__ void store_row(const NsaParams& p, const SoftmaxAcc<DV>& acc, int r, int64_t th,
                           int branch, bool combine) {
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(kThreads* HC, wgmma_min_ctas<DK, HC>())
   for (int r = 0; r < 2; ++r) {
     if (r_lo + 8 * r < tile.rows) {
       store_row<DV>(p, acc, r, (start + tile.first + r_lo + 8 * r) * p.H + h, static_cast<int>(B),
-                    B == Branch::kWin);
+                    B == Branch::kWin && p.o != nullptr);
     }
   }
 }

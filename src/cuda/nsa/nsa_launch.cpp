@@ -28,6 +28,20 @@ void convert_compressed_kv(const NsaParams& p, cudaStream_t stream) {
 
 void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch& s,
                         cudaStream_t stream) {
+  // Block-major: the window branch first and without combining – on the side stream when forked
+  // (it needs neither the compression nor the selection) – and the selected branch's merge
+  // combines the three into o, after the window's event 1 when forked. The same arithmetic
+  // either way.
+  const bool block_major = s.sel_kernel == SelectedKernel::kBlockMajor;
+  const StreamFork* fork = block_major ? s.fork : nullptr;
+  if (block_major) {
+    const cudaStream_t win_stream = fork ? fork->side() : stream;
+    if (fork) fork->record(0, stream), fork->wait(win_stream, 0);
+    NsaParams window_only = p;
+    window_only.o = nullptr;
+    launch_window_forward(window_only, t.row_tiles, t.n_row_tiles, win_stream);
+    if (fork) fork->record(1, win_stream);
+  }
   if (s.mlp_k) {
     compress_mlp_hidden(s.blas, p, *s.mlp_k, p.k[0], stream);
     compress_mlp_output(s.blas, *s.mlp_k, p.k_cmp, stream);
@@ -43,12 +57,13 @@ void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch
   convert_compressed_kv(p, stream);
   launch_compressed_forward(p, t.row_tiles, t.n_row_tiles, stream);
   launch_select_blocks(p, t.row_tiles, t.n_row_tiles, stream, s.select_q);
-  if (s.sel_kernel == SelectedKernel::kBlockMajor) {
-    run_sel_block_major_forward(p, s.sel_block_major, stream);
+  if (block_major) {
+    run_sel_block_major_forward(p, s.sel_block_major, stream, true,
+                                fork ? fork->event(1) : nullptr);
   } else {
     launch_selected_forward(p, stream);
+    launch_window_forward(p, t.row_tiles, t.n_row_tiles, stream);
   }
-  launch_window_forward(p, t.row_tiles, t.n_row_tiles, stream);
 }
 
 void launch_nsa_backward_recompute(const NsaParams& p, const NsaScratch& s, cudaStream_t stream) {

@@ -52,8 +52,10 @@ struct NsaTables {
 struct NsaScratch {
   SelectedKernel sel_kernel = SelectedKernel::kBlockMajor;
   SelectQ select_q = SelectQ::kAuto;  // the selection's Q rows (nsa_kernels.h)
-  // Backward: the selected branch's chain on fork->side() beside the dense branches' (block-major,
-  // separate K/V; null: one stream). Every buffer keeps one writer order: results are identical.
+  // Block-major only (null: one stream). Forward: the window branch on fork->side() beside the
+  // compression, selection and selected branch. Backward (separate K/V): the selected branch's
+  // chain on the side beside the dense branches'. Every buffer keeps one writer order: results
+  // are identical to one stream's.
   const StreamFork* fork = nullptr;
   SelBlockMajorView sel_block_major;       // the block-major kernel's scratch
   SelIndexView sel_index;                  // backward: the inverted selection index

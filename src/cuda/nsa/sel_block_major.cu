@@ -383,10 +383,12 @@ __device__ __forceinline__ MergeRow merge_row(const NsaParams& p, int64_t r0) {
 // Lane k takes slot i0 + k's lse and weight; the partial rows are then added in slot order, four
 // loads in flight (with a slot loop of dependent loads and 64-bit divisions the kernel was
 // issue-bound: Nsight Compute, 80 % SM throughput at 60 % of the memory's).
+// combine: also o = g_cmp·o_cmp + g_sel·(this, unrounded) + g_win·o_win (the window branch ran
+// before without combining: it may run beside this branch, nsa_launch.cpp).
 template <int DV>
 __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int rows,
                                      const bf16* __restrict__ part,
-                                     const float* __restrict__ part_lse) {
+                                     const float* __restrict__ part_lse, bool combine) {
   constexpr int kPer = merge_cols<DV>();
   const int n_sel = static_cast<int>(p.n_sel);
   const MergeRow mr = merge_row(p, r0);
@@ -414,12 +416,26 @@ __global__ void merge_forward_kernel(const NsaParams p, int64_t r0, int rows,
   }
   sum = warp_sum(sum);
   if (lane * kPer < DV) {
-    bf16* dst = p.o_branch[1] + th * DV + lane * kPer;
+    const int64_t at = th * DV + lane * kPer;
     const float inv = 1.0f / sum;
 #pragma unroll
     for (int c = 0; c < kPer; c += 2) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + c) =
+      *reinterpret_cast<__nv_bfloat162*>(p.o_branch[1] + at + c) =
           __floats2bfloat162_rn(acc[c] * inv, acc[c + 1] * inv);
+    }
+    if (combine) {
+      const float g_cmp = __bfloat162float(p.gate[0][th]), g_sel = __bfloat162float(p.gate[1][th]);
+      const float g_win = __bfloat162float(p.gate[2][th]);
+#pragma unroll
+      for (int c = 0; c < kPer; c += 2) {
+        const float2 oc =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.o_branch[0] + at + c));
+        const float2 ow =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.o_branch[2] + at + c));
+        *reinterpret_cast<__nv_bfloat162*>(p.o + at + c) =
+            __floats2bfloat162_rn(g_cmp * oc.x + g_sel * (acc[c] * inv) + g_win * ow.x,
+                                  g_cmp * oc.y + g_sel * (acc[c + 1] * inv) + g_win * ow.y);
+      }
     }
   }
   if (lane == 0) p.lse[1][th] = m + logf(sum);
@@ -523,7 +539,7 @@ SelBlockMajorView SelBlockMajor::view(const NsaParams& p, int64_t n_sel_units) {
 }
 
 void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, bool combine, cudaEvent_t merge_after) {
   if (p.T == 0) return;
   NSA_CHECK(p.l_sel <= kSelBlockMajorMaxLsel, "selected branch (block-major): l_sel ", p.l_sel,
             " > ", kSelBlockMajorMaxLsel);
@@ -542,8 +558,9 @@ void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
       NSA_CHECK(nr * p.H < (int64_t{1} << 31), "selected branch (block-major): ", nr * p.H,
                 " (row, head) pairs in a chunk do not fit the merge's 32-bit indices");
       const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair
-      merge_forward_kernel<DV()>
-          <<<merge_ctas, 256, 0, stream>>>(p, r0, static_cast<int>(nr), v.part, v.part_lse);
+      if (merge_after && r0 == 0) NSA_CUDA_CHECK(cudaStreamWaitEvent(stream, merge_after, 0));
+      merge_forward_kernel<DV()><<<merge_ctas, 256, 0, stream>>>(p, r0, static_cast<int>(nr),
+                                                                 v.part, v.part_lse, combine);
       NSA_CUDA_LAUNCH_CHECK();
     }
   });

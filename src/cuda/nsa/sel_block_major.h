@@ -63,9 +63,12 @@ struct SelBlockMajorView {
 // n_sel_units: the selected branch's dK/dV units (table entries, padding included).
 SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budget_bytes,
                                         int64_t n_sel_units, Workspace& ws);
-// o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch).
+// o_branch[1] and lse[1] from p.sel_idx (the forward's selected branch); with `combine` also o
+// from the three branches (the window's o_branch[2] written before: merge_after, an event the
+// first merge waits for when the window ran on another stream, or null).
 void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, bool combine = false,
+                                 cudaEvent_t merge_after = nullptr);
 // The selected branch's dK/dV (= or, with `accumulate`, += into p.d_k[1] / p.d_v[1]) over the
 // selection units, and d_q += its dq. Needs the inverted selection index attached to p.
 // merge_after: an event the first d_q merge waits for (d_q written on another stream), or null.
