@@ -60,6 +60,9 @@ void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch
   if (block_major) {
     run_sel_block_major_forward(p, s.sel_block_major, stream, true,
                                 fork ? fork->event(1) : nullptr);
+    // The merge joined the side stream already; this wait also joins it when there was no merge
+    // (no rows), as a CUDA graph capture requires.
+    if (fork) fork->wait(stream, 1);
   } else {
     launch_selected_forward(p, stream);
     launch_window_forward(p, t.row_tiles, t.n_row_tiles, stream);
