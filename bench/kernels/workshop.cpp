@@ -93,6 +93,12 @@ int run(int argc, char** argv) {
   const auto* tiles = layer.row_tiles();
   const int64_t n_tiles = layer.num_row_tiles();
   const int64_t n_sel_units = layer.num_units(Branch::kSel);
+  // A layer pass without the second stream (NsaCudaLayer::set_fork), for the *_one_stream kernels.
+  const auto one_stream = [&](auto pass) {
+    layer.set_fork(false);
+    pass();
+    layer.set_fork(true);
+  };
   const std::map<std::string, std::function<void(cudaStream_t)>> table = {
       {"sel_fwd_query", [&](cudaStream_t s) { nsa::cuda::launch_selected_forward(p, s); }},
       {"sel_fwd_block",
@@ -122,19 +128,9 @@ int run(int argc, char** argv) {
       {"cmp_win_dq",
        [&](cudaStream_t s) { nsa::cuda::launch_compressed_and_window_dq(p, tiles, n_tiles, s); }},
       {"layer_fwd", [&](cudaStream_t s) { layer.forward(s); }},
-      {"layer_fwd_one_stream",
-       [&](cudaStream_t s) {
-         layer.set_fork(false);
-         layer.forward(s);
-         layer.set_fork(true);
-       }},
+      {"layer_fwd_one_stream", [&](cudaStream_t s) { one_stream([&] { layer.forward(s); }); }},
       {"layer_bwd", [&](cudaStream_t s) { layer.backward(s); }},
-      {"layer_bwd_one_stream",
-       [&](cudaStream_t s) {
-         layer.set_fork(false);
-         layer.backward(s);
-         layer.set_fork(true);
-       }},
+      {"layer_bwd_one_stream", [&](cudaStream_t s) { one_stream([&] { layer.backward(s); }); }},
   };
   std::printf("config %s S %lld reps %d sel budget %lld MiB (median ms)\n", config.c_str(),
               static_cast<long long>(seq_len), reps,

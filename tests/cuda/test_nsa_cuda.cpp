@@ -168,22 +168,24 @@ TEST_P(CudaVsCpu, ForwardBackwardMatchReference) {
   const int64_t full = cuda::kSelPartialBudgetBytes;
   NsaForward<float> forked_f;  // the "block-major" run's results: its passes on two streams
   NsaTensors<float> forked;
-  for (const auto& [kernel, budget, select_q, label] :
-       {std::tuple{SelectedKernel::kQueryMajor, full, SelectQ::kAuto, "query-major"},
-        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kAuto, "block-major"},
-        std::tuple{SelectedKernel::kBlockMajor, 7 * row_bytes, SelectQ::kAuto,
+  constexpr bool kTwo = true, kOne = false;  // streams: the layer's fork on or off
+  for (const auto& [kernel, budget, select_q, fork, label] :
+       {std::tuple{SelectedKernel::kQueryMajor, full, SelectQ::kAuto, kTwo, "query-major"},
+        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kAuto, kTwo, "block-major"},
+        std::tuple{SelectedKernel::kBlockMajor, 7 * row_bytes, SelectQ::kAuto, kTwo,
                    "block-major, 7-row chunks"},
-        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kGlobal,
+        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kGlobal, kTwo,
                    "block-major, selection Q from global memory"},
-        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kShared,
+        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kShared, kTwo,
                    "block-major, selection Q in shared memory"},
-        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kAuto, "block-major, one stream"}}) {
+        std::tuple{SelectedKernel::kBlockMajor, full, SelectQ::kAuto, kOne,
+                   "block-major, one stream"}}) {
     SCOPED_TRACE(label);
     std::printf("  selected kernel: %s\n", label);
     layer.set_selected_kernel(kernel, budget);
     layer.set_select_q(select_q);
-    const bool one_stream = std::string(label).find("one stream") != std::string::npos;
-    layer.set_fork(!one_stream);
+    layer.set_fork(fork);
+    const bool one_stream = !fork;
     layer.poison_outputs();
     layer.forward();
     layer.backward();
