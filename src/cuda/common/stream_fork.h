@@ -1,7 +1,7 @@
 // A second stream and the events that fork work onto it and join it back – device-side waits
 // only, so a CUDA graph can capture them – for independent kernel chains of one pass that would
-// otherwise leave the GPU idle in each other's tails (the NSA backward: the selected branch beside
-// the dense branches, nsa_launch.cpp).
+// otherwise leave the GPU idle in each other's tails (the NSA passes, nsa_launch.cpp: the window
+// forward beside the selected branch's; the selected backward beside the dense branches').
 #pragma once
 
 #include <cuda_runtime.h>
