@@ -30,8 +30,10 @@ void launch_compress_avg_forward(const NsaParams& p, cudaStream_t stream);
 // d_k_cmp / d_v_cmp → raw gradients p.d_k[0] / p.d_v[0] (accumulate when `accumulate`).
 void launch_compress_avg_backward(const NsaParams& p, bool accumulate, cudaStream_t stream);
 
-// Forward, in this order: compressed branch (o_cmp, lse_cmp), block selection (sel_idx),
-// selected branch, window branch (which also writes o). `tiles`: kQueryTileRows-row query tiles.
+// Forward (nsa_launch.cpp has the order): compressed branch (o_cmp, lse_cmp), block selection
+// (sel_idx), selected branch, window branch – which writes o too when it runs last (query-major);
+// with the block-major selected branch it runs first and that branch's merge writes o.
+// `tiles`: kQueryTileRows-row query tiles.
 void launch_compressed_forward(const NsaParams& p, const RowTile* tiles, int64_t n_tiles,
                                cudaStream_t stream);
 // Where the selection's CTAs keep their Q rows (select_blocks.cu): kAuto picks by the grid's size;

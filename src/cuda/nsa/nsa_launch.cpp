@@ -96,8 +96,8 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   attach_sel_index(p, s.sel_index);
   launch_compressed_and_window_dq(unfinished, t.row_tiles, t.n_row_tiles, stream);
   if (!block_major) launch_selected_dq(p, stream);
-  if (fork) fork->record(1, stream);
   if (fork) {  // launched first: the side stream has the higher priority
+    fork->record(1, stream);
     run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, false,
                                  sel_stream, fork->event(1));
   }
