@@ -7,7 +7,7 @@
 // --sel-budget-mib: the block-major selected branch's partial budget (its row chunk), default the
 // layer's.
 //
-// Kernels: sel_fwd_query sel_fwd_block sel_dq_query sel_dq_block cmp_fwd win_fwd select
+// Kernels: sel_fwd_query sel_fwd_block sel_dq_query sel_bwd_block cmp_fwd win_fwd select
 // (select_q_global, select_q_shared: its Q rows forced to one place) cmp_dq win_dq cmp_win_dq (the
 // two in one kernel) layer_fwd layer_bwd (layer_fwd_one_stream, layer_bwd_one_stream: without the
 // fork), and dkdv_{cmp,sel,win}:CHUNKS (the dK/dV kernel with CHUNKS CTAs per unit, at most the

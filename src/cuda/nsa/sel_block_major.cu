@@ -206,8 +206,17 @@ __device__ __forceinline__ void staged_run(const NsaParams& p, const ChunkArgs& 
   });
 }
 
+// Five CTAs per SM up to 64-wide heads: 127 registers a thread allowed four; capped at 102 (20
+// bytes of spills) the fifth fits beside the shared memory. Measured (H100 workshop, sel_fwd_block
+// with its sort and merge, m7c_125m): 8k 0.346 -> 0.335 ms, 16k 0.621 -> 0.612, 64k 2.518 -> 2.483;
+// at six (80 registers) the spills grow to 340 bytes.
+template <int DK>
+constexpr int sel_block_major_min_ctas() {
+  return DK <= 64 ? 5 : 1;
+}
+
 template <int DK, int DV>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, sel_block_major_min_ctas<DK>())
     sel_block_major_kernel(const NsaParams p, const ChunkArgs a) {
   constexpr bool kWgmma = wgmma_dims(DK, DV);
   constexpr int KT = key_tile<DK, DV>(), SK = tile_stride(DK), SV = tile_stride(DV);
