@@ -60,7 +60,9 @@ cudaGraphExec_t capture(const std::function<void()>& pass, cudaStream_t stream) 
   pass();
   NSA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
-  NSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  // The side stream's higher priority (StreamFork) is kept per node; without this flag every node
+  // would run at the launching stream's priority.
+  NSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
   NSA_CUDA_CHECK(cudaGraphDestroy(graph));
   return exec;
 }

@@ -51,4 +51,11 @@ int select_local_device() {
   return local % n;
 }
 
+int current_sm_count() {
+  int device = 0, sms = 0;
+  NSA_CUDA_CHECK(cudaGetDevice(&device));
+  NSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 }  // namespace nsa::cuda

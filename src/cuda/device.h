@@ -13,5 +13,7 @@ int device_count();
 int select_local_device();
 // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" for `device`.
 std::string device_description(int device);
+// Streaming multiprocessors of the current device (launch heuristics size grids by it).
+int current_sm_count();
 
 }  // namespace nsa::cuda

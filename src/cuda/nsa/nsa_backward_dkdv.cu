@@ -86,12 +86,6 @@ __device__ void store_rows(float* dst, const float acc[][4], int r, float scale,
   }
 }
 
-// Up to 64-wide heads the accumulators fit in 168 registers: three CTAs per SM instead of two.
-template <int DK>
-constexpr int dkdv_min_blocks() {
-  return DK <= 64 ? 3 : 1;
-}
-
 // Where a chunked CTA's dK/dV go. slots == 0: straight into the gradient (added to it with
 // `accumulate`). Otherwise into partial slot z = blockIdx.z (stored; summed later in slot order).
 struct DkdvOut {
@@ -551,7 +545,7 @@ struct UnitGrads {
 
 // Every branch, chunked: CTA (unit, g, z) takes chunk z of `chunks` of the unit's queries.
 template <int DK, int DV, Branch B>
-__global__ void __launch_bounds__(dkdv_threads<DK, DV>(), dkdv_min_blocks<DK>())
+__global__ void __launch_bounds__(dkdv_threads<DK, DV>(), dkdv_ctas_per_sm(DK))
     dkdv_kernel(const NsaParams p, const RowTile* __restrict__ units, int64_t chunks,
                 const DkdvOut out) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -619,7 +613,7 @@ __global__ void fill_items_kernel(const NsaParams p, const SelItems it, const Se
 // The selected branch fused (dK/dV + dq): CTA i takes work item i. A unit's only item adds its
 // dK/dV to the gradient itself; items of units with several write part[i] for reduce_items_kernel.
 template <int DK, int DV>
-__global__ void __launch_bounds__(dkdv_threads<DK, DV>(), dkdv_min_blocks<DK>())
+__global__ void __launch_bounds__(dkdv_threads<DK, DV>(), dkdv_ctas_per_sm(DK))
     sel_item_kernel(const NsaParams p, const SelItems it, const SelDqPass dq) {
   extern __shared__ __align__(16) unsigned char smem[];
   using Grads = UnitGrads<DK, DV, Branch::kSel, true>;

@@ -13,6 +13,12 @@ namespace nsa::cuda {
 // Key rows per unit (one CTA): 64 raw rows, compressed tokens, or rows of one selection block.
 constexpr int64_t kDkdvUnitRows = 64;
 
+// Resident dK/dV CTAs per SM the kernels are built for: up to 64-wide heads the accumulators fit
+// in 168 registers, three CTAs per SM instead of two; wider heads take what fits.
+__host__ __device__ constexpr int dkdv_ctas_per_sm(int64_t dk) {
+  return dk <= 64 ? 3 : 1;
+}
+
 // Units per selection block: ⌈l_sel / 64⌉.
 __host__ __device__ constexpr int64_t sel_units_per_block(int64_t l_sel) {
   return (l_sel + kDkdvUnitRows - 1) / kDkdvUnitRows;

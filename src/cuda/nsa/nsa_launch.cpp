@@ -5,10 +5,20 @@
 #include <algorithm>
 
 #include "common/convert.h"
+#include "device.h"
 #include "nsa_backward_dkdv.h"
 #include "nsa_kernels.h"
 
 namespace nsa::cuda {
+
+int64_t win_dkdv_chunks(const NsaParams& p, int64_t n_units) {
+  const int64_t ctas = n_units * p.G;
+  if (ctas >= 1024) return 1;
+  const int64_t slots = int64_t{dkdv_ctas_per_sm(p.dk)} * current_sm_count();
+  const auto waves = [&](int64_t n) { return (n + slots - 1) / slots; };
+  // Two chunks take ⌈2·ctas / slots⌉ waves of half the work each.
+  return waves(kWinChunks * ctas) < kWinChunks * waves(ctas) ? kWinChunks : 1;
+}
 
 int64_t dkdv_partial_floats(const NsaParams& p) {
   return std::max(std::max(kSelChunks, kWinChunks) * p.T, kCmpChunks * p.C) * p.G * (p.dk + p.dv);

@@ -32,11 +32,16 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kPairTile = 16 * kWarps;  // (entry, head) pairs per CTA tile: 16 MMA rows a warp
-constexpr int kPairsPerCta = 256;       // a CTA takes kPairsPerCta / hpg entries (at least 1)
+constexpr int kPairsPerCta = 256;       // a CTA takes kPairsPerCta / hpg entries (at least 1) …
+constexpr int kWideGroupPairsPerCta = 1024;  // … or this many pairs for groups of 16+ heads
 constexpr uint64_t kPadKey = ~0ull;
 
+// Groups of 16 or more heads take four times the pairs (a CTA's entries were only 16): measured
+// (H100 workshop, sel_fwd_block with sort and merge) paper_attn 16k 6.95 -> 6.62-6.69 ms, 32k
+// 14.15 -> 13.50. At m7c_125m (6 heads) 1,024 pairs lost at 64k (2.52 -> 2.61 ms, docs/perf.md).
 int entries_per_cta(int64_t hpg) {
-  return static_cast<int>(std::max<int64_t>(1, kPairsPerCta / hpg));
+  const int64_t pairs = hpg >= 16 ? kWideGroupPairsPerCta : kPairsPerCta;
+  return static_cast<int>(std::max<int64_t>(1, pairs / hpg));
 }
 
 // Block rows per shared sub-tile: 32 for the widest heads keeps dq, Q, dO, S and dP in registers

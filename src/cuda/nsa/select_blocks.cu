@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "device.h"
 #include "head_dims.h"
 #include "nsa_kernels.h"
 #include "tiles.cuh"
@@ -103,10 +104,7 @@ bool select_q_shared(SelectQ q, int dk, int64_t hpg, int64_t ctas) {
   if (q == SelectQ::kGlobal || select_wgmma(dk) || hpg * kRows * tile_stride(dk) * 2 > kQSmemMax)
     return false;
   if (q == SelectQ::kShared) return true;
-  int device = 0, sms = 0;
-  NSA_CUDA_CHECK(cudaGetDevice(&device));
-  NSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return ctas <= kQSharedCtasPerSm * sms;
+  return ctas <= kQSharedCtasPerSm * current_sm_count();
 }
 
 template <int DK, bool kRegTop, bool kQShared>
