@@ -1,4 +1,5 @@
 // Device discovery and the CUDA error helpers (see device.h, common/cuda_check.h).
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,9 +53,17 @@ int select_local_device() {
 }
 
 int current_sm_count() {
-  int device = 0, sms = 0;
+  // Asked once per device: launch sequences call this on every pass.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
   NSA_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kMaxDevices) {
+    if (const int sms = cached[device].load(std::memory_order_relaxed)) return sms;
+  }
+  int sms = 0;
   NSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (device < kMaxDevices) cached[device].store(sms, std::memory_order_relaxed);
   return sms;
 }
 
