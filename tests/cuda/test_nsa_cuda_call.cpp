@@ -242,6 +242,14 @@ struct CallCase {
 
 class CudaCallVsLayer : public ::testing::TestWithParam<CallCase> {};
 
+// cu_seqlens of n short sequences (some empty, every 97th longer): from 512 sequences on the
+// device-built layout scans in a kernel of its own before the fill (device_layout.cu).
+std::vector<int64_t> many_sequences(int n) {
+  std::vector<int64_t> cu{0};
+  for (int i = 0; i < n; ++i) cu.push_back(cu.back() + (i * 7) % 13 + (i % 97 == 0 ? 150 : 0));
+  return cu;
+}
+
 TEST_P(CudaCallVsLayer, BitIdenticalWithPhiAvg) {
   const CallCase& c = GetParam();
   const NsaConfig cfg = make_config(c.shape, c.hyper, Phi::kAvg, c.kv);
@@ -321,7 +329,19 @@ INSTANTIATE_TEST_SUITE_P(
                  KvMode::kSeparate,
                  {0, 70, 400, 401, 900},
                  true},
-        CallCase{"short", {4, 1, 16, 16}, {32, 16, 64, 4, 64}, KvMode::kSeparate, {0, 20}, true}),
+        CallCase{"short", {4, 1, 16, 16}, {32, 16, 64, 4, 64}, KvMode::kSeparate, {0, 20}, true},
+        CallCase{"many_seqs_scan_kernel",
+                 {4, 2, 16, 16},
+                 {16, 8, 32, 4, 40},
+                 KvMode::kSeparate,
+                 many_sequences(600),
+                 true},
+        CallCase{"many_seqs_fused_build",
+                 {4, 2, 16, 16},
+                 {16, 8, 32, 4, 40},
+                 KvMode::kShared,
+                 many_sequences(400),
+                 true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // φ = mlp: the compressed K/V to cuBLAS rounding; everything finite; the same selections almost

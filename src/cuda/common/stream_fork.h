@@ -10,7 +10,7 @@ namespace nsa::cuda {
 
 class StreamFork {
  public:
-  static constexpr int kEvents = 3;
+  static constexpr int kEvents = 4;
   StreamFork();  // the side stream at the device's highest priority, non-blocking
   ~StreamFork();
   StreamFork(const StreamFork&) = delete;

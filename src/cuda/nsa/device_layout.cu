@@ -1,6 +1,9 @@
-// The layout tables built on the device (see device_layout.h): one single-CTA kernel sanitises
-// cu_seqlens and scans the per-sequence counts into offsets, one grid fills every table entry by a
-// binary search over those offsets (layout_tables.h), one more zeros compressed-gradient padding.
+// The layout tables built on the device (see device_layout.h): a scan sanitises cu_seqlens and
+// scans the per-sequence counts into offsets, a grid fills every table entry by a binary search
+// over those offsets (layout_tables.h); one more kernel zeros compressed-gradient padding. Up to
+// kFusedMaxSeqs sequences each CTA of the fill runs the scan itself into shared memory (one
+// launch, no dependent step: the tables are rebuilt at the start of every pass of the C ABI);
+// beyond, one single-CTA scan kernel runs first.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -19,6 +22,9 @@ static_assert(layout::kTileRows == kQueryTileRows && layout::kTileRows == kDkdvU
 
 constexpr int kScanThreads = 512;
 constexpr int kThreads = 256;
+// The fused build's shared arrays: cu_seqlens and the five offset arrays, N + 1 entries each.
+constexpr int kFusedArrays = 6;
+constexpr int kFusedMaxSeqs = 512;
 
 __host__ __device__ int64_t max64(int64_t a, int64_t b) {
   return a > b ? a : b;
@@ -42,16 +48,18 @@ __device__ void store_offsets(const DeviceLayout& L, int64_t n, const layout::Se
   L.blk_offsets[n] = c.blocks;
 }
 
-// One CTA: thread t owns a contiguous run of cu_seqlens entries (then of sequences); block scans
-// carry the running maximum of the raw entries and the per-sequence counts across threads.
-__global__ void __launch_bounds__(kScanThreads)
-    scan_kernel(layout::Hyper h, const int64_t* __restrict__ raw_cu, DeviceLayout L) {
-  using MaxScan = cub::BlockScan<int64_t, kScanThreads>;
-  using CountScan = cub::BlockScan<layout::SeqCounts, kScanThreads>;
-  __shared__ union {
-    typename MaxScan::TempStorage max;
-    typename CountScan::TempStorage counts;
-  } tmp;
+using MaxScan = cub::BlockScan<int64_t, kScanThreads>;
+using CountScan = cub::BlockScan<layout::SeqCounts, kScanThreads>;
+union ScanTemp {
+  typename MaxScan::TempStorage max;
+  typename CountScan::TempStorage counts;
+};
+
+// One CTA of kScanThreads writes L's cu_seqlens and offset arrays (wherever they point: global or
+// shared memory): thread t owns a contiguous run of cu_seqlens entries (then of sequences); block
+// scans carry the running maximum of the raw entries and the per-sequence counts across threads.
+__device__ void scan_layout(layout::Hyper h, const int64_t* __restrict__ raw_cu,
+                            const DeviceLayout& L, ScanTemp& tmp) {
   const int64_t N = L.N, T = L.T;
   const auto raw = [&](int64_t e) { return raw_cu ? raw_cu[e] : e * (T / N); };
 
@@ -83,11 +91,18 @@ __global__ void __launch_bounds__(kScanThreads)
   if (threadIdx.x == 0) store_offsets(L, N, total);
 }
 
+__global__ void __launch_bounds__(kScanThreads)
+    scan_kernel(layout::Hyper h, const int64_t* __restrict__ raw_cu, DeviceLayout L) {
+  __shared__ ScanTemp tmp;
+  scan_layout(h, raw_cu, L, tmp);
+}
+
 __device__ RowTile row_tile(const layout::Tile& t) {
   return RowTile{static_cast<int32_t>(t.seq), static_cast<int32_t>(t.rows), t.first};
 }
 
-__global__ void fill_kernel(layout::Hyper h, DeviceLayout L) {
+// Every table entry of L from its (sanitised) cu_seqlens and offsets.
+__device__ void fill_tables(layout::Hyper h, const DeviceLayout& L) {
   const int64_t N = L.N;
   const layout::Capacities& c = L.caps;
   const int64_t n = max64(max64(L.T, c.cmp), max64(c.row_tiles, max64(c.sel_units, c.cmp_units)));
@@ -110,6 +125,33 @@ __global__ void fill_kernel(layout::Hyper h, DeviceLayout L) {
       L.cmp_units[i] = row_tile(layout::tile_entry(L.cmp_offsets, L.cmp_unit_offsets, N, i));
     }
   }
+}
+
+__global__ void fill_kernel(layout::Hyper h, DeviceLayout L) {
+  fill_tables(h, L);
+}
+
+// The scan and the fill in one launch for N < kFusedMaxSeqs: each CTA scans into shared memory
+// (the same arithmetic as scan_kernel, so the same tables), CTA 0 also stores the arrays.
+__global__ void __launch_bounds__(kScanThreads)
+    fused_kernel(layout::Hyper h, const int64_t* __restrict__ raw_cu, DeviceLayout L) {
+  __shared__ ScanTemp tmp;
+  __shared__ int64_t arrays[kFusedArrays][kFusedMaxSeqs];
+  DeviceLayout S = L;
+  int64_t* const* global[kFusedArrays] = {&L.cu_seqlens,       &L.cmp_offsets,
+                                          &L.blk_offsets,      &L.tile_offsets,
+                                          &L.sel_unit_offsets, &L.cmp_unit_offsets};
+  int64_t** local[kFusedArrays] = {&S.cu_seqlens,   &S.cmp_offsets,      &S.blk_offsets,
+                                   &S.tile_offsets, &S.sel_unit_offsets, &S.cmp_unit_offsets};
+  for (int a = 0; a < kFusedArrays; ++a) *local[a] = arrays[a];
+  scan_layout(h, raw_cu, S, tmp);
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    for (int a = 0; a < kFusedArrays; ++a) {
+      for (int64_t e = threadIdx.x; e <= L.N; e += blockDim.x) (*global[a])[e] = arrays[a][e];
+    }
+  }
+  fill_tables(h, S);
 }
 
 __global__ void zero_padding_kernel(const int64_t* __restrict__ cmp_offsets, int64_t N,
@@ -150,10 +192,17 @@ void launch_build_device_layout(const NsaConfig& cfg, const DeviceLayout& L,
                                 const int64_t* cu_seqlens, cudaStream_t stream) {
   NSA_CHECK(cu_seqlens || L.T % L.N == 0, "without cu_seqlens the ", L.T,
             " tokens must split into ", L.N, " sequences of equal length");
-  scan_kernel<<<1, kScanThreads, 0, stream>>>(hyper(cfg), cu_seqlens, L);
-  NSA_CUDA_LAUNCH_CHECK();
   const layout::Capacities& c = L.caps;
   const int64_t n = std::max({L.T, c.cmp, c.row_tiles, c.sel_units, c.cmp_units});
+  if (L.N < kFusedMaxSeqs) {  // one launch; at least one CTA, which stores the arrays
+    const int64_t blocks = std::clamp<int64_t>((n + kScanThreads - 1) / kScanThreads, 1, 2048);
+    fused_kernel<<<static_cast<unsigned>(blocks), kScanThreads, 0, stream>>>(hyper(cfg), cu_seqlens,
+                                                                             L);
+    NSA_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  scan_kernel<<<1, kScanThreads, 0, stream>>>(hyper(cfg), cu_seqlens, L);
+  NSA_CUDA_LAUNCH_CHECK();
   if (n == 0) return;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
   fill_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(hyper(cfg), L);

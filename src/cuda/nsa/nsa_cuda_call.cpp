@@ -10,7 +10,6 @@
 #include <atomic>
 #include <unordered_map>
 
-#include "common/convert.h"
 #include "common/cublas_check.h"
 #include "common/cuda_check.h"
 #include "common/workspace.h"
@@ -89,6 +88,9 @@ void lay_out(Call& c, const NsaConfig& cfg, int64_t T, int64_t N, const NsaCudaI
     for (int b = 0; b < kNumBranches; ++b) {
       const int kv = cfg.kv_index(b);
       p.d_k[b] = d_k[kv], p.d_v[b] = d_v[kv];
+      // One copy per gradient buffer: shared K/V's (index 0) after its last writer.
+      p.d_k_bf16[b] = kv == b ? io.d_k_bf16[b] : nullptr;
+      p.d_v_bf16[b] = kv == b ? io.d_v_bf16[b] : nullptr;
       p.d_gate[b] = io.grads_bf16 ? nullptr : io.d_gate[b];
       p.d_gate_bf16[b] = io.grads_bf16 ? io.d_gate_bf16[b] : nullptr;
       p.delta[b] = ws.take<float>(T * H);
@@ -215,16 +217,7 @@ void nsa_cuda_backward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t
   c.scratch.fork = stream_fork();
   launch_build_device_layout(cfg, c.layout, cu_seqlens, stream);
   launch_nsa_backward_recompute(c.p, c.scratch, stream);
-  launch_nsa_backward(cfg, c.p, c.tables, c.scratch, stream);
-  if (io.grads_bf16) {  // d_q and d_gate are written in bf16 already
-    F32ToBf16Batch batch;
-    for (int b = 0; b < kNumBranches; ++b) {
-      if (cfg.kv_index(b) != b) continue;
-      batch.add(c.p.d_k[b], io.d_k_bf16[b], T * cfg.groups * cfg.dk);
-      batch.add(c.p.d_v[b], io.d_v_bf16[b], T * cfg.groups * cfg.dv);
-    }
-    launch_f32_to_bf16_batch(batch, stream);
-  }
+  launch_nsa_backward(cfg, c.p, c.tables, c.scratch, stream);  // bf16 gradients included
 }
 
 }  // namespace nsa::cuda

@@ -34,6 +34,17 @@ void convert_compressed_kv(const NsaParams& p, cudaStream_t stream) {
   launch_f32_to_bf16_batch(batch, stream);
 }
 
+// The bf16 copies of branch b's K/V gradient, where the caller wants them (p.d_k_bf16), once the
+// gradient's last writer is issued on `stream`: each copy overlaps the rest of the backward instead
+// of following it.
+void convert_kv_grads(const NsaParams& p, int b, cudaStream_t stream) {
+  if (!p.d_k_bf16[b] && !p.d_v_bf16[b]) return;
+  F32ToBf16Batch batch;
+  batch.add(p.d_k[b], p.d_k_bf16[b], p.T * p.G * p.dk);
+  batch.add(p.d_v[b], p.d_v_bf16[b], p.T * p.G * p.dv);
+  launch_f32_to_bf16_batch(batch, stream);
+}
+
 }  // namespace
 
 void launch_nsa_forward(const NsaParams& p, const NsaTables& t, const NsaScratch& s,
@@ -108,18 +119,21 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   if (!block_major) launch_selected_dq(p, stream);
   if (fork) {  // launched first: the side stream has the higher priority
     fork->record(1, stream);
+    // Event 3: its dK/dV done, so that this stream converts them beside the d_q merge.
     run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, false,
-                                 sel_stream, fork->event(1));
+                                 sel_stream, fork->event(1), fork->event(3));
   }
   launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles,
                            win_dkdv_chunks(p, t.n_row_tiles), false, s.partial, stream);
   // With shared K/V the window wrote the gradient first; the selected branch adds to it.
+  if (!shared) convert_kv_grads(p, 2, stream);
   if (block_major && !fork) {  // its dq too, in the same pass
     run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, shared, stream);
   } else if (!block_major) {
     launch_nsa_backward_dkdv(p, Branch::kSel, t.sel_units, t.n_sel_units, kSelChunks, shared,
                              s.partial, stream);
   }
+  if (!shared && !fork) convert_kv_grads(p, 1, stream);
   launch_nsa_backward_dkdv(p, Branch::kCmp, t.cmp_units, t.n_cmp_units, kCmpChunks, false,
                            s.partial, stream);
   if (s.mlp_k) {
@@ -132,7 +146,11 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   } else {
     launch_compress_avg_backward(p, shared, stream);
   }
-  if (fork) fork->record(2, sel_stream), fork->wait(stream, 2);
+  convert_kv_grads(p, 0, stream);  // the compressed branch's raw K/V (or the shared) gradient
+  if (fork) {
+    if (p.T > 0) fork->wait(stream, 3), convert_kv_grads(p, 1, stream);
+    fork->record(2, sel_stream), fork->wait(stream, 2);
+  }
 }
 
 }  // namespace nsa::cuda

@@ -69,6 +69,10 @@ struct NsaParams {
   float* d_v_cmp;  // [C, G, dv]
   float* d_k[3];   // raw-key gradients per branch ([T, G, dk]); shared: all three alias one
   float* d_v[3];
+  // Optional bf16 copies of d_k / d_v (the C ABI's bf16 gradients), converted as soon as each
+  // gradient's last writer has run (nsa_launch.cpp); null: not wanted.
+  bf16* d_k_bf16[3];
+  bf16* d_v_bf16[3];
   // Inverted selection index (built in the backward): entries sorted by (group, block, row, slot);
   // entry e's low 32 bits are row·n_sel + slot (the query row and which of its n_sel choices the
   // block is); (g, block gb) owns [sel_seg_start[g·TB + gb], sel_seg_end[g·TB + gb]).

@@ -582,7 +582,8 @@ void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
 
 void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
                                   const RowTile* units, int64_t n_units, bool accumulate,
-                                  cudaStream_t stream, cudaEvent_t merge_after) {
+                                  cudaStream_t stream, cudaEvent_t merge_after,
+                                  cudaEvent_t dkdv_done) {
   if (p.T == 0) return;
   NSA_CHECK(n_units <= v.n_units, "selected branch (block-major): ", n_units,
             " units, the scratch was carved for ", v.n_units);
@@ -596,6 +597,7 @@ void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v
     for (int64_t r0 = 0; r0 < p.T; r0 += v.rows) {
       const int64_t nr = std::min(v.rows, p.T - r0);
       launch_sel_dkdv_dq(p, units, n_units, SelDqPass{r0, r0 + nr, v.part}, scratch, stream);
+      if (dkdv_done && r0 + nr >= p.T) NSA_CUDA_CHECK(cudaEventRecord(dkdv_done, stream));
       NSA_CHECK(nr * p.H < (int64_t{1} << 31), "selected branch (block-major): ", nr * p.H,
                 " (row, head) pairs in a chunk do not fit the merge's 32-bit indices");
       const unsigned merge_ctas = static_cast<unsigned>((nr * p.H + 7) / 8);  // a warp per pair

@@ -71,10 +71,12 @@ void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
                                  cudaEvent_t merge_after = nullptr);
 // The selected branch's dK/dV (= or, with `accumulate`, += into p.d_k[1] / p.d_v[1]) over the
 // selection units, and d_q += its dq. Needs the inverted selection index attached to p.
-// merge_after: an event the first d_q merge waits for (d_q written on another stream), or null.
+// merge_after: an event the first d_q merge waits for (d_q written on another stream), or null;
+// dkdv_done: an event recorded once the last dK/dV pass is issued (before the last merge), or null.
 void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
                                   const RowTile* units, int64_t n_units, bool accumulate,
-                                  cudaStream_t stream, cudaEvent_t merge_after = nullptr);
+                                  cudaStream_t stream, cudaEvent_t merge_after = nullptr,
+                                  cudaEvent_t dkdv_done = nullptr);
 
 // The scratch in memory of its own that grows to the largest shape seen (layers of one model
 // share one).
