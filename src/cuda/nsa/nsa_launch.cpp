@@ -11,8 +11,8 @@
 
 namespace nsa::cuda {
 
-int64_t win_dkdv_chunks(const NsaParams& p, int64_t n_units) {
-  const int64_t ctas = n_units * p.G;
+int64_t win_dkdv_chunks(const NsaParams& p) {
+  const int64_t ctas = (p.T + kDkdvUnitRows - 1) / kDkdvUnitRows * p.G;
   if (ctas >= 1024) return 1;
   const int64_t slots = int64_t{dkdv_ctas_per_sm(p.dk)} * current_sm_count();
   const auto waves = [&](int64_t n) { return (n + slots - 1) / slots; };
@@ -124,7 +124,7 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
                                  sel_stream, fork->event(1), fork->event(3));
   }
   launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles,
-                           win_dkdv_chunks(p, t.n_row_tiles), false, s.partial, stream);
+                           win_dkdv_chunks(p), false, s.partial, stream);
   // With shared K/V the window wrote the gradient first; the selected branch adds to it.
   if (!shared) convert_kv_grads(p, 2, stream);
   if (block_major && !fork) {  // its dq too, in the same pass

@@ -26,14 +26,16 @@ namespace nsa::cuda {
 // hot (block 0 is forced for every query); the window's units are many and even.
 constexpr int64_t kCmpChunks = 64, kSelChunks = 16, kWinChunks = 2;
 
-// The window's chunks per unit for n_units units: 1 from 1024 unit CTAs (with the groups) on – no
+// The window's chunks per unit: 1 from 1024 unit CTAs (⌈T / 64⌉ units with the groups) on – no
 // partials to add up; below, kWinChunks where that fills the last wave better (counted in units of
-// a one-chunk CTA's work, at dkdv_ctas_per_sm per SM), else 1. Measured (H100, docs/perf.md):
+// a one-chunk CTA's work, at dkdv_ctas_per_sm per SM), else 1. Counted from T alone, not from a
+// table's length, so that host-built tables and the C ABI's device-built ones (whose length is a
+// capacity) pick the same count – and the same bits. Measured (H100, docs/perf.md):
 // kernel alone (nsa_workshop dkdv_win:1 / :2) m7c_125m 16k (512 unit CTAs: 1.3 waves or 2.6 half
 // waves) 0.281 / 0.257 ms, 64k (2048) 0.810 / 0.885, paper_attn 16k (1024) 3.131 / 3.313; the
 // backward (layer_bwd, two chunks / one) m7c_125m 4k (128: 0.32 waves) 0.431 / 0.456, 8k (256:
 // 0.65 waves or 1.3 half waves) 0.818 / 0.793.
-int64_t win_dkdv_chunks(const NsaParams& p, int64_t n_units);
+int64_t win_dkdv_chunks(const NsaParams& p);
 
 // Floats of the dK/dV partial sums for p's sizes.
 int64_t dkdv_partial_floats(const NsaParams& p);
