@@ -29,10 +29,11 @@ constexpr int kKeyTile = 64;           // compressed tokens per tile
 // The group's Q rows of a CTA staged once in shared memory and read by ldmatrix per head and tile,
 // instead of loaded from global memory per head and tile: for mma.sync (dk <= 64 here) when they
 // fit kQSmemMax and the grid is short (at most kQSharedCtasPerSm CTAs per SM). The extra shared
-// memory costs a CTA per SM (3 -> 2 at m7c_125m): worth it when the longest CTAs bound the kernel,
-// not when many waves do. Measured (H100 workshop, m7c_125m): 8k 0.137 -> 0.119 ms, 16k 0.259 ->
-// 0.235, 64k 2.48 -> 2.59 (so 64k keeps the reloads); loading the next head's rows while this
-// one's products run instead cost 224 registers and was slower everywhere (16k 0.286, 64k 3.43).
+// memory costs CTAs per SM (4 -> 2 at m7c_125m, select_min_ctas): worth it when the longest CTAs
+// bound the kernel, not when many waves do. Measured (H100 workshop, m7c_125m, against the reloads
+// at 3 CTAs per SM): 8k 0.137 -> 0.119 ms, 16k 0.259 -> 0.235, 64k 2.48 -> 2.59 (so 64k keeps the
+// reloads); loading the next head's rows while this one's products run instead cost 224
+// registers and was slower everywhere (16k 0.286, 64k 3.43).
 constexpr int64_t kQSmemMax = 64 * 1024;
 constexpr int64_t kQSharedCtasPerSm = 4;
 
@@ -51,8 +52,11 @@ __host__ __device__ inline SelectSmem select_smem(int dk, int64_t hpg, int64_t n
   s.top_s = s.lse2 + hpg * kRows * 4;
   s.top_i = s.top_s + 2 * kRows * n_sel * 4;
   s.top_n = s.top_i + 2 * kRows * n_sel * 4;
-  s.merged = s.top_n + 2 * kRows * 4;
-  s.q = s.merged + kRows * n_sel * 4;
+  // The merged lists are written after the tile loop: they take the dead K tiles, strip and lse
+  // where they fit (a fourth CTA per SM at m7c_125m).
+  const int64_t merged_bytes = kRows * n_sel * 4;
+  s.merged = merged_bytes <= s.top_s ? 0 : s.top_n + 2 * kRows * 4;
+  s.q = s.top_n + 2 * kRows * 4 + (s.merged == 0 ? 0 : merged_bytes);
   s.total = s.q + (q_shared ? hpg * kRows * tile_stride(dk) * 2 : 0);
   return s;
 }
@@ -107,8 +111,17 @@ bool select_q_shared(SelectQ q, int dk, int64_t hpg, int64_t ctas) {
   return ctas <= kQSharedCtasPerSm * current_sm_count();
 }
 
+// CTAs per SM the register cap aims for: four on the long grids of heads up to 64 (Q reloaded,
+// register top lists), where three were limited by registers (160) and shared memory alike; with
+// the scores of half a key tile at a time and the merged lists in the dead K tiles, 128 registers
+// and no spills. Measured (H100 workshop, m7c_125m): 32k 0.744 -> 0.629 ms, 64k 2.470 -> 2.187.
 template <int DK, bool kRegTop, bool kQShared>
-__global__ void __launch_bounds__(kThreads)
+constexpr int select_min_ctas() {
+  return DK <= 64 && kRegTop && !kQShared ? 4 : 1;
+}
+
+template <int DK, bool kRegTop, bool kQShared>
+__global__ void __launch_bounds__(kThreads, select_min_ctas<DK, kRegTop, kQShared>())
     select_blocks_kernel(const NsaParams p, const RowTile* __restrict__ tiles, int halo) {
   constexpr bool kWgmma = select_wgmma(DK);
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -238,34 +251,40 @@ __global__ void __launch_bounds__(kThreads)
         } else {
           load_a_rows<DK>(qf, [&](int r) { return q_row(hh, warp * 16 + r); });
         }
-        float s[kKeyTile / 8][4];
-        if constexpr (kWgmma) {
-          wgmma_a_bt<DK, kKeyTile>(s, qf, reinterpret_cast<const unsigned char*>(kt));
-        } else {
-#pragma unroll
-          for (int nt = 0; nt < kKeyTile / 8; ++nt)
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-          mma_a_bt<DK, kKeyTile / 8>(s, qf, kt);
-        }
         const float lo = lse2[hh * kRows + r_lo], hi = lse2[hh * kRows + r_lo + 8];
-        const auto accumulate = [&](auto whole_tile) {
+        // On mma.sync the tile's keys in two halves of 32: a half's scores take 16 registers, not
+        // 32 (the register cap of four CTAs per SM, select_min_ctas).
+        constexpr int kHalves = kWgmma ? 1 : 2, kNt = kKeyTile / 8 / kHalves;
 #pragma unroll
-          for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+        for (int hs = 0; hs < kHalves; ++hs) {
+          float s[kNt][4];
+          if constexpr (kWgmma) {
+            wgmma_a_bt<DK, kKeyTile>(s, qf, reinterpret_cast<const unsigned char*>(kt));
+          } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float pr = fast_exp2(fmaf(s[nt][e], sl2, -(e < 2 ? lo : hi)));
-              if constexpr (decltype(whole_tile)::value) {
-                gp[nt][e] += pr;
-              } else {
-                gp[nt][e] += (vis_bits >> (4 * nt + e)) & 1u ? pr : 0.0f;
+            for (int nt = 0; nt < kNt; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            mma_a_bt<DK, kNt>(s, qf, kt + hs * kNt * 8 * tile_stride(DK));
+          }
+          const auto accumulate = [&](auto whole_tile) {
+#pragma unroll
+            for (int nt = 0; nt < kNt; ++nt) {
+              const int ng = hs * kNt + nt;  // the n-tile within the key tile
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float pr = fast_exp2(fmaf(s[nt][e], sl2, -(e < 2 ? lo : hi)));
+                if constexpr (decltype(whole_tile)::value) {
+                  gp[ng][e] += pr;
+                } else {
+                  gp[ng][e] += (vis_bits >> (4 * ng + e)) & 1u ? pr : 0.0f;
+                }
               }
             }
+          };
+          if (whole) {
+            accumulate(std::true_type{});
+          } else {
+            accumulate(std::false_type{});
           }
-        };
-        if (whole) {
-          accumulate(std::true_type{});
-        } else {
-          accumulate(std::false_type{});
         }
       }
 #pragma unroll
