@@ -15,7 +15,9 @@ and sequence length, one sequence of S tokens:
   - op, back to back: --reps forward + backward passes with no synchronisation in between, total
     time / reps – a training step's situation, where the host runs ahead of the GPU; --windows
     such windows, the median reported (one slow pass – a collection, the allocator – moves a
-    single window's mean by a percent at these lengths).
+    single window's mean by a percent at these lengths); "op host" is the host's time to issue
+    one such pass (before the window's synchronisation): where it nears "op b2b", the host, not
+    the GPU, bounds the loop.
   - with --profile: torch.profiler over one back-to-back window, every GPU kernel's time per pass
     (what the op launches beyond the C++ benchmark's kernels shows there).
   - SDPA: bench/dense_attention.py's timing (K/V repeated to H heads) with the cuDNN and the flash
@@ -32,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -118,18 +121,21 @@ def op_times(config, S, reps, windows, profile):
         f_ms.append(e0.elapsed_time(e1))
         b_ms.append(e1.elapsed_time(e2))
     del o
-    loops = []
+    loops, hosts = [], []
     for _ in range(windows):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
+        t0 = time.perf_counter()
         for _ in range(reps):
             bwd(fwd())
+        hosts.append((time.perf_counter() - t0) * 1e3 / reps)  # issue only: before the sync
         b.record()
         torch.cuda.synchronize()
         loops.append(a.elapsed_time(b) / reps)
     if profile:
         print_kernel_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S))
-    return statistics.median(f_ms), statistics.median(b_ms), statistics.median(loops)
+    return (statistics.median(f_ms), statistics.median(b_ms), statistics.median(loops),
+            statistics.median(hosts))
 
 
 def print_kernel_profile(step, reps, title):
@@ -191,27 +197,28 @@ def main():
             else:
                 sys.exit("pytorch_op.py: no C++ numbers for %s S=%d: pass --nsa-binary or "
                          "--cpp-json" % (config, S))
-            of, ob, loop = op_times(config, S, a.reps, a.windows, a.profile)
+            of, ob, loop, host = op_times(config, S, a.reps, a.windows, a.profile)
             torch.cuda.empty_cache()
             sdpa = sdpa_best(config, S, a.reps)
             rows.append(dict(bench="pytorch_op", config=config, S=S, cpp_fwd_ms=cf, cpp_bwd_ms=cb,
-                             op_fwd_ms=of, op_bwd_ms=ob, op_loop_ms=loop,
+                             op_fwd_ms=of, op_bwd_ms=ob, op_loop_ms=loop, op_host_ms=host,
                              sdpa_ms=sdpa[0] if sdpa else None,
                              sdpa_backend=sdpa[1] if sdpa else None,
                              device=torch.cuda.get_device_name(),
                              torch=torch.__version__))
     head = ("config", "S", "C++ fwd", "C++ bwd", "C++ total", "op fwd", "op bwd", "op total",
-            "overhead", "op b2b", "overhead", "SDPA", "backend", "op/SDPA")
-    print(("%-11s %6s" + " %9s" * 10 + " %8s %8s") % head)
+            "overhead", "op b2b", "overhead", "op host", "SDPA", "backend", "op/SDPA")
+    print(("%-11s %6s" + " %9s" * 11 + " %8s %8s") % head)
     for r in rows:
         cpp, op = r["cpp_fwd_ms"] + r["cpp_bwd_ms"], r["op_fwd_ms"] + r["op_bwd_ms"]
         sd = r["sdpa_ms"]
-        print(("%-11s %6d" + " %9.3f" * 6 + " %8.1f%% %9.3f %8.1f%% %9s %8s %8s")
+        print(("%-11s %6d" + " %9.3f" * 6 + " %8.1f%% %9.3f %8.1f%% %9.3f %9s %8s %8s")
               % (r["config"], r["S"], r["cpp_fwd_ms"], r["cpp_bwd_ms"], cpp, r["op_fwd_ms"],
                  r["op_bwd_ms"], op, 100 * (op / cpp - 1), r["op_loop_ms"],
-                 100 * (r["op_loop_ms"] / cpp - 1), "%.3f" % sd if sd else "-",
+                 100 * (r["op_loop_ms"] / cpp - 1), r["op_host_ms"], "%.3f" % sd if sd else "-",
                  r["sdpa_backend"] or "-", "%.2fx" % (op / sd) if sd else "-"))
     print("(ms; overhead = op / C++ − 1; op b2b = forward + backward passes back to back; "
+          "op host = the host's time to issue one of them – at op b2b the passes are host-bound; "
           "op/SDPA > 1: the op is slower than dense)")
     if a.json:
         with open(a.json, "w") as f:

@@ -7,8 +7,8 @@ pointers on the current CUDA stream: the inputs are passed as they are (no copie
 a workspace tensor from PyTorch's caching allocator – so nothing inside allocates, frees or waits
 for the host, and a forward + backward can be captured into a CUDA graph. With
 torch.library.custom_op (PyTorch ≥ 2.4) they carry fake implementations and an autograd formula,
-so torch.compile keeps them opaque; an older PyTorch gets the same two functions under a
-torch.autograd.Function.
+so torch.compile keeps them opaque; eagerly (and on an older PyTorch) the same two functions run
+under a torch.autograd.Function, without the dispatcher's Python round trips.
 
 Op arguments: xs, the present slots of ops.py's 20 (q, k×3, v×3, g×3, φ_k×5, φ_v×5: shared K/V
 drops k/v of sel and win, φ = avg drops the φ parameters) as bfloat16, φ parameters float32;
@@ -243,7 +243,8 @@ if HAS_CUSTOM_OP:
 
 
 class AttentionFunction(torch.autograd.Function):
-    """The same two calls for a PyTorch without torch.library.custom_op (no torch.compile)."""
+    """The same two calls outside torch.compile (and on a PyTorch without torch.library.custom_op,
+    which then has no torch.compile path)."""
 
     @staticmethod
     def forward(ctx, cu_seqlens, num_seqs, cfg, scale, *xs):
@@ -267,9 +268,16 @@ class AttentionFunction(torch.autograd.Function):
                 *_input_grads(xs, flat_bf, flat32, ctx.needs_input_grad[4:]))
 
 
+_compiler = getattr(torch, "compiler", None)
+_is_compiling = getattr(_compiler, "is_compiling", None) or (lambda: False)
+
+
 def run_forward(xs, cu_seqlens, num_seqs, cfg, scale):
-    """The forward op (custom op where available): the list of forward_impl's outputs."""
-    if HAS_CUSTOM_OP:
+    """The forward op: the list of forward_impl's outputs. Under torch.compile the custom op (opaque
+    to it); eagerly the same two calls under AttentionFunction, which skips the dispatcher's round
+    trips through Python – about 0.5 ms of host time per call each way at PyTorch 2.11, which at
+    `m7c_125m` 16k made the host the bound of back-to-back passes (docs/perf.md)."""
+    if HAS_CUSTOM_OP and _is_compiling():
         return torch.ops.nsa.attention_fwd(xs, cu_seqlens, num_seqs, cfg, scale)
     return list(AttentionFunction.apply(cu_seqlens, num_seqs, cfg, scale, *xs))
 
