@@ -18,6 +18,8 @@ and sequence length, one sequence of S tokens:
     single window's mean by a percent at these lengths); "op host" is the host's time to issue
     one such pass (before the window's synchronisation): where it nears "op b2b", the host, not
     the GPU, bounds the loop.
+  - op, CUDA graph: forward + backward captured once (torch.cuda.graph) and replayed, the median
+    of --reps replays: the op without the host (torch.compile's "reduce-overhead" situation).
   - with --profile: torch.profiler over one back-to-back window, every GPU kernel's time per pass
     (what the op launches beyond the C++ benchmark's kernels shows there).
   - SDPA: bench/dense_attention.py's timing (K/V repeated to H heads) with the cuDNN and the flash
@@ -54,24 +56,25 @@ SHAPES = {  # H, G, dk, dv, l, d, l_sel, n_sel, w (configs/*.yaml, src/core/pres
 
 
 def cpp_times(binary, config, S, reps):
-    """(fwd_ms, bwd_ms) of `nsa bench attention --device cuda` for one shape."""
+    """(fwd_ms, bwd_ms, graph_ms) of `nsa bench attention --device cuda` for one shape (graph_ms:
+    forward + backward replayed from CUDA graphs; None from a build that did not time them)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "nsa.jsonl")
         subprocess.run([binary, "bench", "attention", "--device", "cuda", "--config", config,
                         "--seq-lens", str(S), "--reps", str(reps), "--json", out], check=True,
                        stdout=subprocess.DEVNULL)
         rec = json.loads(Path(out).read_text().splitlines()[0])
-    return rec["fwd_ms"], rec["bwd_ms"]
+    return rec["fwd_ms"], rec["bwd_ms"], rec.get("graph_ms")
 
 
 def cpp_times_from_files(paths):
-    """{(config, S): (fwd_ms, bwd_ms)} from `nsa bench attention --json` files."""
+    """{(config, S): (fwd_ms, bwd_ms, graph_ms)} from `nsa bench attention --json` files."""
     out = {}
     for p in paths:
         for line in Path(p).read_text().splitlines():
             rec = json.loads(line)
             if rec.get("device") == "cuda":
-                out[(rec["config"], rec["S"])] = (rec["fwd_ms"], rec["bwd_ms"])
+                out[(rec["config"], rec["S"])] = (rec["fwd_ms"], rec["bwd_ms"], rec.get("graph_ms"))
     return out
 
 
@@ -135,7 +138,34 @@ def op_times(config, S, reps, windows, profile):
     if profile:
         print_kernel_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S))
     return (statistics.median(f_ms), statistics.median(b_ms), statistics.median(loops),
-            statistics.median(hosts))
+            statistics.median(hosts), graph_ms(fwd, bwd, reps))
+
+
+def graph_ms(fwd, bwd, reps):
+    """Forward + backward captured once into a CUDA graph and replayed: the median of `reps`
+    replays (what torch.compile's "reduce-overhead" mode or a hand-captured training step gets:
+    no host time, no launch gaps)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graph wants
+        for _ in range(2):
+            bwd(fwd())
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        bwd(fwd())
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    del graph
+    return statistics.median(times)
 
 
 def print_kernel_profile(step, reps, title):
@@ -191,34 +221,43 @@ def main():
             sys.exit("pytorch_op.py: unknown config '%s'; known: %s" % (config, ", ".join(SHAPES)))
         for S in (int(s) for s in a.seq_lens.split(",")):
             if (config, S) in given:
-                cf, cb = given[(config, S)]
+                cf, cb, cg = given[(config, S)]
             elif a.nsa_binary:
-                cf, cb = cpp_times(a.nsa_binary, config, S, a.reps)
+                cf, cb, cg = cpp_times(a.nsa_binary, config, S, a.reps)
             else:
                 sys.exit("pytorch_op.py: no C++ numbers for %s S=%d: pass --nsa-binary or "
                          "--cpp-json" % (config, S))
-            of, ob, loop, host = op_times(config, S, a.reps, a.windows, a.profile)
+            of, ob, loop, host, graph = op_times(config, S, a.reps, a.windows, a.profile)
             torch.cuda.empty_cache()
             sdpa = sdpa_best(config, S, a.reps)
             rows.append(dict(bench="pytorch_op", config=config, S=S, cpp_fwd_ms=cf, cpp_bwd_ms=cb,
+                             cpp_graph_ms=cg,
                              op_fwd_ms=of, op_bwd_ms=ob, op_loop_ms=loop, op_host_ms=host,
+                             op_graph_ms=graph,
                              sdpa_ms=sdpa[0] if sdpa else None,
                              sdpa_backend=sdpa[1] if sdpa else None,
                              device=torch.cuda.get_device_name(),
                              torch=torch.__version__))
     head = ("config", "S", "C++ fwd", "C++ bwd", "C++ total", "op fwd", "op bwd", "op total",
-            "overhead", "op b2b", "overhead", "op host", "SDPA", "backend", "op/SDPA")
-    print(("%-11s %6s" + " %9s" * 11 + " %8s %8s") % head)
+            "overhead", "op b2b", "overhead", "op host", "C++ graph", "op graph", "overhead",
+            "SDPA", "backend", "op/SDPA")
+    print(("%-11s %6s" + " %9s" * 14 + " %8s %8s") % head)
     for r in rows:
         cpp, op = r["cpp_fwd_ms"] + r["cpp_bwd_ms"], r["op_fwd_ms"] + r["op_bwd_ms"]
         sd = r["sdpa_ms"]
-        print(("%-11s %6d" + " %9.3f" * 6 + " %8.1f%% %9.3f %8.1f%% %9.3f %9s %8s %8s")
+        cg = r["cpp_graph_ms"]
+        print(("%-11s %6d" + " %9.3f" * 6 + " %8.1f%% %9.3f %8.1f%% %9.3f %9s %9.3f %8s %9s"
+               " %8s %8s")
               % (r["config"], r["S"], r["cpp_fwd_ms"], r["cpp_bwd_ms"], cpp, r["op_fwd_ms"],
                  r["op_bwd_ms"], op, 100 * (op / cpp - 1), r["op_loop_ms"],
-                 100 * (r["op_loop_ms"] / cpp - 1), r["op_host_ms"], "%.3f" % sd if sd else "-",
+                 100 * (r["op_loop_ms"] / cpp - 1), r["op_host_ms"], "%.3f" % cg if cg else "-",
+                 r["op_graph_ms"], "%.1f%%" % (100 * (r["op_graph_ms"] / cg - 1)) if cg else "-",
+                 "%.3f" % sd if sd else "-",
                  r["sdpa_backend"] or "-", "%.2fx" % (op / sd) if sd else "-"))
     print("(ms; overhead = op / C++ − 1; op b2b = forward + backward passes back to back; "
           "op host = the host's time to issue one of them – at op b2b the passes are host-bound; "
+          "op graph = forward + backward replayed from a CUDA graph, its overhead against C++ "
+          "graph (nsa bench attention's replay); "
           "op/SDPA > 1: the op is slower than dense)")
     if a.json:
         with open(a.json, "w") as f:
