@@ -15,9 +15,10 @@ and sequence length, one sequence of S tokens:
   - op, back to back: --reps forward + backward passes with no synchronisation in between, total
     time / reps – a training step's situation, where the host runs ahead of the GPU; --windows
     such windows, the median reported (one slow pass – a collection, the allocator – moves a
-    single window's mean by a percent at these lengths); "op host" is the host's time to issue
-    one such pass (before the window's synchronisation): where it nears "op b2b", the host, not
-    the GPU, bounds the loop.
+    single window's mean by a percent at these lengths). "op host" is the host's time to issue
+    one forward + backward after a synchronisation (an empty launch queue; inside a window the
+    queue fills and launches block, so the time to issue there follows the GPU's): while it
+    stays below "op b2b" the host runs ahead.
   - op, CUDA graph: forward + backward captured once (torch.cuda.graph) and replayed, the median
     of --reps replays: the op without the host (torch.compile's "reduce-overhead" situation).
   - with --profile: torch.profiler over one back-to-back window, every GPU kernel's time per pass
@@ -112,26 +113,26 @@ def op_times(config, S, reps, windows, profile):
     for _ in range(3):  # warm-up: module load, the caching allocator's pools, workspace sizes
         bwd(fwd())
     torch.cuda.synchronize()
-    f_ms, b_ms = [], []
+    f_ms, b_ms, hosts = [], [], []
     for _ in range(reps):
         e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         e0.record()
+        t0 = time.perf_counter()
         o = fwd()
         e1.record()
         bwd(o)
         e2.record()
+        hosts.append((time.perf_counter() - t0) * 1e3)  # issue only, on an empty launch queue
         torch.cuda.synchronize()
         f_ms.append(e0.elapsed_time(e1))
         b_ms.append(e1.elapsed_time(e2))
     del o
-    loops, hosts = [], []
+    loops = []
     for _ in range(windows):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        t0 = time.perf_counter()
         for _ in range(reps):
             bwd(fwd())
-        hosts.append((time.perf_counter() - t0) * 1e3 / reps)  # issue only: before the sync
         b.record()
         torch.cuda.synchronize()
         loops.append(a.elapsed_time(b) / reps)
@@ -255,7 +256,7 @@ def main():
                  "%.3f" % sd if sd else "-",
                  r["sdpa_backend"] or "-", "%.2fx" % (op / sd) if sd else "-"))
     print("(ms; overhead = op / C++ − 1; op b2b = forward + backward passes back to back; "
-          "op host = the host's time to issue one of them – at op b2b the passes are host-bound; "
+          "op host = the host's time to issue one of them (empty launch queue); "
           "op graph = forward + backward replayed from a CUDA graph, its overhead against C++ "
           "graph (nsa bench attention's replay); "
           "op/SDPA > 1: the op is slower than dense)")

@@ -275,8 +275,8 @@ _is_compiling = getattr(_compiler, "is_compiling", None) or (lambda: False)
 def run_forward(xs, cu_seqlens, num_seqs, cfg, scale):
     """The forward op: the list of forward_impl's outputs. Under torch.compile the custom op (opaque
     to it); eagerly the same two calls under AttentionFunction, which skips the dispatcher's round
-    trips through Python – about 0.5 ms of host time per call each way at PyTorch 2.11, which at
-    `m7c_125m` 16k made the host the bound of back-to-back passes (docs/perf.md)."""
+    trips through Python (the custom ops' Python wrapper was the op's largest host cost under
+    cProfile at PyTorch 2.11; docs/perf.md has what that changed)."""
     if HAS_CUSTOM_OP and _is_compiling():
         return torch.ops.nsa.attention_fwd(xs, cu_seqlens, num_seqs, cfg, scale)
     return list(AttentionFunction.apply(cu_seqlens, num_seqs, cfg, scale, *xs))
