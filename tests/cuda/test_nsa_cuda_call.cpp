@@ -330,6 +330,12 @@ INSTANTIATE_TEST_SUITE_P(
                  {0, 70, 400, 401, 900},
                  true},
         CallCase{"short", {4, 1, 16, 16}, {32, 16, 64, 4, 64}, KvMode::kSeparate, {0, 20}, true},
+        CallCase{"l_sel_512_query_major",  // the query-major selected branch (l_sel > 256)
+                 {4, 2, 32, 32},
+                 {32, 16, 512, 3, 64},
+                 KvMode::kSeparate,
+                 {0, 1300},
+                 true},
         CallCase{"many_seqs_scan_kernel",
                  {4, 2, 16, 16},
                  {16, 8, 32, 4, 40},

@@ -37,11 +37,14 @@ __global__ void compress_avg_forward_kernel(const KvPair kv, const int64_t* __re
 }
 
 // d_raw [T, G, D] (=, or += when accumulate) from d_cmp [C, G, D]; keys and values by blockIdx.y.
+// The last writer of the raw gradient: where the caller wants it in bf16 (p.d_k_bf16[0]) the sum
+// goes there, rounded, and d_raw is only read.
 __global__ void compress_avg_backward_kernel(const NsaParams p, bool accumulate) {
   const bool keys = blockIdx.y == 0;
   const int64_t D = keys ? p.dk : p.dv;
   const float* __restrict__ d_cmp = keys ? p.d_k_cmp : p.d_v_cmp;
   float* __restrict__ d_raw = keys ? p.d_k[0] : p.d_v[0];
+  bf16* __restrict__ d_raw16 = keys ? p.d_k_bf16[0] : p.d_v_bf16[0];
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t G = p.G;
   if (idx >= p.T * G * D) return;
@@ -53,7 +56,12 @@ __global__ void compress_avg_backward_kernel(const NsaParams p, bool accumulate)
   float acc = 0.0f;
   for (int64_t i = first; i <= last; ++i) acc += d_cmp[(p.cmp_offsets[n] + i) * G * D + gc];
   acc /= static_cast<float>(p.l);
-  d_raw[idx] = accumulate ? d_raw[idx] + acc : acc;
+  const float v = accumulate ? d_raw[idx] + acc : acc;
+  if (d_raw16) {
+    d_raw16[idx] = __float2bfloat16(v);
+  } else {
+    d_raw[idx] = v;
+  }
 }
 
 unsigned blocks_for(int64_t n) {

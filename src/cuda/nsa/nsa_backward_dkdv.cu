@@ -73,27 +73,41 @@ __host__ __device__ constexpr size_t dkdv_smem_bytes() {
          2 * PairStage<DK, DV, true>::kBytes + ds_tile_bytes<DK, kDq>();
 }
 
-// out row (=, or +=) x for one row half of a warp's 16 × D accumulator.
+// out row (=, or +=) x for one row half of a warp's 16 × D accumulator; with dst16 the result goes
+// there in bf16 instead (rounded from the fp32 value dst would have held; dst is then only read,
+// with `accumulate`).
 template <int D>
-__device__ void store_rows(float* dst, const float acc[][4], int r, float scale, bool accumulate) {
+__device__ void store_rows(float* dst, bf16* dst16, const float acc[][4], int r, float scale,
+                           bool accumulate) {
   const int tq = threadIdx.x & 3;
 #pragma unroll
   for (int nt = 0; nt < D / 8; ++nt) {
-    float2* d = reinterpret_cast<float2*>(dst + nt * 8 + 2 * tq);
+    const int c = nt * 8 + 2 * tq;
     float2 v = make_float2(scale * acc[nt][2 * r], scale * acc[nt][2 * r + 1]);
-    if (accumulate) v.x += d->x, v.y += d->y;
-    *d = v;
+    if (accumulate) {
+      const float2 old = *reinterpret_cast<const float2*>(dst + c);
+      v.x += old.x, v.y += old.y;
+    }
+    if (dst16) {
+      *reinterpret_cast<__nv_bfloat162*>(dst16 + c) = __floats2bfloat162_rn(v.x, v.y);
+    } else {
+      *reinterpret_cast<float2*>(dst + c) = v;
+    }
   }
 }
 
 // Where a chunked CTA's dK/dV go. slots == 0: straight into the gradient (added to it with
 // `accumulate`). Otherwise into partial slot z = blockIdx.z (stored; summed later in slot order).
+// k16 / v16 (slots == 0, or the sum of the slots): the gradient in bf16 instead of k / v, for a
+// caller that wants bf16 gradients when this is the gradient's last writer (NsaParams::d_k_bf16).
 struct DkdvOut {
   float* k;
   float* v;
   int64_t rows;  // key rows of the gradient (T, or C for the compressed branch)
   int64_t slots;
   bool accumulate;
+  bf16* k16 = nullptr;
+  bf16* v16 = nullptr;
 };
 
 // The fused dq of one pair tile: warp w takes pair group w % PG (16 pairs) and column chunks
@@ -502,14 +516,20 @@ template <int DK, int DV>
 __device__ __forceinline__ void store_unit(const RowTile& unit, const float dk[][4],
                                            const float dv[][4], float* dst_k, float* dst_v,
                                            int64_t k_stride, int64_t v_stride, float scale,
-                                           bool accumulate) {
+                                           bool accumulate, bf16* dst_k16, bf16* dst_v16) {
   const int jl_lo = ((threadIdx.x >> 5) & 3) * 16 + ((threadIdx.x & 31) >> 2);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int jl = jl_lo + 8 * r;
     if (jl >= unit.rows) continue;
-    if (dst_k) store_rows<DK>(dst_k + jl * k_stride, dk, r, scale, accumulate);
-    if (dst_v) store_rows<DV>(dst_v + jl * v_stride, dv, r, 1.0f, accumulate);
+    if (dst_k) {
+      store_rows<DK>(dst_k + jl * k_stride, dst_k16 ? dst_k16 + jl * k_stride : nullptr, dk, r,
+                     scale, accumulate);
+    }
+    if (dst_v) {
+      store_rows<DV>(dst_v + jl * v_stride, dst_v16 ? dst_v16 + jl * v_stride : nullptr, dv, r,
+                     1.0f, accumulate);
+    }
   }
 }
 
@@ -530,15 +550,17 @@ struct UnitGrads {
       unit_dkdv<DK, DV, B, kDq>(p, unit, g, pairs, dq, sm, dk, dv);
     }
   }
-  // store_unit of this thread's share.
+  // store_unit of this thread's share (bf16 into dst_k16 / dst_v16 where given).
   __device__ void store(const RowTile& unit, float* dst_k, float* dst_v, int64_t k_stride,
-                        int64_t v_stride, float scale, bool accumulate) const {
+                        int64_t v_stride, float scale, bool accumulate, bf16* dst_k16 = nullptr,
+                        bf16* dst_v16 = nullptr) const {
     if constexpr (kSplit) {
       const bool holds_k = threadIdx.x >= kThreads;
       store_unit<DK, DV>(unit, dk, dk, holds_k ? dst_k : nullptr, holds_k ? nullptr : dst_v,
-                         k_stride, v_stride, scale, accumulate);
+                         k_stride, v_stride, scale, accumulate, dst_k16, dst_v16);
     } else {
-      store_unit<DK, DV>(unit, dk, dv, dst_k, dst_v, k_stride, v_stride, scale, accumulate);
+      store_unit<DK, DV>(unit, dk, dv, dst_k, dst_v, k_stride, v_stride, scale, accumulate, dst_k16,
+                         dst_v16);
     }
   }
 };
@@ -565,7 +587,9 @@ __global__ void __launch_bounds__(dkdv_threads<DK, DV>(), dkdv_ctas_per_sm(DK))
   const bool acc = out.slots > 0 ? false : out.accumulate;
   float* dst_k = out.k + (slot * out.rows + key_base) * G * DK + g * DK;
   float* dst_v = out.v + (slot * out.rows + key_base) * G * DV + g * DV;
-  grads.store(unit, dst_k, dst_v, G * DK, G * DV, p.scale, acc);
+  bf16* dst_k16 = out.k16 ? out.k16 + key_base * G * DK + g * DK : nullptr;  // slots == 0 only
+  bf16* dst_v16 = out.v16 ? out.v16 + key_base * G * DV + g * DV : nullptr;
+  grads.store(unit, dst_k, dst_v, G * DK, G * DV, p.scale, acc, dst_k16, dst_v16);
 }
 
 // The selected branch's work items of one pass: (unit, group) ug = g·n_units + u has
@@ -671,14 +695,19 @@ __global__ void reduce_items_kernel(const NsaParams p, const SelItems it) {
   }
 }
 
-// out (=, or +=) Σ_z partial[z], in chunk order.
+// out (=, or +=) Σ_z partial[z], in chunk order; into out16 in bf16 instead where given.
 __global__ void sum_chunks_kernel(const float* __restrict__ partial, float* __restrict__ out,
-                                  int64_t n, int64_t chunks, bool accumulate) {
+                                  bf16* __restrict__ out16, int64_t n, int64_t chunks,
+                                  bool accumulate) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float acc = accumulate ? out[i] : 0.0f;
   for (int64_t z = 0; z < chunks; ++z) acc += partial[z * n + i];
-  out[i] = acc;
+  if (out16) {
+    out16[i] = __float2bfloat16(acc);
+  } else {
+    out[i] = acc;
+  }
 }
 
 template <Branch B>
@@ -700,9 +729,9 @@ void launch_branch(const NsaParams& p, const RowTile* units, int64_t n_units, in
 DkdvOut branch_out(const NsaParams& p, Branch branch) {
   switch (branch) {
     case Branch::kWin:
-      return {p.d_k[2], p.d_v[2], p.T, 0, false};
+      return {p.d_k[2], p.d_v[2], p.T, 0, false, p.d_k_bf16[2], p.d_v_bf16[2]};
     case Branch::kSel:
-      return {p.d_k[1], p.d_v[1], p.T, 0, false};
+      return {p.d_k[1], p.d_v[1], p.T, 0, false, p.d_k_bf16[1], p.d_v_bf16[1]};
     case Branch::kCmp:
       break;
   }
@@ -715,10 +744,10 @@ void sum_partials(const NsaParams& p, const DkdvOut& out, int64_t slots, const f
   const int64_t nk = out.rows * p.G * p.dk, nv = out.rows * p.G * p.dv;
   if (nk == 0) return;
   sum_chunks_kernel<<<static_cast<unsigned>((nk + 255) / 256), 256, 0, stream>>>(
-      partial, out.k, nk, slots, out.accumulate);
+      partial, out.k, out.k16, nk, slots, out.accumulate);
   NSA_CUDA_LAUNCH_CHECK();
   sum_chunks_kernel<<<static_cast<unsigned>((nv + 255) / 256), 256, 0, stream>>>(
-      partial + slots * nk, out.v, nv, slots, out.accumulate);
+      partial + slots * nk, out.v, out.v16, nv, slots, out.accumulate);
   NSA_CUDA_LAUNCH_CHECK();
 }
 
@@ -731,7 +760,7 @@ void launch_nsa_backward_dkdv(const NsaParams& p, Branch branch, const RowTile* 
   DkdvOut direct = branch_out(p, branch);
   direct.accumulate = accumulate;
   DkdvOut out = direct;
-  if (chunks > 1)
+  if (chunks > 1)  // fp32 partial slots; the sum writes the gradient (bf16 where wanted)
     out = {partial, partial + chunks * direct.rows * p.G * p.dk, direct.rows, chunks, false};
   switch (branch) {
     case Branch::kWin:

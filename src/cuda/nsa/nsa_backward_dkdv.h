@@ -25,7 +25,9 @@ __host__ __device__ constexpr int64_t sel_units_per_block(int64_t l_sel) {
 }
 
 // units: RowTiles of at most kDkdvUnitRows key rows (selected branch: within one block).
-// partial: chunks·out_rows·G·(dk + dv) floats when chunks > 1 (else unused).
+// partial: chunks·out_rows·G·(dk + dv) floats when chunks > 1 (else unused). The window's and the
+// selected branch's gradient go to p.d_k_bf16 / p.d_v_bf16 of the branch instead of p.d_k / p.d_v
+// where those are set (the caller sets them only where this pass is the gradient's last writer).
 void launch_nsa_backward_dkdv(const NsaParams& p, Branch branch, const RowTile* units,
                               int64_t n_units, int64_t chunks, bool accumulate, float* partial,
                               cudaStream_t stream);

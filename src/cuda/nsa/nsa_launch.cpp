@@ -35,8 +35,10 @@ void convert_compressed_kv(const NsaParams& p, cudaStream_t stream) {
 }
 
 // The bf16 copies of branch b's K/V gradient, where the caller wants them (p.d_k_bf16), once the
-// gradient's last writer is issued on `stream`: each copy overlaps the rest of the backward instead
-// of following it.
+// gradient's last writer is issued on `stream` – for the writers that only write fp32 (the
+// block-major selected branch, φ = mlp's GEMMs); the window's dK/dV, the query-major selected
+// branch's and φ = avg's backward write the bf16 gradient themselves. Each copy overlaps the rest
+// of the backward instead of following it.
 void convert_kv_grads(const NsaParams& p, int b, cudaStream_t stream) {
   if (!p.d_k_bf16[b] && !p.d_v_bf16[b]) return;
   F32ToBf16Batch batch;
@@ -123,17 +125,17 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
     run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, false,
                                  sel_stream, fork->event(1), fork->event(3));
   }
-  launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles,
-                           win_dkdv_chunks(p), false, s.partial, stream);
-  // With shared K/V the window wrote the gradient first; the selected branch adds to it.
-  if (!shared) convert_kv_grads(p, 2, stream);
+  launch_nsa_backward_dkdv(p, Branch::kWin, t.row_tiles, t.n_row_tiles, win_dkdv_chunks(p), false,
+                           s.partial, stream);
+  // With shared K/V the window wrote the gradient first; the selected branch adds to it. (Without,
+  // the window wrote its bf16 gradient where wanted.)
   if (block_major && !fork) {  // its dq too, in the same pass
     run_sel_block_major_backward(p, s.sel_block_major, t.sel_units, t.n_sel_units, shared, stream);
   } else if (!block_major) {
     launch_nsa_backward_dkdv(p, Branch::kSel, t.sel_units, t.n_sel_units, kSelChunks, shared,
                              s.partial, stream);
   }
-  if (!shared && !fork) convert_kv_grads(p, 1, stream);
+  if (block_major && !shared && !fork) convert_kv_grads(p, 1, stream);
   launch_nsa_backward_dkdv(p, Branch::kCmp, t.cmp_units, t.n_cmp_units, kCmpChunks, false,
                            s.partial, stream);
   if (s.mlp_k) {
@@ -146,7 +148,8 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   } else {
     launch_compress_avg_backward(p, shared, stream);
   }
-  convert_kv_grads(p, 0, stream);  // the compressed branch's raw K/V (or the shared) gradient
+  // φ = avg's backward wrote the compressed branch's raw K/V (or the shared) gradient in bf16.
+  if (s.mlp_k) convert_kv_grads(p, 0, stream);
   if (fork) {
     if (p.T > 0) fork->wait(stream, 3), convert_kv_grads(p, 1, stream);
     fork->record(2, sel_stream), fork->wait(stream, 2);
