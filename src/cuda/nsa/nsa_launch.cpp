@@ -151,7 +151,9 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   // φ = avg's backward wrote the compressed branch's raw K/V (or the shared) gradient in bf16.
   if (s.mlp_k) convert_kv_grads(p, 0, stream);
   if (fork) {
-    if (p.T > 0) fork->wait(stream, 3), convert_kv_grads(p, 1, stream);
+    if (p.T > 0 && (p.d_k_bf16[1] || p.d_v_bf16[1])) {  // event 3 is recorded when T > 0
+      fork->wait(stream, 3), convert_kv_grads(p, 1, stream);
+    }
     fork->record(2, sel_stream), fork->wait(stream, 2);
   }
 }
