@@ -22,13 +22,14 @@ and sequence length, one sequence of S tokens:
   - op, CUDA graph: forward + backward captured once (torch.cuda.graph) and replayed, the median
     of --reps replays: the op without the host (torch.compile's "reduce-overhead" situation).
   - with --profile: torch.profiler over one back-to-back window, every GPU kernel's time per pass
-    (what the op launches beyond the C++ benchmark's kernels shows there).
+    (what the op launches beyond the C++ benchmark's kernels shows there); with --host-profile,
+    the host's own CPU time per pass by operator (passes issued on an idle GPU).
   - SDPA: bench/dense_attention.py's timing (K/V repeated to H heads) with the cuDNN and the flash
     backends, the faster of the two.
 Prints a table (overhead % = op / C++ − 1) and, with --json, one JSON line per row.
 
   python3 bench/pytorch_op.py --nsa-binary build/nsa [--configs m7c_125m,paper_attn]
-      [--seq-lens 16384] [--reps 20] [--windows 5] [--profile] [--json out.jsonl]
+      [--seq-lens 16384] [--reps 20] [--windows 5] [--profile] [--host-profile] [--json out.jsonl]
 """
 import argparse
 import json
@@ -95,7 +96,7 @@ def op_inputs(config, S):
     return x, d_o
 
 
-def op_times(config, S, reps, windows, profile):
+def op_times(config, S, reps, windows, profile, host_profile=False):
     """(fwd_ms, bwd_ms) per call (events, median) and the back-to-back time per pass (the median
     of `windows` windows of `reps` passes)."""
     _, _, _, _, l, d, l_sel, n_sel, w = SHAPES[config]
@@ -138,6 +139,8 @@ def op_times(config, S, reps, windows, profile):
         loops.append(a.elapsed_time(b) / reps)
     if profile:
         print_kernel_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S))
+    if host_profile:
+        print_host_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S))
     return (statistics.median(f_ms), statistics.median(b_ms), statistics.median(loops),
             statistics.median(hosts), graph_ms(fwd, bwd, reps))
 
@@ -185,6 +188,22 @@ def print_kernel_profile(step, reps, title):
     print("  %9.1f        total" % sum(r[0] for r in rows))
 
 
+def print_host_profile(step, reps, title):
+    """The host's side of `reps` passes, each issued on an idle GPU, under torch.profiler (CPU
+    activities): the operators by their own CPU time per pass – where the op's host time goes."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(reps):
+            step()
+            torch.cuda.synchronize()
+    rows = [(e.self_cpu_time_total / reps, e.count / reps, e.key) for e in prof.key_averages()]
+    rows.sort(reverse=True)
+    print("host time per pass by operator, %s (µs of own CPU time, calls per pass, name):" % title)
+    for us, n, name in rows[:25]:
+        print("  %9.1f %6.1f  %s" % (us, n, name[:100]))
+    print("  %9.1f         total" % sum(r[0] for r in rows))
+
+
 def sdpa_best(config, S, reps):
     """(total ms, backend) of the faster of SDPA's cuDNN and flash backends (None if neither)."""
     H, G, dk, dv, *_ = SHAPES[config]
@@ -208,6 +227,8 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--windows", type=int, default=5, help="back-to-back windows (median)")
     ap.add_argument("--profile", action="store_true", help="print the GPU kernels per pass")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="print the host's time per pass by operator (torch.profiler, CPU)")
     ap.add_argument("--nsa-binary", help="the nsa binary to run `nsa bench attention` with")
     ap.add_argument("--cpp-json", nargs="*", default=[],
                     help="or: files of `nsa bench attention --device cuda --json` lines")
@@ -228,7 +249,8 @@ def main():
             else:
                 sys.exit("pytorch_op.py: no C++ numbers for %s S=%d: pass --nsa-binary or "
                          "--cpp-json" % (config, S))
-            of, ob, loop, host, graph = op_times(config, S, a.reps, a.windows, a.profile)
+            of, ob, loop, host, graph = op_times(config, S, a.reps, a.windows, a.profile,
+                                                 a.host_profile)
             torch.cuda.empty_cache()
             sdpa = sdpa_best(config, S, a.reps)
             rows.append(dict(bench="pytorch_op", config=config, S=S, cpp_fwd_ms=cf, cpp_bwd_ms=cb,
