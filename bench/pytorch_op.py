@@ -138,9 +138,9 @@ def op_times(config, S, reps, windows, profile, host_profile=False):
         torch.cuda.synchronize()
         loops.append(a.elapsed_time(b) / reps)
     if profile:
-        print_kernel_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S))
+        print_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S))
     if host_profile:
-        print_host_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S))
+        print_profile(lambda: bwd(fwd()), reps, "%s S=%d" % (config, S), host=True)
     return (statistics.median(f_ms), statistics.median(b_ms), statistics.median(loops),
             statistics.median(hosts), graph_ms(fwd, bwd, reps))
 
@@ -172,35 +172,25 @@ def graph_ms(fwd, bwd, reps):
     return statistics.median(times)
 
 
-def print_kernel_profile(step, reps, title):
-    """GPU kernels of `reps` back-to-back passes under torch.profiler: µs per pass, by name."""
+def print_profile(step, reps, title, host=False):
+    """torch.profiler over `reps` passes, per pass and by name: the GPU kernels' time of back-to-back
+    passes, or (host) the host's own CPU time of each operator, each pass issued on an idle GPU –
+    where the op's host time goes."""
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU if host else ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             step()
+            if host:
+                torch.cuda.synchronize()
         torch.cuda.synchronize()
-    rows = [(e.device_time_total / reps, e.count / reps, e.key) for e in prof.key_averages()
-            if e.device_time_total > 0]
+    time_of = (lambda e: e.self_cpu_time_total) if host else (lambda e: e.device_time_total)
+    rows = [(time_of(e) / reps, e.count / reps, e.key) for e in prof.key_averages()
+            if time_of(e) > 0]
     rows.sort(reverse=True)
-    print("GPU kernels per pass, %s (µs, launches per pass, name):" % title)
-    for us, n, name in rows:
-        print("  %9.1f %5.1f  %s" % (us, n, name[:110]))
-    print("  %9.1f        total" % sum(r[0] for r in rows))
-
-
-def print_host_profile(step, reps, title):
-    """The host's side of `reps` passes, each issued on an idle GPU, under torch.profiler (CPU
-    activities): the operators by their own CPU time per pass – where the op's host time goes."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(reps):
-            step()
-            torch.cuda.synchronize()
-    rows = [(e.self_cpu_time_total / reps, e.count / reps, e.key) for e in prof.key_averages()]
-    rows.sort(reverse=True)
-    print("host time per pass by operator, %s (µs of own CPU time, calls per pass, name):" % title)
-    for us, n, name in rows[:25]:
-        print("  %9.1f %6.1f  %s" % (us, n, name[:100]))
+    print("%s per pass, %s (µs, calls per pass, name):"
+          % ("host CPU time by operator" if host else "GPU kernels", title))
+    for us, n, name in rows[:25] if host else rows:
+        print("  %9.1f %6.1f  %s" % (us, n, name[:110]))
     print("  %9.1f         total" % sum(r[0] for r in rows))
 
 

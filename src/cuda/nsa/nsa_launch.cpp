@@ -26,12 +26,20 @@ int64_t dkdv_partial_floats(const NsaParams& p) {
 
 namespace {
 
-// The bf16 copies of the compressed K/V (the attention kernels' operands), in one launch.
-void convert_compressed_kv(const NsaParams& p, cudaStream_t stream) {
+// bf16 copies of a K/V pair in one launch (a null or empty pair member is skipped; nothing to do:
+// no launch).
+void convert_kv(const float* k, bf16* k16, int64_t nk, const float* v, bf16* v16, int64_t nv,
+                cudaStream_t stream) {
   F32ToBf16Batch batch;
-  batch.add(p.k_cmp, p.k_cmp_bf16, p.C * p.G * p.dk);
-  batch.add(p.v_cmp, p.v_cmp_bf16, p.C * p.G * p.dv);
+  batch.add(k, k16, nk);
+  batch.add(v, v16, nv);
   launch_f32_to_bf16_batch(batch, stream);
+}
+
+// The bf16 copies of the compressed K/V (the attention kernels' operands).
+void convert_compressed_kv(const NsaParams& p, cudaStream_t stream) {
+  convert_kv(p.k_cmp, p.k_cmp_bf16, p.C * p.G * p.dk, p.v_cmp, p.v_cmp_bf16, p.C * p.G * p.dv,
+             stream);
 }
 
 // The bf16 copies of branch b's K/V gradient, where the caller wants them (p.d_k_bf16), once the
@@ -40,11 +48,8 @@ void convert_compressed_kv(const NsaParams& p, cudaStream_t stream) {
 // branch's and φ = avg's backward write the bf16 gradient themselves. Each copy overlaps the rest
 // of the backward instead of following it.
 void convert_kv_grads(const NsaParams& p, int b, cudaStream_t stream) {
-  if (!p.d_k_bf16[b] && !p.d_v_bf16[b]) return;
-  F32ToBf16Batch batch;
-  batch.add(p.d_k[b], p.d_k_bf16[b], p.T * p.G * p.dk);
-  batch.add(p.d_v[b], p.d_v_bf16[b], p.T * p.G * p.dv);
-  launch_f32_to_bf16_batch(batch, stream);
+  convert_kv(p.d_k[b], p.d_k_bf16[b], p.T * p.G * p.dk, p.d_v[b], p.d_v_bf16[b], p.T * p.G * p.dv,
+             stream);
 }
 
 }  // namespace
