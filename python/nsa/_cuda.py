@@ -168,19 +168,32 @@ def _packed_sizes(xs):
     return size_bf, size_32
 
 
-def backward_packed(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
-    """One backward call with the gradients as the op returns them: [the bfloat16 inputs'
-    gradients in one bfloat16 buffer, the float32 φ parameters' in one float32 buffer], each at
-    _grad_layout's offsets of its part of xs – one allocation each, and no float32 → bfloat16
-    pass here: the library's kernels write the bfloat16 gradients themselves."""
+def _packed_buffers(xs):
+    """backward_packed's two buffers – the bfloat16 inputs' gradients in one bfloat16 buffer, the
+    float32 φ parameters' in one float32 buffer, each at _grad_layout's offsets of its part of xs
+    – and the gradients of xs as views of them (one allocation each)."""
     n_bf, (offs_bf, size_bf), (offs_32, size_32) = _packed_layout(xs)
     flat_bf = torch.empty(size_bf, dtype=torch.bfloat16, device=xs[0].device)
     flat32 = torch.empty(size_32, dtype=torch.float32, device=xs[0].device)
-    if xs[0].shape[0] == 0:
-        return [flat_bf.zero_(), flat32.zero_()]
     grads = _grad_views(flat_bf, xs[:n_bf], offs_bf) + _grad_views(flat32, xs[n_bf:], offs_32)
-    _backward_call(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale, grads, True)
-    return [flat_bf, flat32]
+    return flat_bf, flat32, grads
+
+
+def _backward_into(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
+    """One backward call into _packed_buffers' buffers (no float32 → bfloat16 pass here: the
+    library's kernels write the bfloat16 gradients themselves): (flat_bf, flat32, views)."""
+    flat_bf, flat32, grads = _packed_buffers(xs)
+    if xs[0].shape[0] == 0:
+        flat_bf.zero_()
+        flat32.zero_()
+    else:
+        _backward_call(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale, grads, True)
+    return flat_bf, flat32, grads
+
+
+def backward_packed(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
+    """One backward call with the gradients as the custom op returns them: [flat_bf, flat32]."""
+    return list(_backward_into(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale)[:2])
 
 
 def backward_impl(xs, saved, d_o, cu_seqlens, num_seqs, cfg, scale):
@@ -262,10 +275,11 @@ class AttentionFunction(torch.autograd.Function):
             return (None,) * (4 + ctx.n)
         saved = ctx.saved_tensors
         xs, outs, cu_seqlens = list(saved[:ctx.n]), list(saved[ctx.n:ctx.n + 9]), saved[-1]
-        flat_bf, flat32 = backward_packed(xs, outs, d_o.contiguous(), cu_seqlens, ctx.num_seqs,
-                                          ctx.cfg, ctx.scale)
+        # The gradients as the views the call wrote (built once; their dtypes are the inputs').
+        _, _, grads = _backward_into(xs, outs, d_o.contiguous(), cu_seqlens, ctx.num_seqs,
+                                     ctx.cfg, ctx.scale)
         return (None, None, None, None,
-                *_input_grads(xs, flat_bf, flat32, ctx.needs_input_grad[4:]))
+                *(g if need else None for g, need in zip(grads, ctx.needs_input_grad[4:])))
 
 
 _compiler = getattr(torch, "compiler", None)

@@ -44,23 +44,25 @@ def attn_config(cfg, scale):
 def refs(cls, tensors, device="cpu"):
     """An AttnTensors (or gradient set) from the 20 slots; None → absent."""
     s = cls()
-    s.q = _capi.ref(tensors[0], device)
+    _capi.fill(s.q, tensors[0], device)
     for c in range(3):
-        s.k[c] = _capi.ref(tensors[_K + c], device)
-        s.v[c] = _capi.ref(tensors[_V + c], device)
-        s.g[c] = _capi.ref(tensors[_G + c], device)
+        _capi.fill(s.k[c], tensors[_K + c], device)
+        _capi.fill(s.v[c], tensors[_V + c], device)
+        _capi.fill(s.g[c], tensors[_G + c], device)
     for i in range(5):
-        s.phi_k[i] = _capi.ref(tensors[_PHI_K + i], device)
-        s.phi_v[i] = _capi.ref(tensors[_PHI_V + i], device)
+        _capi.fill(s.phi_k[i], tensors[_PHI_K + i], device)
+        _capi.fill(s.phi_v[i], tensors[_PHI_V + i], device)
     return s
 
 
 def saved_refs(o, o_br, lse, k_cmp, v_cmp, sel_idx, device="cpu"):
     """An AttnSaved of the forward's outputs (o may be None where the backward does not read it)."""
     s = _capi.AttnSaved()
-    s.o, s.k_cmp, s.v_cmp, s.sel_idx = (_capi.ref(t, device) for t in (o, k_cmp, v_cmp, sel_idx))
+    for r, t in ((s.o, o), (s.k_cmp, k_cmp), (s.v_cmp, v_cmp), (s.sel_idx, sel_idx)):
+        _capi.fill(r, t, device)
     for c in range(3):
-        s.o_branch[c], s.lse[c] = _capi.ref(o_br[c], device), _capi.ref(lse[c], device)
+        _capi.fill(s.o_branch[c], o_br[c], device)
+        _capi.fill(s.lse[c], lse[c], device)
     return s
 
 
@@ -241,7 +243,9 @@ def attention(q, k_cmp, v_cmp, k_sel=None, v_sel=None, k_win=None, v_win=None, g
     if cu_seqlens is not None and batched and B != 1:
         raise NsaError("cu_seqlens packs documents along the token dim: q's batch dim must "
                        "be 1, got %d" % B)
-    flat = lambda t: t.reshape(T, *t.shape[q.dim() - 2:]).contiguous()
+    # [T, ...] inputs pass as they are: a reshape to the same shape would still add a view node
+    # to the autograd graph (and its backward a reshape) – host time of the op.
+    flat = lambda t: (t.reshape(T, *t.shape[q.dim() - 2:]) if batched else t).contiguous()
     ks = [k_cmp] * 3 if shared else [k_cmp, k_sel, k_win]
     vs = [v_cmp] * 3 if shared else [v_cmp, v_sel, v_win]
     slots = [flat(q)]
@@ -260,7 +264,8 @@ def attention(q, k_cmp, v_cmp, k_sel=None, v_sel=None, k_win=None, v_win=None, g
         o, sel_idx = NsaAttentionFunction.apply(attn_config(cfg, scale), cu, *slots)
     lead = q.shape[:-2]
     H, G, _, dv = cfg[:4]
-    o = o.reshape(*lead, H, dv)
+    if batched:
+        o = o.reshape(*lead, H, dv)
     if return_sel_idx:
         return o, sel_idx.reshape(*lead, G, cfg[CFG_FIELDS.index("n_sel")])
     return o
