@@ -137,18 +137,18 @@ __global__ void __launch_bounds__(kScanThreads)
     fused_kernel(layout::Hyper h, const int64_t* __restrict__ raw_cu, DeviceLayout L) {
   __shared__ ScanTemp tmp;
   __shared__ int64_t arrays[kFusedArrays][kFusedMaxSeqs];
+  // The scanned arrays, one list for both copies: S's point into shared memory, L's are global.
+  int64_t* DeviceLayout::*const scanned[kFusedArrays] = {
+      &DeviceLayout::cu_seqlens,       &DeviceLayout::cmp_offsets,
+      &DeviceLayout::blk_offsets,      &DeviceLayout::tile_offsets,
+      &DeviceLayout::sel_unit_offsets, &DeviceLayout::cmp_unit_offsets};
   DeviceLayout S = L;
-  int64_t* const* global[kFusedArrays] = {&L.cu_seqlens,       &L.cmp_offsets,
-                                          &L.blk_offsets,      &L.tile_offsets,
-                                          &L.sel_unit_offsets, &L.cmp_unit_offsets};
-  int64_t** local[kFusedArrays] = {&S.cu_seqlens,   &S.cmp_offsets,      &S.blk_offsets,
-                                   &S.tile_offsets, &S.sel_unit_offsets, &S.cmp_unit_offsets};
-  for (int a = 0; a < kFusedArrays; ++a) *local[a] = arrays[a];
+  for (int a = 0; a < kFusedArrays; ++a) S.*scanned[a] = arrays[a];
   scan_layout(h, raw_cu, S, tmp);
   __syncthreads();
   if (blockIdx.x == 0) {
     for (int a = 0; a < kFusedArrays; ++a) {
-      for (int64_t e = threadIdx.x; e <= L.N; e += blockDim.x) (*global[a])[e] = arrays[a][e];
+      for (int64_t e = threadIdx.x; e <= L.N; e += blockDim.x) (L.*scanned[a])[e] = arrays[a][e];
     }
   }
   fill_tables(h, S);
