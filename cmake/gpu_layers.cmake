@@ -6,6 +6,7 @@ set(nsa_cuda_flags $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo
 # token losses, the step's phase timer.
 add_library(nsa_model_cuda STATIC
   src/model/cuda/gemm.cpp
+  src/model/cuda/gemv.cu
   src/model/cuda/embedding.cu
   src/model/cuda/rmsnorm.cu
   src/model/cuda/reductions.cu

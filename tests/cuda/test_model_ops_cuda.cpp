@@ -3,7 +3,8 @@
 // the vector path changes no result of the model. Each kernel runs on the same data twice – at
 // aligned addresses and at addresses one element off (forcing the scalar path) – with sizes that
 // leave a tail. Also: the GEMM's residual form equals a copy followed by the in-place GEMM, RoPE
-// rotates by the angles computed on the host, and the column sums equal the host's.
+// rotates by the angles computed on the host, and the column sums equal the host's; the decoder's
+// few-row products (gemv.h) against host sums, and a row's bits whatever the batch around it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "cuda/common/convert.h"
 #include "cuda/common/device_buffer.h"
 #include "model/cuda/gemm.h"
+#include "model/cuda/gemv.h"
 #include "model/cuda/model_ops.h"
 
 namespace nsa::cuda {
@@ -286,6 +288,84 @@ TEST(ModelOpsVectorPaths, GemmResidualEqualsCopyThenAccumulate) {
   gemm.linear_forward_residual(px.get(), pw.get(), pres.get(), y2.get(), T, in, out, nullptr);
   expect_same_bits(y1.host(), y2.host(), "x·Wᵀ + residual");
   expect_same_bits(pres.host(), res, "the residual is only read");
+}
+
+// Host x·Wᵀ in double for row b, column n, and Σ|x·w| (the scale of its rounding error).
+std::pair<double, double> host_dot(const std::vector<bf16>& x, const std::vector<bf16>& w,
+                                   int64_t b, int64_t n, int64_t in) {
+  double sum = 0.0, mag = 0.0;
+  for (int64_t k = 0; k < in; ++k) {
+    const double p = static_cast<double>(__bfloat162float(x[b * in + k])) *
+                     static_cast<double>(__bfloat162float(w[n * in + k]));
+    sum += p;
+    mag += std::fabs(p);
+  }
+  return {sum, mag};
+}
+
+TEST(ModelOps, GemvAgainstHostSums) {
+  // in = 2056: past the kernel's prefetched chunks (2048), so its loop runs too.
+  for (const auto& [B, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 768, 130},
+                                   {3, 8, 5},
+                                   {4, 2056, 67},
+                                   {2, 768, 33}}) {
+    SCOPED_TRACE(testing::Message() << "B=" << B << " in=" << in << " out=" << out);
+    const auto x = to_bf16(random_floats(B * in, 20)), w = to_bf16(random_floats(out * in, 21));
+    const auto res = random_floats(B * out, 22);
+    Placed<bf16> px(x, 0), pw(w, 0), yb(B * out, 0);
+    Placed<float> y(B * out, 0), yacc(res, 0);
+    launch_gemv(px.get(), pw.get(), f32(y.get()), B, in, out, 0.0f, nullptr);
+    launch_gemv(px.get(), pw.get(), f32(yacc.get()), B, in, out, 1.0f, nullptr);
+    launch_gemv(px.get(), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
+    const auto hy = y.host(), hacc = yacc.host();
+    const auto hb = yb.host();
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t n = 0; n < out; ++n) {
+        const auto [ref, mag] = host_dot(x, w, b, n, in);
+        const int64_t i = b * out + n;
+        ASSERT_NEAR(hy[i], ref, 1e-5 * mag + 1e-6) << "b=" << b << " n=" << n;
+        ASSERT_EQ(hacc[i], res[i] + hy[i]) << "y += x·Wᵀ at b=" << b << " n=" << n;
+        ASSERT_EQ(__bfloat162float(hb[i]), __bfloat162float(__float2bfloat16(hy[i])))
+            << "the bf16 result is the fp32 one rounded, b=" << b << " n=" << n;
+      }
+    }
+    // Row 0 alone gives row 0's bits of the batch (fixed order, whatever the other rows hold).
+    Placed<float> y0(out, 0);
+    launch_gemv(px.get(), pw.get(), f32(y0.get()), 1, in, out, 0.0f, nullptr);
+    expect_same_bits(y0.host(), std::vector<float>(hy.begin(), hy.begin() + out), "row 0 alone");
+  }
+}
+
+TEST(ModelOps, GemvSwigluAgainstHostSums) {
+  const int64_t B = 4, in = 768, out = 96;
+  const auto x = to_bf16(random_floats(B * in, 30, 0.05f));
+  const auto w1 = to_bf16(random_floats(out * in, 31)), w3 = to_bf16(random_floats(out * in, 32));
+  Placed<bf16> px(x, 0), pw1(w1, 0), pw3(w3, 0), m(B * out, 0), m_silu(B * out, 0);
+  Placed<float> u1(B * out, 0), u3(B * out, 0);
+  launch_gemv_swiglu(px.get(), pw1.get(), pw3.get(), m.get(), B, in, out, nullptr);
+  launch_gemv_swiglu(px.get(), pw1.get(), nullptr, m_silu.get(), B, in, out, nullptr);
+  launch_gemv(px.get(), pw1.get(), f32(u1.get()), B, in, out, 0.0f, nullptr);
+  launch_gemv(px.get(), pw3.get(), f32(u3.get()), B, in, out, 0.0f, nullptr);
+  const auto hm = m.host(), hs = m_silu.host();
+  const auto h1 = u1.host(), h3 = u3.host();
+  const auto silu = [](float a) { return a / (1.0f + std::exp(-a)); };
+  for (int64_t i = 0; i < B * out; ++i) {
+    // u1, u3 are the plain products' sums (the same lanes, the same order) rounded to bf16.
+    const float a = __bfloat162float(__float2bfloat16(h1[i]));
+    const float c = __bfloat162float(__float2bfloat16(h3[i]));
+    const float want = silu(a) * c, want_silu = silu(a);
+    ASSERT_NEAR(__bfloat162float(hm[i]), want, std::fabs(want) / 128 + 1e-6) << i;
+    ASSERT_NEAR(__bfloat162float(hs[i]), want_silu, std::fabs(want_silu) / 128 + 1e-6) << i;
+  }
+}
+
+TEST(ModelOps, GemvRefusesWhatItDoesNotTake) {
+  DeviceBuffer<bf16> x(64), w(64);
+  EXPECT_FALSE(gemv_fits(kGemvMaxRows + 1, 8, x.get(), w.get()));
+  EXPECT_FALSE(gemv_fits(1, 12, x.get(), w.get()));
+  EXPECT_FALSE(gemv_fits(1, 8, x.get() + 1, w.get()));
+  EXPECT_TRUE(gemv_fits(kGemvMaxRows, 8, x.get(), w.get()));
+  EXPECT_THROW(launch_gemv(x.get(), w.get(), b16(x.get()), 1, 8, 1, 1.0f, nullptr), Error);
 }
 
 }  // namespace

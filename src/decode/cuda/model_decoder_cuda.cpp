@@ -5,6 +5,7 @@
 
 #include "cuda/common/convert.h"
 #include "cuda/nsa/nsa_decode.h"
+#include "model/cuda/gemv.h"
 #include "model/cuda/model_cuda.h"
 #include "nsa/error.h"
 
@@ -130,6 +131,15 @@ ModelDecoderCuda::~ModelDecoderCuda() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+void ModelDecoderCuda::linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out,
+                              float beta, cudaStream_t st) {
+  if (B_ <= kGemvFasterRows && gemv_fits(B_, in, x, w)) {
+    launch_gemv(x, w, y, B_, in, out, beta, st);
+  } else {
+    gemm_.linear_forward(x, w, y, B_, in, out, beta, st);
+  }
+}
+
 void ModelDecoderCuda::record_step() {
   const NsaConfig& a = cfg_.attn;
   const int64_t B = B_, D = cfg_.dim, H = a.heads;
@@ -139,7 +149,7 @@ void ModelDecoderCuda::record_step() {
   for (size_t li = 0; li < layers_.size(); ++li) {
     const LayerWeights& w = layers_[li];
     launch_rmsnorm_forward(x_.get(), w.attn_norm.get(), eps, h_.get(), rstd_.get(), B, D, st);
-    gemm_.linear_forward(h_.get(), w.w_in.get(), f32(proj_.get()), B, D, inputs_.width, 0.0f, st);
+    linear(h_.get(), w.w_in.get(), f32(proj_.get()), D, inputs_.width, 0.0f, st);
     launch_decode_inputs(proj_.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base, B, st);
     const bf16* k[kNumBranches];
     const bf16* v[kNumBranches];
@@ -150,16 +160,20 @@ void ModelDecoderCuda::record_step() {
       gates[c] = gates_[c].get();
     }
     attn_[li]->step(q_.get(), k, v, gates, positions_.get(), o_.get(), st);
-    gemm_.linear_forward(o_.get(), w.wo.get(), f32(x_.get()), B, H * a.dv, D, 1.0f, st);
+    linear(o_.get(), w.wo.get(), f32(x_.get()), H * a.dv, D, 1.0f, st);
     launch_rmsnorm_forward(x_.get(), w.ffn_norm.get(), eps, h_.get(), rstd_.get(), B, D, st);
-    const bool swiglu = cfg_.mlp == "swiglu";
-    gemm_.linear_forward(h_.get(), w.w1.get(), b16(u1_.get()), B, D, F_, 0.0f, st);
-    if (swiglu) gemm_.linear_forward(h_.get(), w.w3.get(), b16(u3_.get()), B, D, F_, 0.0f, st);
-    launch_swiglu_forward(u1_.get(), swiglu ? u3_.get() : nullptr, m_.get(), B * F_, st);
-    gemm_.linear_forward(m_.get(), w.w2.get(), f32(x_.get()), B, F_, D, 1.0f, st);
+    const bf16* w3 = cfg_.mlp == "swiglu" ? w.w3.get() : nullptr;
+    if (B <= kGemvFasterRows && gemv_fits(B, D, h_.get(), w.w1.get(), w3)) {  // m in one pass
+      launch_gemv_swiglu(h_.get(), w.w1.get(), w3, m_.get(), B, D, F_, st);
+    } else {
+      gemm_.linear_forward(h_.get(), w.w1.get(), b16(u1_.get()), B, D, F_, 0.0f, st);
+      if (w3) gemm_.linear_forward(h_.get(), w3, b16(u3_.get()), B, D, F_, 0.0f, st);
+      launch_swiglu_forward(u1_.get(), w3 ? u3_.get() : nullptr, m_.get(), B * F_, st);
+    }
+    linear(m_.get(), w.w2.get(), f32(x_.get()), F_, D, 1.0f, st);
   }
   launch_rmsnorm_forward(x_.get(), norm_.get(), eps, h_.get(), rstd_.get(), B, D, st);
-  gemm_.linear_forward(h_.get(), head_.get(), f32(logits_.get()), B, D, cfg_.vocab_size, 0.0f, st);
+  linear(h_.get(), head_.get(), f32(logits_.get()), D, cfg_.vocab_size, 0.0f, st);
   launch_advance_positions(positions_.get(), B, st);
 }
 

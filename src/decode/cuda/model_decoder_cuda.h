@@ -75,6 +75,10 @@ class ModelDecoderCuda {
     DeviceBuffer<bf16> w_in, wo, w1, w2, w3;
   };
   void record_step();  // the kernels of one step, on stream_
+  // y (+)= x·Wᵀ for the step's B rows: the few-row kernels (model/cuda/gemv.h) up to
+  // kGemvFasterRows rows, else the GEMM.
+  void linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out, float beta,
+              cudaStream_t st);
   // One forward of the prefill over a group's packed prompts: fills their caches and writes
   // their rows of logits [B, vocab] (model_decoder_prefill.cpp).
   void prefill_group(const PrefillGroup& group, const std::vector<std::vector<int32_t>>& prompts,

@@ -1,5 +1,5 @@
 // Per-element math shared by the model's kernels (training and decoding), so that both compute
-// the rotary angles and the gates identically.
+// the rotary angles, the gates and the SwiGLU activation identically.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +27,14 @@ __device__ inline void gate_values(float v[3], bool softmax) {
   } else {
     for (int c = 0; c < 3; ++c) v[c] = 1.0f / (1.0f + expf(-v[c]));
   }
+}
+
+// SwiGLU's m = silu(a)·b (b = 1: SiLU), each operation rounded on its own (no FMA the compiler
+// could form differently in the kernels that compute m: the forward, the backward, the decoder's
+// fused product).
+__device__ inline float swiglu_value(float a, float b) {
+  const float silu = __fdiv_rn(a, __fadd_rn(1.0f, expf(-a)));
+  return __fmul_rn(silu, b);
 }
 
 }  // namespace nsa::cuda

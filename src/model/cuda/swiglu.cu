@@ -3,6 +3,7 @@
 // buffers are), one otherwise; each element goes through the same inline math either way.
 #include "cuda/common/cuda_check.h"
 #include "model/cuda/model_ops.h"
+#include "model/cuda/pointwise.cuh"
 #include "model/cuda/vec_access.cuh"
 
 namespace nsa::cuda {
@@ -10,13 +11,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// u3 absent (SiLU): b = 1 and no du3.
-// Each operation rounded on its own (no FMA the compiler could form differently in the forward
-// and the backward kernel, which both compute m).
-__device__ inline float swiglu_value(float a, float b) {
-  const float silu = __fdiv_rn(a, __fadd_rn(1.0f, expf(-a)));
-  return __fmul_rn(silu, b);
-}
+// u3 absent (SiLU): b = 1 and no du3. swiglu_value (pointwise.cuh) is m's arithmetic.
 __device__ inline void swiglu_grads(float a, float b, float dm, float& da, float& db) {
   const float s = 1.0f / (1.0f + expf(-a));
   da = dm * b * s * (1.0f + a * (1.0f - s));

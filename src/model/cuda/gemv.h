@@ -1,0 +1,42 @@
+// Linear layers for a few rows (decoding: one token of each of B ≤ kGemvMaxRows sequences): y =
+// x·Wᵀ is then a matrix-vector product bound by reading W, which cuBLAS' GEMMs at M = 1..16 do not
+// reach. Each warp streams one row of W with 128-bit loads, all in flight, against the B rows of x
+// (fp32 sums in a fixed order: bitwise reproducible, whatever the batch's other rows hold). The
+// kernels are programmatic dependent launches (common/dependent_launch.cuh) that load their W rows
+// before they wait for the previous kernel, so W's latency hides behind it where it allows.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "model/cuda/gemm.h"
+
+namespace nsa::cuda {
+
+// Rows the kernels take. Each row of x costs every W chunk a load and 8 conversions and FMAs, so
+// the few-row kernels lose to the GEMMs from a handful of rows on: measured in the decoder step
+// (H100, m7c_125m, 64k context; docs/perf.md) at B = 1 / 2 / 3 / 4 / 6 / 16 the step took
+// 0.88 / 0.91 / 0.97 / 1.01 / 1.12 / 1.67× the GEMMs' time. The decoder uses them up to
+// kGemvFasterRows.
+constexpr int64_t kGemvMaxRows = 4;
+constexpr int64_t kGemvFasterRows = 3;
+
+// Whether the kernels take this product: 1 ≤ B ≤ kGemvMaxRows, in a multiple of 8 and x, W (and
+// w3) 16-byte aligned; otherwise use Gemm.
+bool gemv_fits(int64_t B, int64_t in, const __nv_bfloat16* x, const __nv_bfloat16* w,
+               const __nv_bfloat16* w3 = nullptr);
+
+// y (+)= x·Wᵀ: x [B, in] bf16, W [out, in] bf16 (as Gemm::linear_forward), y [B, out] fp32 or
+// bf16, beta 0 (write) or 1 (y += …, fp32 only: the residual add).
+void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, GemmOut y, int64_t B, int64_t in,
+                 int64_t out, float beta, cudaStream_t stream);
+
+// The MLP's first half in one pass: m [B, out] = swiglu(u1, u3) with u1 = x·W1ᵀ and u3 = x·W3ᵀ
+// each rounded to bf16 first – the two GEMMs with bf16 results and launch_swiglu_forward's
+// arithmetic (pointwise.cuh); w3 null: SiLU (m = silu(u1)).
+void launch_gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w1, const __nv_bfloat16* w3,
+                        __nv_bfloat16* m, int64_t B, int64_t in, int64_t out, cudaStream_t stream);
+
+}  // namespace nsa::cuda
