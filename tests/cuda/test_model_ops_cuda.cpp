@@ -314,9 +314,9 @@ TEST(ModelOps, GemvAgainstHostSums) {
     const auto res = random_floats(B * out, 22);
     Placed<bf16> px(x, 0), pw(w, 0), yb(B * out, 0);
     Placed<float> y(B * out, 0), yacc(res, 0);
-    launch_gemv(px.get(), pw.get(), f32(y.get()), B, in, out, 0.0f, nullptr);
-    launch_gemv(px.get(), pw.get(), f32(yacc.get()), B, in, out, 1.0f, nullptr);
-    launch_gemv(px.get(), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
+    launch_gemv(gemv_rows(px.get()), pw.get(), f32(y.get()), B, in, out, 0.0f, nullptr);
+    launch_gemv(gemv_rows(px.get()), pw.get(), f32(yacc.get()), B, in, out, 1.0f, nullptr);
+    launch_gemv(gemv_rows(px.get()), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
     const auto hy = y.host(), hacc = yacc.host();
     const auto hb = yb.host();
     for (int64_t b = 0; b < B; ++b) {
@@ -331,7 +331,7 @@ TEST(ModelOps, GemvAgainstHostSums) {
     }
     // Row 0 alone gives row 0's bits of the batch (fixed order, whatever the other rows hold).
     Placed<float> y0(out, 0);
-    launch_gemv(px.get(), pw.get(), f32(y0.get()), 1, in, out, 0.0f, nullptr);
+    launch_gemv(gemv_rows(px.get()), pw.get(), f32(y0.get()), 1, in, out, 0.0f, nullptr);
     expect_same_bits(y0.host(), std::vector<float>(hy.begin(), hy.begin() + out), "row 0 alone");
   }
 }
@@ -342,10 +342,10 @@ TEST(ModelOps, GemvSwigluAgainstHostSums) {
   const auto w1 = to_bf16(random_floats(out * in, 31)), w3 = to_bf16(random_floats(out * in, 32));
   Placed<bf16> px(x, 0), pw1(w1, 0), pw3(w3, 0), m(B * out, 0), m_silu(B * out, 0);
   Placed<float> u1(B * out, 0), u3(B * out, 0);
-  launch_gemv_swiglu(px.get(), pw1.get(), pw3.get(), m.get(), B, in, out, nullptr);
-  launch_gemv_swiglu(px.get(), pw1.get(), nullptr, m_silu.get(), B, in, out, nullptr);
-  launch_gemv(px.get(), pw1.get(), f32(u1.get()), B, in, out, 0.0f, nullptr);
-  launch_gemv(px.get(), pw3.get(), f32(u3.get()), B, in, out, 0.0f, nullptr);
+  launch_gemv_swiglu(gemv_rows(px.get()), pw1.get(), pw3.get(), m.get(), B, in, out, nullptr);
+  launch_gemv_swiglu(gemv_rows(px.get()), pw1.get(), nullptr, m_silu.get(), B, in, out, nullptr);
+  launch_gemv(gemv_rows(px.get()), pw1.get(), f32(u1.get()), B, in, out, 0.0f, nullptr);
+  launch_gemv(gemv_rows(px.get()), pw3.get(), f32(u3.get()), B, in, out, 0.0f, nullptr);
   const auto hm = m.host(), hs = m_silu.host();
   const auto h1 = u1.host(), h3 = u3.host();
   const auto silu = [](float a) { return a / (1.0f + std::exp(-a)); };
@@ -359,13 +359,39 @@ TEST(ModelOps, GemvSwigluAgainstHostSums) {
   }
 }
 
+// The RMSNorm folded into the products gives the bits of the norm kernel followed by them.
+TEST(ModelOps, GemvWithTheNormEqualsNormThenGemv) {
+  for (const auto& [B, in] : {std::pair<int64_t, int64_t>{1, 768}, {3, 2056}, {4, 64}}) {
+    SCOPED_TRACE(testing::Message() << "B=" << B << " in=" << in);
+    const int64_t out = 70;
+    const auto xf = random_floats(B * in, 40, 3.0f), nw = random_floats(in, 41);
+    const auto w1 = to_bf16(random_floats(out * in, 42)), w3 = to_bf16(random_floats(out * in, 43));
+    Placed<float> px(xf, 0), pn(nw, 0), rstd(B, 0), y_fused(B * out, 0), y_plain(B * out, 0);
+    Placed<bf16> h(B * in, 0), pw1(w1, 0), pw3(w3, 0), m_fused(B * out, 0), m_plain(B * out, 0);
+    launch_rmsnorm_forward(px.get(), pn.get(), 1e-5f, h.get(), rstd.get(), B, in, nullptr);
+    const GemvInput normed = gemv_normed_rows(px.get(), pn.get(), 1e-5f);
+    launch_gemv(normed, pw1.get(), f32(y_fused.get()), B, in, out, 0.0f, nullptr);
+    launch_gemv(gemv_rows(h.get()), pw1.get(), f32(y_plain.get()), B, in, out, 0.0f, nullptr);
+    expect_same_bits(y_fused.host(), y_plain.host(), "RMSNorm(x)·Wᵀ");
+    launch_gemv_swiglu(normed, pw1.get(), pw3.get(), m_fused.get(), B, in, out, nullptr);
+    launch_gemv_swiglu(gemv_rows(h.get()), pw1.get(), pw3.get(), m_plain.get(), B, in, out,
+                       nullptr);
+    expect_same_bits(m_fused.host(), m_plain.host(), "swiglu of RMSNorm(x)");
+  }
+}
+
 TEST(ModelOps, GemvRefusesWhatItDoesNotTake) {
   DeviceBuffer<bf16> x(64), w(64);
-  EXPECT_FALSE(gemv_fits(kGemvMaxRows + 1, 8, x.get(), w.get()));
-  EXPECT_FALSE(gemv_fits(1, 12, x.get(), w.get()));
-  EXPECT_FALSE(gemv_fits(1, 8, x.get() + 1, w.get()));
-  EXPECT_TRUE(gemv_fits(kGemvMaxRows, 8, x.get(), w.get()));
-  EXPECT_THROW(launch_gemv(x.get(), w.get(), b16(x.get()), 1, 8, 1, 1.0f, nullptr), Error);
+  EXPECT_FALSE(gemv_fits(kGemvMaxRows + 1, 8, gemv_rows(x.get()), w.get()));
+  EXPECT_FALSE(gemv_fits(1, 12, gemv_rows(x.get()), w.get()));
+  EXPECT_FALSE(gemv_fits(1, 8, gemv_rows(x.get() + 1), w.get()));
+  EXPECT_TRUE(gemv_fits(kGemvMaxRows, 8, gemv_rows(x.get()), w.get()));
+  DeviceBuffer<float> xf(64), nw(64);
+  EXPECT_TRUE(gemv_fits(1, 8, gemv_normed_rows(xf.get(), nw.get(), 1e-5f), w.get()));
+  EXPECT_FALSE(gemv_fits(1, 8, gemv_normed_rows(xf.get(), nullptr, 1e-5f), w.get()));
+  EXPECT_FALSE(gemv_fits(1, 8, gemv_normed_rows(xf.get() + 1, nw.get(), 1e-5f), w.get()));
+  EXPECT_THROW(launch_gemv(gemv_rows(x.get()), w.get(), b16(x.get()), 1, 8, 1, 1.0f, nullptr),
+               Error);
 }
 
 }  // namespace

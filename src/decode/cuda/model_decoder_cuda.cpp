@@ -5,7 +5,6 @@
 
 #include "cuda/common/convert.h"
 #include "cuda/nsa/nsa_decode.h"
-#include "model/cuda/gemv.h"
 #include "model/cuda/model_cuda.h"
 #include "nsa/error.h"
 
@@ -131,25 +130,55 @@ ModelDecoderCuda::~ModelDecoderCuda() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void ModelDecoderCuda::linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out,
-                              float beta, cudaStream_t st) {
-  if (B_ <= kGemvFasterRows && gemv_fits(B_, in, x, w)) {
-    launch_gemv(x, w, y, B_, in, out, beta, st);
-  } else {
-    gemm_.linear_forward(x, w, y, B_, in, out, beta, st);
+bool ModelDecoderCuda::few_rows(int64_t in, const GemvInput& x, const bf16* w,
+                                const bf16* w3) const {
+  return B_ <= kGemvFasterRows && gemv_fits(B_, in, x, w, w3);
+}
+
+void ModelDecoderCuda::normed_linear(const float* norm_w, const bf16* w, GemmOut y, int64_t out,
+                                     cudaStream_t st) {
+  const int64_t D = cfg_.dim;
+  const GemvInput x = gemv_normed_rows(x_.get(), norm_w, static_cast<float>(cfg_.norm_eps));
+  if (few_rows(D, x, w)) {
+    launch_gemv(x, w, y, B_, D, out, 0.0f, st);
+    return;
   }
+  launch_rmsnorm_forward(x.x_f32, norm_w, x.eps, h_.get(), rstd_.get(), B_, D, st);
+  gemm_.linear_forward(h_.get(), w, y, B_, D, out, 0.0f, st);
+}
+
+void ModelDecoderCuda::residual_linear(const bf16* x, const bf16* w, int64_t in, cudaStream_t st) {
+  const int64_t D = cfg_.dim;
+  if (few_rows(in, gemv_rows(x), w)) {
+    launch_gemv(gemv_rows(x), w, f32(x_.get()), B_, in, D, 1.0f, st);
+  } else {
+    gemm_.linear_forward(x, w, f32(x_.get()), B_, in, D, 1.0f, st);
+  }
+}
+
+void ModelDecoderCuda::mlp_in(const LayerWeights& w, cudaStream_t st) {
+  const int64_t D = cfg_.dim;
+  const bf16* w3 = cfg_.mlp == "swiglu" ? w.w3.get() : nullptr;
+  const GemvInput x =
+      gemv_normed_rows(x_.get(), w.ffn_norm.get(), static_cast<float>(cfg_.norm_eps));
+  if (few_rows(D, x, w.w1.get(), w3)) {  // the norm, both products and m in one pass
+    launch_gemv_swiglu(x, w.w1.get(), w3, m_.get(), B_, D, F_, st);
+    return;
+  }
+  launch_rmsnorm_forward(x.x_f32, x.norm_w, x.eps, h_.get(), rstd_.get(), B_, D, st);
+  gemm_.linear_forward(h_.get(), w.w1.get(), b16(u1_.get()), B_, D, F_, 0.0f, st);
+  if (w3) gemm_.linear_forward(h_.get(), w3, b16(u3_.get()), B_, D, F_, 0.0f, st);
+  launch_swiglu_forward(u1_.get(), w3 ? u3_.get() : nullptr, m_.get(), B_ * F_, st);
 }
 
 void ModelDecoderCuda::record_step() {
   const NsaConfig& a = cfg_.attn;
   const int64_t B = B_, D = cfg_.dim, H = a.heads;
-  const float eps = static_cast<float>(cfg_.norm_eps);
   cudaStream_t st = stream_;
   launch_embedding_forward(tokens_.get(), tok_emb_.get(), x_.get(), B, D, st);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const LayerWeights& w = layers_[li];
-    launch_rmsnorm_forward(x_.get(), w.attn_norm.get(), eps, h_.get(), rstd_.get(), B, D, st);
-    linear(h_.get(), w.w_in.get(), f32(proj_.get()), D, inputs_.width, 0.0f, st);
+    normed_linear(w.attn_norm.get(), w.w_in.get(), f32(proj_.get()), inputs_.width, st);
     launch_decode_inputs(proj_.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base, B, st);
     const bf16* k[kNumBranches];
     const bf16* v[kNumBranches];
@@ -160,20 +189,11 @@ void ModelDecoderCuda::record_step() {
       gates[c] = gates_[c].get();
     }
     attn_[li]->step(q_.get(), k, v, gates, positions_.get(), o_.get(), st);
-    linear(o_.get(), w.wo.get(), f32(x_.get()), H * a.dv, D, 1.0f, st);
-    launch_rmsnorm_forward(x_.get(), w.ffn_norm.get(), eps, h_.get(), rstd_.get(), B, D, st);
-    const bf16* w3 = cfg_.mlp == "swiglu" ? w.w3.get() : nullptr;
-    if (B <= kGemvFasterRows && gemv_fits(B, D, h_.get(), w.w1.get(), w3)) {  // m in one pass
-      launch_gemv_swiglu(h_.get(), w.w1.get(), w3, m_.get(), B, D, F_, st);
-    } else {
-      gemm_.linear_forward(h_.get(), w.w1.get(), b16(u1_.get()), B, D, F_, 0.0f, st);
-      if (w3) gemm_.linear_forward(h_.get(), w3, b16(u3_.get()), B, D, F_, 0.0f, st);
-      launch_swiglu_forward(u1_.get(), w3 ? u3_.get() : nullptr, m_.get(), B * F_, st);
-    }
-    linear(m_.get(), w.w2.get(), f32(x_.get()), F_, D, 1.0f, st);
+    residual_linear(o_.get(), w.wo.get(), H * a.dv, st);
+    mlp_in(w, st);
+    residual_linear(m_.get(), w.w2.get(), F_, st);
   }
-  launch_rmsnorm_forward(x_.get(), norm_.get(), eps, h_.get(), rstd_.get(), B, D, st);
-  linear(h_.get(), head_.get(), f32(logits_.get()), D, cfg_.vocab_size, 0.0f, st);
+  normed_linear(norm_.get(), head_.get(), f32(logits_.get()), cfg_.vocab_size, st);
   launch_advance_positions(positions_.get(), B, st);
 }
 

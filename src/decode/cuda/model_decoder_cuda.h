@@ -22,6 +22,7 @@
 #include "cuda/common/device_buffer.h"
 #include "decode/prefill_plan.h"
 #include "model/cuda/gemm.h"
+#include "model/cuda/gemv.h"
 #include "model/cuda/model_ops.h"
 #include "model/model_params.h"
 
@@ -75,10 +76,15 @@ class ModelDecoderCuda {
     DeviceBuffer<bf16> w_in, wo, w1, w2, w3;
   };
   void record_step();  // the kernels of one step, on stream_
-  // y (+)= x·Wᵀ for the step's B rows: the few-row kernels (model/cuda/gemv.h) up to
-  // kGemvFasterRows rows, else the GEMM.
-  void linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out, float beta,
-              cudaStream_t st);
+  // The step's linear layers: the few-row kernels (model/cuda/gemv.h, the RMSNorm folded in)
+  // up to kGemvFasterRows rows where they fit (few_rows), else the norm kernel and the GEMMs.
+  bool few_rows(int64_t in, const GemvInput& x, const bf16* w, const bf16* w3 = nullptr) const;
+  // y = RMSNorm(x_; norm_w)·Wᵀ.
+  void normed_linear(const float* norm_w, const bf16* w, GemmOut y, int64_t out, cudaStream_t st);
+  // x_ += x·Wᵀ.
+  void residual_linear(const bf16* x, const bf16* w, int64_t in, cudaStream_t st);
+  // m_ = the MLP's activation of RMSNorm(x_; ffn_norm).
+  void mlp_in(const LayerWeights& w, cudaStream_t st);
   // One forward of the prefill over a group's packed prompts: fills their caches and writes
   // their rows of logits [B, vocab] (model_decoder_prefill.cpp).
   void prefill_group(const PrefillGroup& group, const std::vector<std::vector<int32_t>>& prompts,

@@ -29,6 +29,12 @@ __device__ inline void gate_values(float v[3], bool softmax) {
   }
 }
 
+// RMSNorm's output x·r·w (r = 1 / RMS of the row), each product rounded on its own (never
+// contracted): the norm kernel and the products that fold the norm in (gemv.cu) give the same bits.
+__device__ inline float rms_normed(float x, float r, float w) {
+  return __fmul_rn(__fmul_rn(x, r), w);
+}
+
 // SwiGLU's m = silu(a)·b (b = 1: SiLU), each operation rounded on its own (no FMA the compiler
 // could form differently in the kernels that compute m: the forward, the backward, the decoder's
 // fused product).

@@ -15,6 +15,7 @@
 #include "cuda/common/block_reduce.cuh"
 #include "cuda/common/cuda_check.h"
 #include "model/cuda/model_ops.h"
+#include "model/cuda/pointwise.cuh"
 #include "model/cuda/vec_access.cuh"
 
 namespace nsa::cuda {
@@ -25,10 +26,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kBwdThreads = 128;            // backward: 16 CTAs (rows in flight) per SM
 constexpr int kRowsPerCta = 64;             // backward: one weight-gradient partial per 64 rows
 constexpr size_t kSmemAccMax = 200 * 1024;  // above: the column sums live in `partial`
-
-__device__ inline float normed(float x, float r, float w) {
-  return __fmul_rn(__fmul_rn(x, r), w);
-}
 
 // g = r·(dy·w − x̂·dot), x̂ = x·r; dyx = dy·x̂ (the weight gradient's term); each operation rounded.
 __device__ inline void rms_grad(float x, float dy, float w, float r, float dot, float& g,
@@ -90,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
     float v[4], wv[4];
     load_quad<kVec>(xr, q, D, v);
     load_quad<kVec>(w, q, D, wv);
-    for (int k = 0; k < 4; ++k) v[k] = normed(v[k], r, wv[k]);
+    for (int k = 0; k < 4; ++k) v[k] = rms_normed(v[k], r, wv[k]);
     store_quad_bf16<kVec>(y + t * D, q, D, v);
   }
 }
