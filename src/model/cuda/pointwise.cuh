@@ -1,5 +1,5 @@
 // Per-element math shared by the model's kernels (training and decoding), so that both compute
-// the rotary angles, the gates and the SwiGLU activation identically.
+// the rotary angles, the gates, RMSNorm's output and the SwiGLU activation identically.
 #pragma once
 
 #include <cuda_runtime.h>
