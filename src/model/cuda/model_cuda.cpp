@@ -138,25 +138,31 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, Recompute 
       proj_parts_.push_back({P::kValue, c, Gk * a.dv, 0});
     }
     proj_parts_.push_back({P::kGate, 0, 3 * H, 0});
-    // One GEMM needs every layer's parts back to back in the parameter buffer.
+    // One GEMM needs every layer's parts back to back in the parameter buffer, each slot's
+    // reserved rows (its own, then zero ones: ModelParamsCuda::Slot) whole rows of D. Its block
+    // of dy then has one column per reserved row; the columns of the zero rows stay zero.
     const auto& slots = params_.slots();
     bool one_gemm = true;
     for (int64_t li = 0; li < L; ++li) {
-      for (size_t i = 1; i < proj_parts_.size(); ++i) {
+      for (size_t i = 0; i < proj_parts_.size(); ++i) {
+        const auto& slot = slots[proj_parts_[i].slot(params_.layer(li))];
+        one_gemm = one_gemm && slot.reserved % D == 0;
+        if (i == 0) continue;
         const auto& prev = slots[proj_parts_[i - 1].slot(params_.layer(li))];
-        one_gemm = one_gemm &&
-                   slots[proj_parts_[i].slot(params_.layer(li))].offset == prev.offset + prev.numel;
+        one_gemm = one_gemm && slot.offset == prev.offset + prev.reserved;
       }
     }
     int64_t col = 0;
     for (ProjPart& part : proj_parts_) {
       if (!one_gemm) col = (col + 127) / 128 * 128;  // each part's GEMM: a 256-byte-aligned dy
       part.col = col;
-      col += part.width;
+      col += one_gemm ? slots[part.slot(params_.layer(0))].reserved / D : part.width;
     }
     proj_one_gemm_ = one_gemm;
+    proj_gemm_width_ = col;
     proj_ld_ = (col + 7) / 8 * 8;
     proj_grad_bf_.resize(T * proj_ld_);
+    proj_grad_bf_.zero(stream_);  // the columns no part writes
   }
   sel_hist_.resize(kSelDistanceBuckets);
   nonfinite_.resize(1);
@@ -387,8 +393,7 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
     gemm_.linear_weight_grad(pg + col, ws.h1, params_.grad(slot), T, D, width, st, ld);
   };
   if (proj_one_gemm_) {  // the first part's slot starts the block of all of them
-    const ProjPart& last = proj_parts_.back();
-    project_grads(proj_parts_.front().slot(s), 0, last.col + last.width, 0.0f);
+    project_grads(proj_parts_.front().slot(s), 0, proj_gemm_width_, 0.0f);
   } else {
     for (size_t i = 0; i < proj_parts_.size(); ++i) {
       const ProjPart& part = proj_parts_[i];

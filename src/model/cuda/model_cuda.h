@@ -172,7 +172,7 @@ class ModelCuda {
     }
   };
   std::vector<ProjPart> proj_parts_;
-  int64_t proj_ld_ = 0;
+  int64_t proj_ld_ = 0, proj_gemm_width_ = 0;  // the one GEMM's K and N: the slots' reserved rows
   bool proj_one_gemm_ = false;
   DeviceBuffer<bf16> proj_grad_bf_;
   DeviceBuffer<float> final_norm_rstd_;

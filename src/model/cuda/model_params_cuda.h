@@ -19,10 +19,11 @@ namespace nsa::cuda {
 
 class ModelParamsCuda {
  public:
-  // One parameter tensor in the flat buffers: [offset, offset + numel); `decay`: a matrix
-  // (weight decay applies); its checkpoint name and shape (for messages).
+  // One parameter tensor in the flat buffers: [offset, offset + numel), then zero padding up to
+  // offset + reserved (a matrix's rows rounded up to a multiple of 8, then to 128 elements);
+  // `decay`: a matrix (weight decay applies); its checkpoint name and shape (for messages).
   struct Slot {
-    int64_t offset = 0, numel = 0;
+    int64_t offset = 0, numel = 0, reserved = 0;
     bool decay = false;
     std::string name;
     Shape shape;
