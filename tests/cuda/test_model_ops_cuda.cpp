@@ -68,12 +68,12 @@ void expect_same_bits(const std::vector<T>& a, const std::vector<T>& b, const ch
 TEST(ModelOpsVectorPaths, SwigluForwardAndBackward) {
   const int64_t n = 8 * 1000 + 5;
   const auto u1 = to_bf16(random_floats(n, 1, 2.0f)), u3 = to_bf16(random_floats(n, 2));
-  const auto dm = random_floats(n, 3);
+  const auto dm = to_bf16(random_floats(n, 3));
   for (bool gated : {true, false}) {
     std::vector<std::vector<bf16>> m(2), m_again(2), du1(2), du3(2);
     for (int64_t off : {0, 1}) {
       Placed<bf16> a(u1, off), b(u3, off), out(n, off), again(n, off), g1(n, off), g3(n, off);
-      Placed<float> d(dm, off);
+      Placed<bf16> d(dm, off);
       launch_swiglu_forward(a.get(), gated ? b.get() : nullptr, out.get(), n, nullptr);
       launch_swiglu_backward(a.get(), gated ? b.get() : nullptr, d.get(), g1.get(),
                              gated ? g3.get() : nullptr, again.get(), n, nullptr);

@@ -111,7 +111,7 @@ ModelCuda::ModelCuda(const ModelConfig& cfg, const SeqLayout& layout, Recompute 
   emb_seg_start_.resize(T + 1);
   residual_grad_.resize(T * D);
   norm_out_grad_.resize(T * D);
-  mlp_act_grad_.resize(T * ffn_dim_);
+  mlp_act_grad_bf_.resize(T * ffn_dim_);
   gate_logit_grad_.resize(T * 3 * H);
   norm_partial_.resize(
       std::max({rmsnorm_backward_partial_floats(T, D), column_sum_partial_floats(T, 3 * H),
@@ -312,11 +312,11 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   // MLP.
   mark(StepPhase::kGemmBackward);
   gemm_.linear_input_grad(residual_grad_bf_.get(), params_.weight_bf16(s.w2),
-                          f32(mlp_act_grad_.get()), T, ffn_dim_, D, 0.0f, st);
+                          b16(mlp_act_grad_bf_.get()), T, ffn_dim_, D, 0.0f, st);
   // The activation's backward also recomputes m = silu(u1)·u3 (the forward's bits) for W2's
   // gradient: one pass over u1 and u3 instead of two.
   mark(StepPhase::kElementwise);
-  launch_swiglu_backward(ws.u1, swiglu ? ws.u3 : nullptr, mlp_act_grad_.get(), up1_grad_bf_.get(),
+  launch_swiglu_backward(ws.u1, swiglu ? ws.u3 : nullptr, mlp_act_grad_bf_.get(), up1_grad_bf_.get(),
                          up3_grad_bf_.get(), mlp_act_bf_.get(), T * ffn_dim_, st);
   mark(StepPhase::kGemmBackward);
   gemm_.linear_weight_grad(residual_grad_bf_.get(), mlp_act_bf_.get(), params_.grad(s.w2), T,
@@ -635,7 +635,7 @@ size_t ModelCuda::device_bytes() const {
   size_t total = params_.device_bytes() + tokens_.bytes() + targets_.bytes() + positions_.bytes() +
                  rope_table_.bytes() + emb_order_.bytes() + emb_seg_token_.bytes() +
                  emb_seg_start_.bytes() + proj_out_.bytes() + residual_grad_.bytes() +
-                 norm_out_grad_.bytes() + mlp_act_grad_.bytes() + gate_logit_grad_.bytes() +
+                 norm_out_grad_.bytes() + mlp_act_grad_bf_.bytes() + gate_logit_grad_.bytes() +
                  norm_partial_.bytes() + sum_partial_.bytes() + logits_.bytes() +
                  row_loss_.bytes() + step_scalars_.bytes() + final_norm_out_.bytes() +
                  logits_grad_bf_.bytes() + residual_grad_bf_.bytes() + mlp_act_bf_.bytes() +

@@ -138,11 +138,11 @@ class ModelCuda {
   // The embedding backward's rows grouped by token (order, segment tokens, segment starts).
   DeviceBuffer<int32_t> emb_order_, emb_seg_token_, emb_seg_start_;
   // Scratch shared by all layers: fp32 [T, ·] projection outputs before RoPE / conversion, the
-  // residual gradient dx, the gradient into a norm's output, the MLP activation's gradient, the
-  // gate logits' gradient, reduction partial sums, logits and per-row losses.
+  // residual gradient dx, the gradient into a norm's output, the gate logits' gradient, reduction
+  // partial sums, logits and per-row losses.
   // (Recompute::kOps: proj_out_ also holds x2, and the layers share h1/h2, u1, u3 and the queries
   // below.)
-  DeviceBuffer<float> proj_out_, residual_grad_, norm_out_grad_, mlp_act_grad_, gate_logit_grad_;
+  DeviceBuffer<float> proj_out_, residual_grad_, norm_out_grad_, gate_logit_grad_;
   DeviceBuffer<float> norm_partial_, sum_partial_, logits_, row_loss_;
   // The LM head's rows per chunk; keep the whole batch's logits (download_logit_rows); whether
   // the last pass did.
@@ -150,8 +150,9 @@ class ModelCuda {
   bool keep_logits_ = false, logits_whole_ = false;
   DeviceBuffer<float> step_scalars_;  // [kNumScalars], see Scalar
   // bf16 [T, ·]: the final norm's output, the logits' gradient, dx, the MLP activation
-  // silu(u1)·u3, the gradients of u1 and u3.
+  // silu(u1)·u3 and its gradient, the gradients of u1 and u3.
   DeviceBuffer<bf16> final_norm_out_, logits_grad_bf_, residual_grad_bf_, mlp_act_bf_;
+  DeviceBuffer<bf16> mlp_act_grad_bf_;
   DeviceBuffer<bf16> up1_grad_bf_, up3_grad_bf_;
   DeviceBuffer<bf16> shared_h_, shared_u1_, shared_u3_, shared_q_;  // Recompute::kOps only
   // The attention projections' output gradients side by side, bf16 [T, proj_ld_]: one part per

@@ -87,11 +87,12 @@ struct DecodeInputs {
 void launch_decode_inputs(const float* proj, const DecodeInputs& in, const int32_t* positions,
                           const float* gate_bias, double rope_base, int64_t B, cudaStream_t stream);
 
-// swiglu.cu: m = silu(u1)·u3 (u3 == nullptr: m = silu(u1)); backward into bf16 du1, du3 and,
+// swiglu.cu: m = silu(u1)·u3 (u3 == nullptr: m = silu(u1)); backward from bf16 dm (W2's
+// input-gradient GEMM writes it in bf16: half the bytes of fp32 both ways) into bf16 du1, du3 and,
 // when m is given, m again (the forward's bits: the backward needs it for W2's gradient and reads
 // u1 and u3 anyway).
 void launch_swiglu_forward(const bf16* u1, const bf16* u3, bf16* m, int64_t n, cudaStream_t stream);
-void launch_swiglu_backward(const bf16* u1, const bf16* u3, const float* dm, bf16* du1, bf16* du3,
+void launch_swiglu_backward(const bf16* u1, const bf16* u3, const bf16* dm, bf16* du1, bf16* du3,
                             bf16* m, int64_t n, cudaStream_t stream);
 
 // cross_entropy.cu: row_loss[t] = logsumexp(logits[t]) − logits[t, targets[t]]; when dlogits is

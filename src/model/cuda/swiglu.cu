@@ -39,7 +39,7 @@ __global__ void swiglu_forward_kernel(const bf16* __restrict__ u1, const bf16* _
 
 template <int kVec>
 __global__ void swiglu_backward_kernel(const bf16* __restrict__ u1, const bf16* __restrict__ u3,
-                                       const float* __restrict__ dm, bf16* __restrict__ du1,
+                                       const bf16* __restrict__ dm, bf16* __restrict__ du1,
                                        bf16* __restrict__ du3, bf16* __restrict__ m, int64_t n) {
   const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (i0 >= n) return;
@@ -47,7 +47,7 @@ __global__ void swiglu_backward_kernel(const bf16* __restrict__ u1, const bf16* 
     float a[8], b[8] = {1, 1, 1, 1, 1, 1, 1, 1}, g[8], da[8], db[8];
     load_bf16x8(u1 + i0, a);
     if (u3) load_bf16x8(u3 + i0, b);
-    load_f32x8(dm + i0, g);
+    load_bf16x8(dm + i0, g);
     for (int k = 0; k < 8; ++k) swiglu_grads(a[k], u3 ? b[k] : 1.0f, g[k], da[k], db[k]);
     store_bf16x8(du1 + i0, da);
     if (u3) store_bf16x8(du3 + i0, db);
@@ -61,7 +61,7 @@ __global__ void swiglu_backward_kernel(const bf16* __restrict__ u1, const bf16* 
   for (int64_t i = i0; i < n && i < i0 + kVec; ++i) {
     float da, db;
     const float a = __bfloat162float(u1[i]);
-    swiglu_grads(a, u3 ? __bfloat162float(u3[i]) : 1.0f, dm[i], da, db);
+    swiglu_grads(a, u3 ? __bfloat162float(u3[i]) : 1.0f, __bfloat162float(dm[i]), da, db);
     du1[i] = __float2bfloat16(da);
     if (u3) du3[i] = __float2bfloat16(db);
     if (m) {
@@ -89,7 +89,7 @@ void launch_swiglu_forward(const bf16* u1, const bf16* u3, bf16* m, int64_t n,
   NSA_CUDA_LAUNCH_CHECK();
 }
 
-void launch_swiglu_backward(const bf16* u1, const bf16* u3, const float* dm, bf16* du1, bf16* du3,
+void launch_swiglu_backward(const bf16* u1, const bf16* u3, const bf16* dm, bf16* du1, bf16* du3,
                             bf16* m, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (aligned_for(16, u1, u3, dm, du1, du3, m)) {
