@@ -12,6 +12,7 @@
 #include "cuda/common/device_buffer.h"
 #include "cuda/nsa/nsa_decode.h"
 #include "decode/cuda/model_decoder_cuda.h"
+#include "model/cuda/gemv.h"
 #include "decode/model_decoder.h"
 #include "decode/nsa_decode_cache.h"
 
@@ -376,19 +377,17 @@ ModelConfig tiny_model(const std::map<std::string, std::string>& overrides) {
   return cfg;
 }
 
-class CudaDecoder : public ::testing::TestWithParam<std::map<std::string, std::string>> {};
-
 // The whole decoder: logits within 3 % of max |logit| of the CPU decoder (bf16 weights and
-// activations) and selected blocks as the CPU chose, for three sequences decoded together.
-TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
-  const ModelConfig cfg = tiny_model(GetParam());
+// activations) and selected blocks as the CPU chose, for B sequences decoded together.
+void expect_decoder_matches_cpu(const std::map<std::string, std::string>& overrides, int64_t B) {
+  const ModelConfig cfg = tiny_model(overrides);
   ModelParams<float> params = init_model_params<float>(cfg);
   for (auto& layer : params.layers) {  // sharper attention: selections are decided, not tied
     for (float& x : layer.wq.data) x *= 6.0f;
     for (auto& wk : layer.wk)
       for (float& x : wk.data) x *= 6.0f;
   }
-  const int64_t B = 3, steps = 200, V = cfg.vocab_size, G = cfg.attn.groups;
+  const int64_t steps = 200, V = cfg.vocab_size, G = cfg.attn.groups;
   cuda::ModelDecoderCuda gpu(cfg, params, B, steps, false);
   std::vector<ModelDecoder> cpu;
   for (int64_t b = 0; b < B; ++b) cpu.emplace_back(cfg, params, steps);
@@ -435,6 +434,22 @@ TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
   cuda::ModelDecoderCuda small(cfg, params, 2, 8, false);
   EXPECT_THROW(small.step({0, static_cast<int32_t>(V)}), Error);  // out of the vocabulary
   EXPECT_THROW(small.step({0}), Error);                           // wrong batch
+}
+
+class CudaDecoder : public ::testing::TestWithParam<std::map<std::string, std::string>> {};
+
+// Three sequences: the linear layers run on the few-row kernels (gemv.h).
+TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
+  static_assert(3 <= cuda::kGemvFasterRows, "three rows must take the few-row kernels");
+  expect_decoder_matches_cpu(GetParam(), 3);
+}
+
+// Five sequences: the linear layers run on cuBLASLt's GEMMs instead (more rows than the few-row
+// kernels take), the norm and the MLP activation as kernels of their own.
+TEST(CudaDecoderGemms, LogitsAndSelectionsMatchTheCpuDecoder) {
+  static_assert(5 > cuda::kGemvMaxRows, "five rows must take the GEMMs");
+  expect_decoder_matches_cpu({}, 5);
+  expect_decoder_matches_cpu({{"mlp", "silu"}, {"kv", "shared"}}, 5);
 }
 
 // The GPU decoder compresses by averaging only: φ = mlp (which trains on the GPU) is refused

@@ -11,6 +11,7 @@
 #include "cuda/common/dependent_launch.cuh"
 #include "model/cuda/gemv.h"
 #include "model/cuda/pointwise.cuh"
+#include "model/cuda/vec_access.cuh"
 #include "nsa/error.h"
 
 namespace nsa::cuda {
@@ -32,21 +33,6 @@ struct GemvArgs {
   bool accumulate;  // y += (fp32)
   int B, in, out;
 };
-
-__device__ __forceinline__ void unpack(const uint4& raw, float f[kChunk]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < kChunk / 2; ++k) {
-    const float2 v = __bfloat1622float2(h[k]);
-    f[2 * k] = v.x, f[2 * k + 1] = v.y;
-  }
-}
-
-__device__ __forceinline__ void load8(const float* p, float f[kChunk]) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
 
 __device__ __forceinline__ uint4 load_chunk(const uint4* row, int c, int chunks) {
   return c < chunks ? __ldg(row + c) : make_uint4(0, 0, 0, 0);
@@ -78,21 +64,21 @@ __device__ __forceinline__ void accumulate(const GemvArgs& a, int c, const float
                                            const uint4& w1, const uint4& w3, bool two,
                                            float acc1[BM], float acc3[BM]) {
   float f1[kChunk], f3[kChunk], nw[kChunk];
-  unpack(w1, f1);
-  if (two) unpack(w3, f3);
-  if (kNorm) load8(a.x.norm_w + kChunk * c, nw);
+  unpack_bf16x8(w1, f1);
+  if (two) unpack_bf16x8(w3, f3);
+  if (kNorm) load_f32x8(a.x.norm_w + kChunk * c, nw);
 #pragma unroll
   for (int b = 0; b < BM; ++b) {
     if (b >= a.B) break;
     const int64_t at = static_cast<int64_t>(b) * a.in + kChunk * c;
     float xf[kChunk];
     if (kNorm) {
-      load8(a.x.x_f32 + at, xf);
+      load_f32x8(a.x.x_f32 + at, xf);
 #pragma unroll
       for (int k = 0; k < kChunk; ++k)
         xf[k] = __bfloat162float(__float2bfloat16(rms_normed(xf[k], r[b], nw[k])));
     } else {
-      unpack(__ldg(reinterpret_cast<const uint4*>(a.x.x + at)), xf);
+      unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(a.x.x + at)), xf);
     }
 #pragma unroll
     for (int k = 0; k < kChunk; ++k) acc1[b] = fmaf(xf[k], f1[k], acc1[b]);

@@ -17,13 +17,16 @@ inline bool aligned_for(int bytes, const Ptr*... p) {
 }
 
 // 8 bf16 ↔ 8 floats through one 16-byte access.
-__device__ inline void load_bf16x8(const __nv_bfloat16* p, float out[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float out[8]) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
   for (int k = 0; k < 4; ++k) {
     const float2 f = __bfloat1622float2(h[k]);
     out[2 * k] = f.x, out[2 * k + 1] = f.y;
   }
+}
+__device__ inline void load_bf16x8(const __nv_bfloat16* p, float out[8]) {
+  unpack_bf16x8(*reinterpret_cast<const uint4*>(p), out);
 }
 __device__ inline void store_bf16x8(__nv_bfloat16* p, const float in[8]) {
   uint4 raw;
