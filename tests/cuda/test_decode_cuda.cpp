@@ -12,9 +12,9 @@
 #include "cuda/common/device_buffer.h"
 #include "cuda/nsa/nsa_decode.h"
 #include "decode/cuda/model_decoder_cuda.h"
-#include "model/cuda/gemv.h"
 #include "decode/model_decoder.h"
 #include "decode/nsa_decode_cache.h"
+#include "model/cuda/gemv.h"
 
 namespace nsa::test {
 namespace {

@@ -316,8 +316,9 @@ void ModelCuda::layer_backward(int64_t li, Workspace& ws, const float* x_in, flo
   // The activation's backward also recomputes m = silu(u1)·u3 (the forward's bits) for W2's
   // gradient: one pass over u1 and u3 instead of two.
   mark(StepPhase::kElementwise);
-  launch_swiglu_backward(ws.u1, swiglu ? ws.u3 : nullptr, mlp_act_grad_bf_.get(), up1_grad_bf_.get(),
-                         up3_grad_bf_.get(), mlp_act_bf_.get(), T * ffn_dim_, st);
+  launch_swiglu_backward(ws.u1, swiglu ? ws.u3 : nullptr, mlp_act_grad_bf_.get(),
+                         up1_grad_bf_.get(), up3_grad_bf_.get(), mlp_act_bf_.get(), T * ffn_dim_,
+                         st);
   mark(StepPhase::kGemmBackward);
   gemm_.linear_weight_grad(residual_grad_bf_.get(), mlp_act_bf_.get(), params_.grad(s.w2), T,
                            ffn_dim_, D, st);
