@@ -66,14 +66,14 @@ __device__ __forceinline__ void accumulate(const GemvArgs& a, int c, const float
   float f1[kChunk], f3[kChunk], nw[kChunk];
   unpack_bf16x8(w1, f1);
   if (two) unpack_bf16x8(w3, f3);
-  if (kNorm) load_f32x8(a.x.norm_w + kChunk * c, nw);
+  if (kNorm) load_f32x8<true>(a.x.norm_w + kChunk * c, nw);
 #pragma unroll
   for (int b = 0; b < BM; ++b) {
     if (b >= a.B) break;
     const int64_t at = static_cast<int64_t>(b) * a.in + kChunk * c;
     float xf[kChunk];
     if (kNorm) {
-      load_f32x8(a.x.x_f32 + at, xf);
+      load_f32x8<true>(a.x.x_f32 + at, xf);
 #pragma unroll
       for (int k = 0; k < kChunk; ++k)
         xf[k] = __bfloat162float(__float2bfloat16(rms_normed(xf[k], r[b], nw[k])));

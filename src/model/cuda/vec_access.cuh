@@ -42,9 +42,13 @@ __device__ inline void store_bf16x4(__nv_bfloat16* p, float a, float b, float c,
   h[1] = __floats2bfloat162_rn(c, d);
   *reinterpret_cast<uint2*>(p) = raw;
 }
+// kReadOnly: through the read-only data cache (__ldg) – only for memory no thread of the kernel
+// writes.
+template <bool kReadOnly = false>
 __device__ inline void load_f32x8(const float* p, float out[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  const float4* q = reinterpret_cast<const float4*>(p);
+  const float4 a = kReadOnly ? __ldg(q) : q[0];
+  const float4 b = kReadOnly ? __ldg(q + 1) : q[1];
   out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
   out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
