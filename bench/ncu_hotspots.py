@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Top source lines of one kernel by warp-stall samples, from Nsight Compute's source page:
 
-  ncu --section SourceCounters --section WarpStateStats --import-source yes -k regex:NAME -c 1 \
+  ncu --clock-control none --section SourceCounters --section WarpStateStats --import-source yes -k regex:NAME -c 1 \
       -o rep <program>
   ncu --import rep.ncu-rep --page source --csv --print-source cuda,sass > src.csv
   python3 bench/ncu_hotspots.py src.csv [--top 30]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sums Nsight Compute's per-launch gpu__time_duration by kernel name (benchmarks only).
 
-  ncu --metrics gpu__time_duration.sum --csv CMD > launches.csv
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv CMD > launches.csv
   python3 bench/ncu_summary.py launches.csv [--top 25]
 """
 import argparse

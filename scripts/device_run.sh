@@ -78,7 +78,7 @@ if [ "$what" = compare ] || [ "$what" = final ]; then
     bins=(./build/nsa); [ "${NCU_BASE:-1}" = 0 ] || bins=(/tmp/nsa_base/build/nsa ./build/nsa)
     for bin in "${bins[@]}"; do
       echo "== ncu $bin ${spec%%:*} S=${spec##*:} (ms per launch sequence: totals over 1 warm-up + 2 timed runs, /3)"
-      /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv "$bin" bench attention --device cuda \
+      /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum --csv "$bin" bench attention --device cuda \
         --config "${spec%%:*}" --seq-lens "${spec##*:}" --reps 2 >/tmp/ncu.csv 2>/dev/null
       python3 bench/ncu_summary.py /tmp/ncu.csv --top 25
     done
@@ -148,7 +148,7 @@ if [ "$what" = hotspots ]; then
   for spec in ${HOTSPOTS:-m7c_125m:16384:select:select_blocks}; do
     IFS=: read -r cfg s wk kre <<<"$spec"
     echo "== ncu $wk ($kre) $cfg S=$s"
-    /usr/local/cuda/bin/ncu --section SourceCounters --section WarpStateStats --section LaunchStats \
+    /usr/local/cuda/bin/ncu --clock-control none --section SourceCounters --section WarpStateStats --section LaunchStats \
       --section Occupancy --section SpeedOfLight --import-source yes -k "regex:$kre" -c 1 -f \
       -o "/tmp/hot_$wk" ./build/nsa_workshop --config "$cfg" --seq-len "$s" --reps 1 "$wk" >/dev/null 2>&1
     /usr/local/cuda/bin/ncu --import "/tmp/hot_$wk.ncu-rep" --page details 2>&1 |
