@@ -156,49 +156,42 @@ __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Cand
     cp_async4(out + i, in + i);
 }
 
-// Candidates a thread of select_blocks ranks at once (held in registers).
-constexpr int kRankBatch = 2;
-
 // The selection at position t from the candidate lists in sh.cand (landed, after a barrier): all
 // selected blocks ascending, −1 padded, into slot[0, n_sel), and the picked (non-forced) ones
 // ascending into picks[]; returns their number. Forced 0, c − 1, c; then the best `free` of the
 // chunks' candidates by (score desc, index asc) – a strict order (blocks are distinct), and the
-// global best are among the chunks' bests. A candidate's global rank is the number of candidates
-// that beat it; one of rank < npicks is picked, at that rank. Only a list's first `span` entries
-// can be picked or beat a pick, and empty entries (score −1) beat nothing, so every thread holds
-// kRankBatch of those entries and counts, against each, the entries that beat it, reading them all
-// in the same order – a shared-memory broadcast per entry, no dependent loads and no divergence
-// (binary searches in each list, one dependent load and branch per step, took ~60 % of the decode
-// step's longest kernel: docs/perf.md). slot and picks are shared memory; every thread of the CTA
-// calls it.
+// global best are among the chunks' bests. Each list is sorted in that order with its empty
+// entries last, so a candidate's global rank is its index in its own list plus, for every other
+// list, the length of the prefix that beats it (a binary search); a candidate of rank < npicks is
+// picked, at that rank. All candidates are ranked at once, a few per thread. slot and picks are
+// shared memory; every thread of the CTA calls it.
 __device__ int select_blocks(const DecodeDims& m, int t, SelectScratch& sh, int* slot, int* picks) {
   const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
   const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
   const int npicks = max(0, min(c - 2, free));
   if (threadIdx.x < forced) sh.list[threadIdx.x] = forced_block(m, t, threadIdx.x);
-  const int span = min(m.n_sel, npicks), count = chunks * span;
-  for (int base = 0; base < count; base += kRankBatch * blockDim.x) {  // uniform over the CTA
-    Candidate x[kRankBatch];
-    int rank[kRankBatch];
-#pragma unroll
-    for (int r = 0; r < kRankBatch; ++r) {
-      const int idx = base + r * blockDim.x + threadIdx.x;
-      x[r] = idx < count ? sh.cand[idx / span * m.n_sel + idx % span] : Candidate{-1.0f, INT_MAX};
-      rank[r] = 0;
-    }
-    for (int a = 0; a < chunks; ++a) {
-      const Candidate* y = sh.cand + a * m.n_sel;
-#pragma unroll 4
-      for (int i = 0; i < span; ++i) {
-        const Candidate yi = y[i];
-#pragma unroll
-        for (int r = 0; r < kRankBatch; ++r) rank[r] += beats(yi, x[r]) ? 1 : 0;
+  // Only a list's first npicks entries can be picked, or beat a pick.
+  const int span = min(m.n_sel, npicks);
+  for (int idx = threadIdx.x; idx < chunks * span; idx += blockDim.x) {
+    const int a = idx / span, i = idx % span;
+    const Candidate x = sh.cand[a * m.n_sel + i];
+    if (x.score < 0.0f) continue;  // an empty entry
+    int rank = i;
+    for (int list = 0; list < chunks && rank < npicks; ++list) {
+      if (list == a) continue;
+      const Candidate* y = sh.cand + list * m.n_sel;
+      int lo = 0, hi = span;  // the entries of y that beat x: y[0, lo)
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (beats(y[mid], x)) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
       }
+      rank += lo;
     }
-#pragma unroll
-    for (int r = 0; r < kRankBatch; ++r) {
-      if (x[r].score >= 0.0f && rank[r] < npicks) sh.list[forced + rank[r]] = x[r].block;
-    }
+    if (rank < npicks) sh.list[forced + rank] = x.block;
   }
   __syncthreads();
   const int total = forced + npicks;
