@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -108,10 +107,7 @@ SdpaBaseline sdpa_baseline(const DecodeBenchArgs& a, const ModelConfig& cfg) {
     none.note = "SDPA not measured (--sdpa-script off)";
     return none;
   }
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const std::string script =
-      find_dense_decode_script(a.sdpa_script, ec ? "" : exe.parent_path().string());
+  const std::string script = find_dense_decode_script(a.sdpa_script, exe_dir());
   if (script.empty()) {
     none.note =
         "SDPA not measured: bench/dense_decode.py not found (run from the source tree or "

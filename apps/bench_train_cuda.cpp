@@ -3,6 +3,8 @@
 // Then the per-phase breakdown (bench_phases.h): as many steps again with the phase timer on
 // (CUDA events at every change of phase – kept out of the timed steps, so the events cannot
 // slow the headline number), their phases and wall time averaged.
+// First, before this process allocates on the GPU, the dense PyTorch model of the same shape
+// (dense_train_baseline.h) for the table's dense column and NSA / dense ratio.
 // Model FLOPs: 6·params per token for the dense parts plus NSA's useful attention FLOPs (forward
 // + 2.5× for the backward, as in `nsa bench attention`); MFU against the H100 SXM's 989 TFLOP/s
 // of dense bf16. Memory: every allocation of the model (weights, gradients, moments,
@@ -21,6 +23,8 @@
 #include "attention_flops.h"
 #include "bench_phases.h"
 #include "cuda/common/cuda_check.h"
+#include "dense_baseline.h"
+#include "dense_train_baseline.h"
 #include "nsa/model_config.h"
 #include "train/cuda/train_model_cuda.h"
 
@@ -35,6 +39,32 @@ double used_device_bytes() {
   return static_cast<double>(total - free);
 }
 
+// The dense baseline for every length; a note (not an error) when it cannot run.
+DenseTrainBaseline dense_baseline(const TrainBenchArgs& a, const ModelConfig& cfg) {
+  DenseTrainBaseline none;
+  if (a.dense_script == "off") {
+    none.note = "dense PyTorch not measured (--dense-script off)";
+    return none;
+  }
+  const std::string script = find_bench_script(a.dense_script, exe_dir(), "dense_model_train.py");
+  if (script.empty()) {
+    none.note =
+        "dense PyTorch not measured: bench/dense_model_train.py not found (run from the source "
+        "tree or pass --dense-script)";
+    return none;
+  }
+  const std::string mismatch = dense_train_mismatch(cfg);
+  if (!mismatch.empty()) {
+    none.note = "dense PyTorch not measured: " + mismatch;
+    return none;
+  }
+  const std::string cmd =
+      dense_train_command(a.python, script, cfg, a.seq_lens, a.tokens_per_step, a.steps, a.warmup);
+  std::printf("dense baseline: %s\n", cmd.c_str());
+  std::fflush(stdout);
+  return run_dense_train(cmd, a.seq_lens);
+}
+
 }  // namespace
 
 void bench_train_cuda(const TrainBenchArgs& a) {
@@ -43,6 +73,11 @@ void bench_train_cuda(const TrainBenchArgs& a) {
   cfg.validate();
   std::unique_ptr<std::ofstream> json;
   if (!a.json_path.empty()) json = std::make_unique<std::ofstream>(a.json_path);
+  const DenseTrainBaseline dense = dense_baseline(a, cfg);
+  if (!dense.note.empty()) std::printf("dense baseline: %s\n", dense.note.c_str());
+  if (json) {
+    for (const std::string& r : dense.records) *json << r << "\n";
+  }
   double params = 0;
   {
     ModelParams<float> p = init_model_params<float>(cfg);
@@ -52,8 +87,8 @@ void bench_train_cuda(const TrainBenchArgs& a) {
       "nsa bench train --device cuda --config %s: %.1fM parameters, vocab %lld, %s, recompute %s\n",
       a.config.c_str(), params / 1e6, static_cast<long long>(cfg.vocab_size),
       cfg.attn.summary().c_str(), recompute_name(a.recompute));
-  std::printf("%7s %4s %10s %10s %9s %6s %11s %11s\n", "S", "B", "step ms", "tok/s", "TFLOP/s",
-              "MFU", "model MiB", "device MiB");
+  std::printf("%7s %4s %10s %10s %9s %6s %11s %11s %12s %8s\n", "S", "B", "step ms", "tok/s",
+              "TFLOP/s", "MFU", "model MiB", "device MiB", "dense tok/s", "/ dense");
   std::vector<PhaseColumn> phases;
   for (int64_t S : a.seq_lens) {
     const int64_t B = std::max<int64_t>(1, a.tokens_per_step / S);
@@ -110,20 +145,31 @@ void bench_train_cuda(const TrainBenchArgs& a) {
         3.5 * nsa_forward_flops(cfg.layer_attention(S), B, S) * static_cast<double>(cfg.n_layers);
     const double tflops = flops / (step_ms * 1e-3) / 1e12;
     const double model_mib = static_cast<double>(model->device_bytes()) / (1 << 20);
-    std::printf("%7lld %4lld %10.1f %10.0f %9.1f %5.1f%% %11.0f %11.0f\n",
-                static_cast<long long>(S), static_cast<long long>(B), step_ms,
-                tokens / (step_ms * 1e-3), tflops, 100.0 * tflops / kPeakTflops, model_mib,
-                used / (1 << 20));
+    const double tok_s = tokens / (step_ms * 1e-3);
+    const auto d = dense.by_len.find(S);
+    const double dense_tok_s = d == dense.by_len.end() ? 0.0 : d->second.tokens_per_s;
+    std::printf("%7lld %4lld %10.1f %10.0f %9.1f %5.1f%% %11.0f %11.0f", static_cast<long long>(S),
+                static_cast<long long>(B), step_ms, tok_s, tflops, 100.0 * tflops / kPeakTflops,
+                model_mib, used / (1 << 20));
+    if (dense_tok_s > 0) {
+      std::printf(" %12.0f %7.2fx\n", dense_tok_s, tok_s / dense_tok_s);
+    } else {
+      std::printf(" %12s %8s\n", "-", "-");
+    }
     std::fflush(stdout);
     if (json) {
       *json << "{\"bench\":\"train\",\"device\":\"cuda\",\"config\":\"" << a.config
             << "\",\"seq_len\":" << S << ",\"batch\":" << B << ",\"recompute\":\""
             << recompute_name(a.recompute) << "\""
-            << ",\"step_ms\":" << step_ms << ",\"tokens_per_s\":" << tokens / (step_ms * 1e-3)
+            << ",\"step_ms\":" << step_ms << ",\"tokens_per_s\":" << tok_s
             << ",\"tflops\":" << tflops << ",\"mfu\":" << tflops / kPeakTflops
             << ",\"model_mib\":" << model_mib << ",\"device_used_mib\":" << used / (1 << 20)
-            << ",\"loss\":" << loss << (a.breakdown ? phase_json_fields(col) : std::string())
-            << "}\n";
+            << ",\"loss\":" << loss;
+      if (dense_tok_s > 0) {
+        *json << ",\"dense_tokens_per_s\":" << dense_tok_s
+              << ",\"vs_dense\":" << tok_s / dense_tok_s;
+      }
+      *json << (a.breakdown ? phase_json_fields(col) : std::string()) << "}\n";
     }
   }
   if (!phases.empty()) {

@@ -18,6 +18,9 @@ struct TrainBenchArgs {
   int64_t steps = 5, warmup = 2;
   Recompute recompute = Recompute::kNone;
   bool breakdown = true;  // after the timed steps, `steps` more with phase timing (bench_phases.h)
+  // The dense PyTorch baseline run first in the same call (dense_train_baseline.h): "auto"
+  // (bench/dense_model_train.py), a path, or "off"; and its interpreter.
+  std::string dense_script = "auto", python = "python3";
   std::string json_path;
 };
 

@@ -318,6 +318,10 @@ void register_bench_command(CLI::App& app) {
   auto tr_device = std::make_shared<std::string>("cuda");
   tr->add_option("--device", *tr_device, "cuda (the benchmark runs on one GPU only)")
       ->check(CLI::IsMember({"cuda"}));
+  tr->add_option("--dense-script", ta->dense_script,
+                 "the dense PyTorch model of the same shape, run first in the same call (auto: "
+                 "bench/dense_model_train.py; off: none)");
+  tr->add_option("--python", ta->python, "the interpreter of --dense-script");
   tr->add_option("--json", ta->json_path, "also write JSON lines to this file");
   tr->callback([ta, sets, tr_device, recompute] {
     ta->recompute = parse_recompute(*recompute);

@@ -1,5 +1,5 @@
 // The SDPA baseline of the decode benchmark: find, run and parse bench/dense_decode.py, and pick
-// the faster dense attention (see dense_baseline.h).
+// the faster dense attention; finding and running any baseline script (see dense_baseline.h).
 #include "dense_baseline.h"
 
 #include <sys/wait.h>
@@ -10,21 +10,17 @@
 #include <sstream>
 
 namespace nsa::app {
-namespace {
-
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
 
-std::string joined(const std::vector<int64_t>& v) {
+std::string comma_list(const std::vector<int64_t>& v) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
   return out;
 }
-
-}  // namespace
 
 SdpaBaseline parse_dense_decode(const std::string& output) {
   SdpaBaseline out;
@@ -51,10 +47,11 @@ SdpaBaseline parse_dense_decode(const std::string& output) {
   return out;
 }
 
-std::string find_dense_decode_script(const std::string& path, const std::string& exe_dir) {
+std::string find_bench_script(const std::string& path, const std::string& exe_dir,
+                              const std::string& name) {
   namespace fs = std::filesystem;
   if (path != "auto") return path;
-  const fs::path rel = fs::path("bench") / "dense_decode.py";
+  const fs::path rel = fs::path("bench") / name;
   std::error_code ec;
   if (fs::exists(rel, ec)) return rel.string();
   if (!exe_dir.empty()) {
@@ -64,40 +61,57 @@ std::string find_dense_decode_script(const std::string& path, const std::string&
   return "";
 }
 
+std::string exe_dir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : exe.parent_path().string();
+}
+
+ScriptRun run_script(const std::string& command) {
+  ScriptRun run;
+  run.command = command;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) {
+    run.status = -1;
+    run.last_line = "could not start it";
+    return run;
+  }
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) run.output.append(buf, n);
+  const int status = pclose(pipe);
+  run.status = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  std::istringstream in(run.output);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) run.last_line = line;
+  }
+  return run;
+}
+
+std::string ScriptRun::summary() const {
+  return "'" + command + "' exited with status " + std::to_string(status) +
+         (last_line.empty() ? "" : ": " + last_line.substr(0, 300));
+}
+
+std::string find_dense_decode_script(const std::string& path, const std::string& exe_dir) {
+  return find_bench_script(path, exe_dir, "dense_decode.py");
+}
+
 std::string dense_decode_command(const std::string& interpreter, const std::string& script,
                                  const std::vector<int64_t>& contexts,
                                  const std::vector<int64_t>& batches, const SdpaShape& s) {
   std::ostringstream cmd;
-  cmd << interpreter << " " << shell_quote(script) << " --contexts " << joined(contexts)
-      << " --batches " << joined(batches) << " --heads " << s.heads << " --groups " << s.groups
+  cmd << interpreter << " " << shell_quote(script) << " --contexts " << comma_list(contexts)
+      << " --batches " << comma_list(batches) << " --heads " << s.heads << " --groups " << s.groups
       << " --head-dim " << s.head_dim << " --layers " << s.layers << " --steps " << s.steps
       << " --warmup " << s.warmup;
   return cmd.str();
 }
 
 SdpaBaseline run_dense_decode(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) {
-    SdpaBaseline none;
-    none.note = "could not start '" + command + "'";
-    return none;
-  }
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
-  const int status = pclose(pipe);
-  SdpaBaseline out = parse_dense_decode(output);
-  const int code = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  if (code != 0 || out.best.empty()) {
-    std::string last;  // the last non-empty line: a Python traceback ends with the error
-    std::istringstream in(output);
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) last = line;
-    }
-    out.note = "'" + command + "' exited with status " + std::to_string(code) +
-               (last.empty() ? "" : ": " + last.substr(0, 300));
-  }
+  const ScriptRun run = run_script(command);
+  SdpaBaseline out = parse_dense_decode(run.output);
+  if (run.status != 0 || out.best.empty()) out.note = run.summary();
   return out;
 }
 

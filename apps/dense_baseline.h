@@ -1,7 +1,9 @@
 // The PyTorch SDPA baseline of `nsa bench decode --device cuda` (docs/inference.md, "The dense
 // baseline"): bench/dense_decode.py run as a child process in the same call, its JSON lines
 // parsed, and per (context, batch) the faster of our dense decode attention and SDPA's best
-// backend chosen for the table's dense column, naming which. Host-only (tested on the CPU).
+// backend chosen for the table's dense column, naming which. Finding and running a baseline
+// script is shared with the training benchmark's (dense_train_baseline.h). Host-only (tested on
+// the CPU).
 #pragma once
 
 #include <cstdint>
@@ -29,8 +31,28 @@ struct SdpaBaseline {
 // records, anything that is not JSON is ignored).
 SdpaBaseline parse_dense_decode(const std::string& output);
 
-// The script to run: `path` unless it is "auto"; for "auto", bench/dense_decode.py under the
+// A benchmark's baseline script: `path` unless it is "auto"; for "auto", bench/<name> under the
 // working directory, else under the parent of `exe_dir` (the binary in build/), else "" (none).
+std::string find_bench_script(const std::string& path, const std::string& exe_dir,
+                              const std::string& name);
+// The folder of this process's binary ("" when /proc/self/exe cannot be read).
+std::string exe_dir();
+
+// `s` as one shell word (single-quoted), and a list as "1,2,3" – for baseline command lines.
+std::string shell_quote(const std::string& s);
+std::string comma_list(const std::vector<int64_t>& v);
+
+// A command's output (stderr joined to stdout), exit status (-1: it could not start) and last
+// non-empty line (a Python traceback ends with the error). Never throws.
+struct ScriptRun {
+  std::string command, output, last_line;
+  int status = 0;
+  // "'command' exited with status N: last line" – the note of a run whose results are missing.
+  std::string summary() const;
+};
+ScriptRun run_script(const std::string& command);
+
+// bench/dense_decode.py (find_bench_script).
 std::string find_dense_decode_script(const std::string& path, const std::string& exe_dir);
 
 struct SdpaShape {

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Dense-attention baseline for `nsa bench train` (benchmarks only, never used at run time).
 
-The `m7c_125m` model of configs/ with dense causal attention instead of NSA, in plain PyTorch:
-token embedding (tied LM head), pre-norm blocks (RMSNorm, q/k/v projections with RoPE, dense
-GQA attention through SDPA's cuDNN backend, output projection, SwiGLU MLP), final RMSNorm, mean
-cross-entropy; bf16 autocast with fp32 weights and a fused AdamW. Full optimizer steps on random
-tokens, wall-clock median after warm-up; prints JSON lines
+Our model (by default `m7c_125m` of configs/ with the byte vocabulary; the shape flags give
+another) with dense causal attention instead of NSA, in plain PyTorch: token embedding (tied LM
+head), pre-norm blocks (RMSNorm, q/k/v projections with RoPE, dense GQA attention through SDPA's
+cuDNN backend, output projection, SwiGLU MLP), final RMSNorm, mean cross-entropy; bf16 autocast
+with fp32 weights and a fused AdamW. Full optimizer steps on random tokens, wall-clock median
+after warm-up; prints JSON lines
 {"bench":"dense_train", "S", "batch", "step_ms", "tokens_per_s", "peak_bytes"}.
+`nsa bench train` runs it in the same call for its dense column (apps/dense_train_baseline.h),
+passing the model's shape.
 
   python3 bench/dense_model_train.py --seq-lens 2048,65536 [--tokens-per-step 65536]
+      [--dim 768 --layers 12 --heads 12 --groups 2 --head-dim 64 --vocab 256 --hidden 2048
+       --rope-base 10000 --norm-eps 1e-5]
 """
 import argparse
 import json
@@ -19,13 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# m7c_125m (configs/m7c_125m.yaml) with the byte vocabulary.
+# m7c_125m (configs/m7c_125m.yaml) with the byte vocabulary; main() sets them from the flags.
 DIM, LAYERS, HEADS, GROUPS, HEAD_DIM, VOCAB = 768, 12, 12, 2, 64, 256
 HIDDEN = ((8 * DIM + 2) // 3 + 63) // 64 * 64
+ROPE_BASE, NORM_EPS = 10000.0, 1e-5
 
 
-def rope(x, base=10000.0):  # x [B, heads, S, D]; pairs (2i, 2i+1) as in src/cpu/ops/rope.cpp
+def rope(x, base=None):  # x [B, heads, S, D]; pairs (2i, 2i+1) as in src/cpu/ops/rope.cpp
     S, D = x.shape[-2], x.shape[-1]
+    base = ROPE_BASE if base is None else base
     inv = base ** (-torch.arange(0, D, 2, device=x.device, dtype=torch.float32) / D)
     ang = torch.arange(S, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
     c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
@@ -36,7 +43,7 @@ def rope(x, base=10000.0):  # x [B, heads, S, D]; pairs (2i, 2i+1) as in src/cpu
 class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.n1, self.n2 = torch.nn.RMSNorm(DIM, eps=1e-5), torch.nn.RMSNorm(DIM, eps=1e-5)
+        self.n1, self.n2 = torch.nn.RMSNorm(DIM, eps=NORM_EPS), torch.nn.RMSNorm(DIM, eps=NORM_EPS)
         self.wq = torch.nn.Linear(DIM, HEADS * HEAD_DIM, bias=False)
         self.wkv = torch.nn.Linear(DIM, 2 * GROUPS * HEAD_DIM, bias=False)
         self.wo = torch.nn.Linear(HEADS * HEAD_DIM, DIM, bias=False)
@@ -63,7 +70,7 @@ class Model(torch.nn.Module):
         super().__init__()
         self.emb = torch.nn.Embedding(VOCAB, DIM)
         self.blocks = torch.nn.ModuleList(Block() for _ in range(LAYERS))
-        self.norm = torch.nn.RMSNorm(DIM, eps=1e-5)
+        self.norm = torch.nn.RMSNorm(DIM, eps=NORM_EPS)
 
     def forward(self, tokens, targets):
         x = self.emb(tokens)
@@ -74,12 +81,28 @@ class Model(torch.nn.Module):
 
 
 def main():
+    global DIM, LAYERS, HEADS, GROUPS, HEAD_DIM, VOCAB, HIDDEN, ROPE_BASE, NORM_EPS
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq-lens", default="2048,8192,16384,32768,65536")
     ap.add_argument("--tokens-per-step", type=int, default=65536)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--dim", type=int, default=DIM)
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--heads", type=int, default=HEADS)
+    ap.add_argument("--groups", type=int, default=GROUPS)
+    ap.add_argument("--head-dim", type=int, default=HEAD_DIM)
+    ap.add_argument("--vocab", type=int, default=VOCAB)
+    ap.add_argument("--hidden", type=int, default=0, help="SwiGLU hidden size (0: 8/3·dim, "
+                    "rounded up to a multiple of 64, as the model's default)")
+    ap.add_argument("--rope-base", type=float, default=ROPE_BASE)
+    ap.add_argument("--norm-eps", type=float, default=NORM_EPS)
     args = ap.parse_args()
+    DIM, LAYERS, HEADS, GROUPS = args.dim, args.layers, args.heads, args.groups
+    HEAD_DIM, VOCAB, ROPE_BASE, NORM_EPS = args.head_dim, args.vocab, args.rope_base, args.norm_eps
+    HIDDEN = args.hidden or ((8 * DIM + 2) // 3 + 63) // 64 * 64
+    if HEADS % GROUPS:
+        ap.error("--heads %d is not a multiple of --groups %d" % (HEADS, GROUPS))
     dev = torch.device("cuda")
     for S in (int(s) for s in args.seq_lens.split(",")):
         B = max(1, args.tokens_per_step // S)

@@ -13,7 +13,8 @@
 # `git archive HEAD | tar -x -C prev_tree` here before the call (prev_tree is then carried as an
 # untracked folder) and pass BASE_DIR=prev_tree. `workshop` with BASE or BASE_DIR set times the
 # base build's kernels too, in the same call, before this tree's.
-# `model` (also in `all`): the GPU model's tests, `nsa bench train` (keeping everything, then with
+# `model` (also in `all`): the GPU model's tests, `nsa bench train` (keeping everything, with the
+# dense PyTorch baseline bench/dense_model_train.py run first in the same process's call; then with
 # each --recompute policy of TRAIN_RECOMPUTE, default "ops layers"), and 200 steps of m7c_125m on
 # real text (byte shards in data/corpus_bytes, made by `nsa prepare --tokenizer bytes`), straight
 # and as 100 + resume 100, whose final weights must be identical.
@@ -105,12 +106,11 @@ if [ "$what" = model ] || [ "$what" = all ]; then
     grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|loss|worst" | head -40
   ./build/nsa bench train --seq-lens "${TRAIN_SEQ_LENS:-2048,8192,16384,32768,65536}" \
     --json "$out/train_bench.jsonl" 2>&1 | tee "$out/train_bench.txt"
-  for policy in ${TRAIN_RECOMPUTE:-ops layers}; do
+  for policy in ${TRAIN_RECOMPUTE:-ops layers}; do  # the dense baseline ran with the first
     ./build/nsa bench train --recompute "$policy" --seq-lens "${TRAIN_SEQ_LENS:-2048,8192,16384,32768,65536}" \
-      --json "$out/train_bench_recompute_$policy.jsonl" 2>&1 | tee "$out/train_bench_recompute_$policy.txt"
+      --dense-script off --json "$out/train_bench_recompute_$policy.jsonl" 2>&1 |
+      tee "$out/train_bench_recompute_$policy.txt"
   done
-  python3 bench/dense_model_train.py --seq-lens "${TRAIN_SEQ_LENS:-2048,8192,16384,32768,65536}" \
-    2>&1 | tee "$out/dense_train.jsonl"
   if [ -d data/corpus_bytes ]; then
     run=(./build/nsa train --config configs/m7c_125m.yaml --set vocab_size=256 --data data/corpus_bytes
          --device cuda --batch 16 --seq-len 2048 --steps 200 --val-every 50 --ckpt-every 100 --keep 1)
