@@ -6,10 +6,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace nsa::app {
+
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -22,14 +22,22 @@ std::string comma_list(const std::vector<int64_t>& v) {
   return out;
 }
 
+std::vector<std::pair<std::string, nlohmann::json>> json_lines(const std::string& output) {
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    out.emplace_back(line, std::move(j));
+  }
+  return out;
+}
+
 SdpaBaseline parse_dense_decode(const std::string& output) {
   SdpaBaseline out;
-  std::istringstream in(output);
-  std::string line, last_error;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
+  std::string last_error;
+  for (const auto& [line, j] : json_lines(output)) {
     out.records.push_back(line);
     if (j.value("bench", "") != "dense_decode_best") continue;
     if (!j.contains("ms") || !j.contains("S") || !j.contains("B")) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,10 @@ std::string find_bench_script(const std::string& path, const std::string& exe_di
                               const std::string& name);
 // The folder of this process's binary ("" when /proc/self/exe cannot be read).
 std::string exe_dir();
+
+// The JSON objects a baseline script printed, one per line, each with its line (other lines –
+// warnings, tracebacks, broken JSON – are skipped).
+std::vector<std::pair<std::string, nlohmann::json>> json_lines(const std::string& output);
 
 // `s` as one shell word (single-quoted), and a list as "1,2,3" – for baseline command lines.
 std::string shell_quote(const std::string& s);

@@ -3,7 +3,6 @@
 #include "dense_train_baseline.h"
 
 #include <charconv>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "dense_baseline.h"
@@ -22,12 +21,7 @@ std::string shortest(double x) {
 
 DenseTrainBaseline parse_dense_train(const std::string& output) {
   DenseTrainBaseline out;
-  std::istringstream in(output);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
+  for (const auto& [line, j] : json_lines(output)) {
     out.records.push_back(line);
     if (j.value("bench", "") != "dense_train") continue;
     const auto number = [&j](const char* key) {
