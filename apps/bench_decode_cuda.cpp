@@ -107,7 +107,7 @@ SdpaBaseline sdpa_baseline(const DecodeBenchArgs& a, const ModelConfig& cfg) {
     none.note = "SDPA not measured (--sdpa-script off)";
     return none;
   }
-  const std::string script = find_dense_decode_script(a.sdpa_script, exe_dir());
+  const std::string script = find_bench_script(a.sdpa_script, exe_dir(), "dense_decode.py");
   if (script.empty()) {
     none.note =
         "SDPA not measured: bench/dense_decode.py not found (run from the source tree or "

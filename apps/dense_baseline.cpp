@@ -101,10 +101,6 @@ std::string ScriptRun::summary() const {
          (last_line.empty() ? "" : ": " + last_line.substr(0, 300));
 }
 
-std::string find_dense_decode_script(const std::string& path, const std::string& exe_dir) {
-  return find_bench_script(path, exe_dir, "dense_decode.py");
-}
-
 std::string dense_decode_command(const std::string& interpreter, const std::string& script,
                                  const std::vector<int64_t>& contexts,
                                  const std::vector<int64_t>& batches, const SdpaShape& s) {

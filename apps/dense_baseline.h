@@ -57,9 +57,6 @@ struct ScriptRun {
 };
 ScriptRun run_script(const std::string& command);
 
-// bench/dense_decode.py (find_bench_script).
-std::string find_dense_decode_script(const std::string& path, const std::string& exe_dir);
-
 struct SdpaShape {
   int64_t heads = 12, groups = 2, head_dim = 64, layers = 12, steps = 50, warmup = 5;
 };

@@ -59,14 +59,15 @@ TEST(DenseBaseline, FindsTheScriptBesideTheBuild) {
   fs::create_directories(root / "build");
   fs::create_directories(root / "bench");
   std::ofstream(root / "bench" / "dense_decode.py") << "print()\n";
-  EXPECT_EQ(find_dense_decode_script("my/script.py", (root / "build").string()), "my/script.py");
+  EXPECT_EQ(find_bench_script("my/script.py", (root / "build").string(), "dense_decode.py"),
+            "my/script.py");
   const fs::path saved = fs::current_path();
   fs::current_path(root / "build");  // no bench/ here: found through the binary's folder
-  EXPECT_EQ(fs::path(find_dense_decode_script("auto", (root / "build").string())),
+  EXPECT_EQ(fs::path(find_bench_script("auto", (root / "build").string(), "dense_decode.py")),
             root / "bench" / "dense_decode.py");
-  EXPECT_EQ(find_dense_decode_script("auto", (root / "build" / "bin").string()), "");
+  EXPECT_EQ(find_bench_script("auto", (root / "build" / "bin").string(), "dense_decode.py"), "");
   fs::current_path(root);  // found under the working directory
-  EXPECT_EQ(find_dense_decode_script("auto", ""), "bench/dense_decode.py");
+  EXPECT_EQ(find_bench_script("auto", "", "dense_decode.py"), "bench/dense_decode.py");
   fs::current_path(saved);
   fs::remove_all(root);
 }
