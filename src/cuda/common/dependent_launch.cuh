@@ -21,21 +21,42 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
+// cluster_x > 1: the grid's x dimension is split into clusters of cluster_x CTAs (a multiple),
+// which can meet at a cluster barrier (cluster_sync).
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, unsigned cluster_x, dim3 block,
+                               size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = cluster_x;
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  config.attrs = attrs;
+  config.numAttrs = cluster_x > 1 ? 2 : 1;
   NSA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   NSA_CUDA_LAUNCH_CHECK();
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  launch_dependent_clusters(kernel, grid, 1, block, smem, stream, std::forward<Args>(args)...);
+}
+
+// Every thread of every CTA of the cluster arrives; the writes (global and shared) of each before
+// its arrival are visible to all after (release / acquire at cluster scope).
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+#endif
 }
 
 }  // namespace nsa::cuda

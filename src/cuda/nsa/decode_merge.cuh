@@ -3,8 +3,7 @@
 // partial of the same kind; the combine merges each branch's slots and gates the branches into o.
 // Every sum runs in a fixed order (parts ascending, fixed thread roles), with no atomics, so the
 // result is the same bits whichever CTA runs it and whatever else is in the batch. Partials are
-// read with ld.global.cg (L2): the combine runs in the CTA that arrives last, and other CTAs of its
-// kernel wrote them.
+// read with ld.global.cg (L2): other CTAs of the kernel (or of the kernels before) wrote them.
 #pragma once
 
 #include <cfloat>

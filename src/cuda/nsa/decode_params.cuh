@@ -33,6 +33,7 @@ constexpr int kPartThreads = 128;      // four warps per part CTA
 constexpr int kGroupParts = 8;         // compressed parts per pre-merged group
 constexpr int kMaxSel = 64;            // n_sel limit of the candidate merge (plus forced slack)
 constexpr int kMaxTopkChunks = 32;     // block top-n chunks per (sequence, group): lists to rank
+constexpr int kPicksCluster = 8;       // picks CTAs per (sequence, group), at most: one cluster
 
 // Sizes of one decoder (int: head dims, block sizes and part counts are small; row offsets are
 // computed in 64 bits where they multiply).
@@ -70,11 +71,9 @@ struct DecodeParams {
   // raw rows, the compressed tokens.
   bf16 *k_sel, *v_sel, *k_win, *v_win, *k_raw, *v_raw, *k_cmp, *v_cmp;
   // Scratch: compressed scores [B, H, max_cmp]; partials [B·G, slots, hpg, 2 | dv]; block
-  // candidates [B·G, sel_chunks, n_sel]; one arrival counter per (sequence, group), 0 between
-  // steps.
+  // candidates [B·G, sel_chunks, n_sel].
   float *scores, *part_ml, *part_o;
   Candidate* cand;
-  int32_t* arrived;
   // Outputs: the selected blocks [B, G, n_sel] (NSA) and o [B, H·dv].
   int32_t* sel;
   bf16* o;

@@ -135,11 +135,30 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   }
 }
 
-// Shared memory of select_blocks.
+// Shared memory of select_blocks, carved after the picks kernel's tile: the chunks' lists
+// (sel_chunks × n_sel candidates), the candidates kept for ranking (at most as many), the
+// selection's list and the kept count.
 struct SelectScratch {
-  Candidate cand[kMaxTopkChunks * kMaxSel];
-  int list[kMaxSel];
+  Candidate *cand, *kept;
+  int* list;  // [kMaxSel]
+  int* kept_count;
 };
+
+__host__ __device__ constexpr size_t select_scratch_bytes(int64_t sel_chunks, int64_t n_sel) {
+  return 2 * static_cast<size_t>(sel_chunks * n_sel) * sizeof(Candidate) +
+         (kMaxSel + 4) * sizeof(int);
+}
+
+__device__ __forceinline__ SelectScratch carve_select(unsigned char* base, const DecodeDims& m) {
+  SelectScratch s;
+  const int n = m.sel_chunks * m.n_sel;
+  s.cand = reinterpret_cast<Candidate*>(base);
+  s.kept = s.cand + n;
+  s.list = reinterpret_cast<int*>(s.kept + n);
+  s.kept_count = s.list + kMaxSel;
+  return s;
+}
+static_assert(kMaxTopkChunks <= 32, "select_blocks finds θ with a lane per chunk list");
 
 __device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
   return a.score > b.score || (a.score == b.score && a.block < b.block);
@@ -148,7 +167,7 @@ __device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
 // Starts copying every chunk's candidate list of group-row bg into sh.cand (the chunks that hold
 // candidates at this step's position are a prefix; the position is not needed yet).
 __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Candidate* cand, int bg,
-                                                 SelectScratch& sh) {
+                                                 const SelectScratch& sh) {
   const int* in =
       reinterpret_cast<const int*>(cand + static_cast<int64_t>(bg) * m.sel_chunks * m.n_sel);
   int* out = reinterpret_cast<int*>(sh.cand);
@@ -158,39 +177,46 @@ __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Cand
 
 // The selection at position t from the candidate lists in sh.cand (landed, after a barrier): all
 // selected blocks ascending, −1 padded, into slot[0, n_sel), and the picked (non-forced) ones
-// ascending into picks[]; returns their number. Forced 0, c − 1, c; then the best `free` of the
+// ascending into picks[]; returns their number. Forced 0, c − 1, c; then the best npicks of the
 // chunks' candidates by (score desc, index asc) – a strict order (blocks are distinct), and the
 // global best are among the chunks' bests. Each list is sorted in that order with its empty
-// entries last, so a candidate's global rank is its index in its own list plus, for every other
-// list, the length of the prefix that beats it (a binary search); a candidate of rank < npicks is
-// picked, at that rank. All candidates are ranked at once, a few per thread. slot and picks are
-// shared memory; every thread of the CTA calls it.
-__device__ int select_blocks(const DecodeDims& m, int t, SelectScratch& sh, int* slot, int* picks) {
+// entries last. Pruned before ranking: θ, the best of the lists' entries npicks − 1, is beaten
+// or equalled by at least npicks candidates (that list's first npicks), so no candidate worse than
+// θ is picked, and whatever beats a kept candidate is kept too – a kept candidate's rank among
+// the kept (a count over them, usually a few more than npicks) is its global rank. slot and picks
+// are shared memory; every thread of the CTA calls it.
+__device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh, int* slot,
+                             int* picks) {
   const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
   const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
   const int npicks = max(0, min(c - 2, free));
   if (threadIdx.x < forced) sh.list[threadIdx.x] = forced_block(m, t, threadIdx.x);
+  if (threadIdx.x == 0) *sh.kept_count = 0;
   // Only a list's first npicks entries can be picked, or beat a pick.
   const int span = min(m.n_sel, npicks);
-  for (int idx = threadIdx.x; idx < chunks * span; idx += blockDim.x) {
-    const int a = idx / span, i = idx % span;
-    const Candidate x = sh.cand[a * m.n_sel + i];
-    if (x.score < 0.0f) continue;  // an empty entry
-    int rank = i;
-    for (int list = 0; list < chunks && rank < npicks; ++list) {
-      if (list == a) continue;
-      const Candidate* y = sh.cand + list * m.n_sel;
-      int lo = 0, hi = span;  // the entries of y that beat x: y[0, lo)
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (beats(y[mid], x)) {
-          lo = mid + 1;
-        } else {
-          hi = mid;
-        }
-      }
-      rank += lo;
+  Candidate theta{-1.0f, INT_MAX};  // empty: every candidate is kept
+  if (span > 0) {                   // each warp finds θ, a lane per list
+    const int lane = threadIdx.x % 32;
+    if (lane < chunks) theta = sh.cand[lane * m.n_sel + span - 1];
+    for (int off = 16; off > 0; off >>= 1) {
+      const Candidate o{__shfl_xor_sync(0xffffffffu, theta.score, off),
+                        __shfl_xor_sync(0xffffffffu, theta.block, off)};
+      if (beats(o, theta)) theta = o;
     }
+  }
+  __syncthreads();  // kept_count is 0
+  for (int idx = threadIdx.x; idx < chunks * span; idx += blockDim.x) {
+    const Candidate x = sh.cand[(idx / span) * m.n_sel + idx % span];
+    if (x.score < 0.0f || beats(theta, x)) continue;  // empty, or worse than θ
+    sh.kept[atomicAdd(sh.kept_count, 1)] = x;         // (the order of the kept does not matter)
+  }
+  __syncthreads();
+  const int kept = *sh.kept_count;
+  for (int k = threadIdx.x; k < kept; k += blockDim.x) {
+    const Candidate x = sh.kept[k];
+    int rank = 0;
+#pragma unroll 4
+    for (int u = 0; u < kept; ++u) rank += beats(sh.kept[u], x) ? 1 : 0;
     if (rank < npicks) sh.list[forced + rank] = x.block;
   }
   __syncthreads();

@@ -177,20 +177,20 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const DecodeParams p
               m.slot_group + gi);
 }
 
-// Grid (B·G, late_parts + pick_parts): each CTA merges the chunks' candidates into the selection
-// (CTA 0 writes it out; the candidate lists are loaded with the position) and attends its share of
-// the forced blocks c − 1, c (CTAs below late_parts) or of the picked blocks; the CTA of a
-// (sequence, group) that arrives last merges every branch and gates them into o.
+// Grid (cluster, B·G), one cluster of CTAs per (sequence, group): each CTA merges the chunks'
+// candidates into the selection (CTA 0 writes it out; the candidate lists are loaded with the
+// position) and attends its parts k = rank, rank + cluster, … of the forced blocks c − 1, c (k <
+// late_parts), then of the picked blocks. After the cluster's barrier every CTA merges every
+// branch for its share of the group's heads and gates them into o.
 __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   wait_for_previous_kernel();
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ KeyRows rows;
   __shared__ int slot[kMaxSel], picks[kMaxSel];
-  __shared__ int is_last;
-  const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
+  const int rank = blockIdx.x, cluster = gridDim.x, bg = blockIdx.y, b = bg / m.G, g = bg % m.G;
   const Tile tl = carve_tile(smem, m.dk, m.dv);
-  SelectScratch& scratch = *reinterpret_cast<SelectScratch*>(smem + tile_bytes(m.dk, m.dv));
+  const SelectScratch scratch = carve_select(smem + tile_bytes(m.dk, m.dv), m);
   tile_issue_q(m, p.q, b, g, tl);
   issue_candidates(m, p.cand, bg, scratch);
   cp_async_commit();
@@ -198,39 +198,38 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   cp_async_wait<0>();
   __syncthreads();
   const int npicks = select_blocks(m, t, scratch, slot, picks);
-  if (y == 0) {
+  if (rank == 0) {
     for (int j = threadIdx.x; j < m.n_sel; j += blockDim.x)
       p.sel[static_cast<int64_t>(bg) * m.n_sel + j] = slot[j];
   }
-  const bool late = y < m.late_parts;
-  const int k = late ? y : y - m.late_parts;
-  const auto block_at = [&](int e) { return late ? late_block(m, t, e) : picks[e]; };
-  const SelPart sp = sel_part(m, t, k, late ? num_late(m, t) : npicks, block_at);
   const InputRows in = input_rows(p, kSel, b, g);
-  for (int c = threadIdx.x; c < sp.count; c += blockDim.x) {
-    const int64_t pos =
-        static_cast<int64_t>(block_at(sp.e0 + c / m.seg_len)) * m.l_sel + sp.off + c % m.seg_len;
-    rows.k[c] = pos == t ? in.k : row(p.k_sel, b, m.max_len, pos, g, m, m.dk);
-    rows.v[c] = pos == t ? in.v : row(p.v_sel, b, m.max_len, pos, g, m, m.dv);
+  for (int y = rank; y < m.late_parts + m.pick_parts; y += cluster) {
+    const bool late = y < m.late_parts;
+    const int k = late ? y : y - m.late_parts;
+    const auto block_at = [&](int e) { return late ? late_block(m, t, e) : picks[e]; };
+    const SelPart sp = sel_part(m, t, k, late ? num_late(m, t) : npicks, block_at);
+    for (int c = threadIdx.x; c < sp.count; c += blockDim.x) {
+      const int64_t pos =
+          static_cast<int64_t>(block_at(sp.e0 + c / m.seg_len)) * m.l_sel + sp.off + c % m.seg_len;
+      rows.k[c] = pos == t ? in.k : row(p.k_sel, b, m.max_len, pos, g, m, m.dk);
+      rows.v[c] = pos == t ? in.v : row(p.v_sel, b, m.max_len, pos, g, m, m.dv);
+    }
+    __syncthreads();
+    tile_issue_kv(m, tl, rows, sp.count);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    const int64_t pi = part_index(m, bg, (late ? m.slot_late : m.slot_pick) + k);
+    if (sp.count > 0) {
+      tile_attend(m, tl, sp.count, nullptr, 0, p.part_ml + 2 * pi, p.part_o + pi * m.dv);
+    } else {
+      write_empty(m, p.part_ml + 2 * pi);
+    }
+    __syncthreads();  // the tile and the rows are the next part's
   }
-  __syncthreads();
-  tile_issue_kv(m, tl, rows, sp.count);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-  const int64_t pi = part_index(m, bg, (late ? m.slot_late : m.slot_pick) + k);
-  if (sp.count > 0) {
-    tile_attend(m, tl, sp.count, nullptr, 0, p.part_ml + 2 * pi, p.part_o + pi * m.dv);
-  } else {
-    write_empty(m, p.part_ml + 2 * pi);
-  }
-  // Arrival: this CTA's partials are visible GPU-wide before it counts itself.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(p.arrived + bg, 1) == static_cast<int>(gridDim.y) - 1;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  cluster_sync();  // every part's partials are written and visible to the cluster
+  const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
+  if (h0 >= m.hpg) return;
   const int parts = (num_cmp(m, t) + kPartKeys - 1) / kPartKeys;
   Branches br{};
   br.n = kNumBranches;
@@ -241,9 +240,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   br.lo[kWin] = m.slot_win;
   br.hi[kWin] = m.slot_win + m.win_parts;
   for (int r = 0; r < kNumBranches; ++r) br.gate[r] = p.gate[r];
-  combine(m, p.part_ml, p.part_o, b, g, 0, m.hpg, br, p.o);
-  if (threadIdx.x == 0)
-    p.arrived[bg] = 0;  // every CTA of the group has counted: ready for the next
+  combine(m, p.part_ml, p.part_o, b, g, h0, min(heads, m.hpg - h0), br, p.o);
 }
 
 // Dense decoding, grid (B, H): one head's parts over 0..t merged into o.
@@ -292,10 +289,6 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-size_t picks_smem_bytes(const NsaConfig& c) {
-  return tile_bytes(static_cast<int>(c.dk), static_cast<int>(c.dv)) + sizeof(SelectScratch);
-}
-
 }  // namespace
 
 NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_len, bool dense)
@@ -334,6 +327,8 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     // Picks exist only once c ≥ 3, when the three forced blocks are distinct: n_sel − 3 at most.
     pick_parts_ = sub == 1 ? ceil_div(cfg.n_sel - 3, bpp) : (cfg.n_sel - 3) * sub;
     cmp_groups_ = ceil_div(cmp_parts_, kGroupParts);
+    picks_cluster_ =
+        static_cast<unsigned>(std::min<int64_t>(kPicksCluster, late_parts_ + pick_parts_));
     slots_ = cmp_parts_ + win_parts_ + block0_parts_ + late_parts_ + pick_parts_ + cmp_groups_;
   }
   const int64_t grid_y = dense ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_;
@@ -352,8 +347,6 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     candidates_.resize(B_ * G * sel_chunks_ * cfg.n_sel * 2);
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
-    arrived_.resize(B_ * G);
-    arrived_.zero();
   }
   // Dynamic shared memory beyond the default 48 KiB (the staged tile, and the picks' selection
   // scratch): raised, never lowered, so every decoder alive (of any shape) can still launch.
@@ -361,7 +354,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   allow_dynamic_smem(parts_kernel, tile);
   if (!dense) {
     allow_dynamic_smem(topk_kernel, block_topk_smem_bytes());
-    allow_dynamic_smem(picks_kernel, picks_smem_bytes(cfg));
+    allow_dynamic_smem(picks_kernel, picks_smem_bytes());
   }
   prefer_shared_carveout(parts_kernel);
   prefer_shared_carveout(topk_kernel);
@@ -419,7 +412,6 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.k_raw = k_raw_.get(), p.v_raw = v_raw_.get(), p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get();
   p.scores = scores_.get(), p.part_ml = part_ml_.get(), p.part_o = part_o_.get();
   p.cand = reinterpret_cast<Candidate*>(candidates_.get());
-  p.arrived = arrived_.get();
   p.sel = sel_.get();
   p.o = o;
   const unsigned BG = static_cast<unsigned>(B_ * m.G);
@@ -435,8 +427,8 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   }
   launch_dependent(topk_kernel, dim3(BG, static_cast<unsigned>(sel_chunks_ + cmp_groups_)),
                    dim3(kTopkThreads), block_topk_smem_bytes(), stream, p);
-  launch_dependent(picks_kernel, dim3(BG, static_cast<unsigned>(late_parts_ + pick_parts_)),
-                   dim3(kPartThreads), picks_smem_bytes(c), stream, p);
+  launch_dependent_clusters(picks_kernel, dim3(picks_cluster_, BG), picks_cluster_,
+                            dim3(kPartThreads), picks_smem_bytes(), stream, p);
 }
 
 void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream) {
@@ -474,6 +466,12 @@ int64_t NsaDecodeCuda::kv_bytes_per_step(int64_t t) const {
   return c.groups * tokens * (c.dk + c.dv) * static_cast<int64_t>(sizeof(bf16));
 }
 
+// The picks kernel's tile, then its selection scratch.
+size_t NsaDecodeCuda::picks_smem_bytes() const {
+  return tile_bytes(static_cast<int>(cfg_.dk), static_cast<int>(cfg_.dv)) +
+         select_scratch_bytes(sel_chunks_, cfg_.n_sel);
+}
+
 // Block scores of a chunk, and the group probabilities of the compressed tokens that meet it.
 size_t NsaDecodeCuda::block_topk_smem_bytes() const {
   const int64_t gp = (sel_chunk_ * cfg_.l_sel + cfg_.l) / cfg_.d + 2;
@@ -483,7 +481,7 @@ size_t NsaDecodeCuda::block_topk_smem_bytes() const {
 size_t NsaDecodeCuda::bytes() const {
   return k_sel_.bytes() + v_sel_.bytes() + k_win_.bytes() + v_win_.bytes() + k_raw_.bytes() +
          v_raw_.bytes() + k_cmp_.bytes() + v_cmp_.bytes() + scores_.bytes() + part_ml_.bytes() +
-         part_o_.bytes() + candidates_.bytes() + sel_.bytes() + arrived_.bytes();
+         part_o_.bytes() + candidates_.bytes() + sel_.bytes();
 }
 
 }  // namespace nsa::cuda

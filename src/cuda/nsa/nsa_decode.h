@@ -19,10 +19,10 @@
 //           token's K/V to the caches;
 //   top-n   block scores (docs/nsa.md) over chunks of blocks, each chunk's best n_sel − forced;
 //           compressed parts pre-merged eight at a time;
-//   picks   each CTA ranks the chunks' candidates into the exact top-n and attends its share of
-//           the forced blocks c − 1, c or of the picked blocks; the last CTA of a (sequence,
-//           group) to finish merges every branch's partials and gates them: o [B, H·dv] (dense:
-//           a combine kernel).
+//   picks   one cluster of CTAs per (sequence, group): each CTA ranks the chunks' candidates
+//           into the exact top-n and attends its share of the forced blocks c − 1, c and of the
+//           picked blocks; after the cluster's barrier each merges every branch's partials for
+//           its share of the heads and gates them: o [B, H·dv] (dense: a combine kernel).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -72,17 +72,18 @@ class NsaDecodeCuda {
 
  private:
   size_t block_topk_smem_bytes() const;
+  size_t picks_smem_bytes() const;
   NsaConfig cfg_;
   int64_t B_, max_len_, max_cmp_, sel_chunk_ = 1, sel_chunks_ = 1;
   // Parts per (sequence, group) of each kind and the slots of their partials (decode_params.cuh).
   int64_t cmp_parts_ = 0, win_parts_ = 0, block0_parts_ = 0, late_parts_ = 0, pick_parts_ = 0;
   int64_t cmp_groups_ = 0, dense_parts_ = 0, slots_ = 0;
+  unsigned picks_cluster_ = 1;  // CTAs of the picks kernel per (sequence, group)
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
   DeviceBuffer<float> scores_, part_ml_, part_o_;
   DeviceBuffer<int32_t> candidates_;  // [B, G, sel_chunks, n_sel] (score bits, block) pairs
   DeviceBuffer<int32_t> sel_;
-  DeviceBuffer<int32_t> arrived_;  // [B, G] CTAs of the picks kernel done this step; 0 between
 };
 
 // pos[b] += 1 for b < batch: the end of a step, on the device (so a captured step replays).
