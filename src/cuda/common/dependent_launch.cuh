@@ -1,9 +1,11 @@
 // Programmatic dependent launch (Hopper): a chain of small dependent kernels – the decode step's –
 // costs a launch gap at every boundary. Launched with launch_dependent, a kernel's CTAs may be
-// scheduled while the kernel before it still runs; each such kernel starts with
-// wait_for_previous_kernel(), which lets the next kernel launch and then blocks until the
-// previous one has finished and its writes are visible. Nothing may be read or written before
-// that call, so the order of the stream is kept exactly.
+// scheduled while the kernel before it still runs; each such kernel calls
+// wait_for_previous_kernel(), which blocks until the previous one has finished and its writes
+// are visible, and then lets the next kernel launch. So at most one kernel runs ahead: before
+// that call a kernel may read what the kernels two or more back wrote (or what never changes –
+// weights, cache rows of earlier steps), never what the one before writes, and may write
+// nothing; the order of the stream is kept exactly.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,8 +18,8 @@ namespace nsa::cuda {
 
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
 

@@ -87,7 +87,6 @@ enum class PartKind { kCompressed, kWindow, kBlock0, kDense };
 // averaged here. The CTA of part 0 also appends the token's K/V.
 __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
-  wait_for_previous_kernel();
   extern __shared__ __align__(16) unsigned char smem[];
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
   const Tile tl = carve_tile(smem, m.dk, m.dv);
@@ -115,10 +114,14 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   avail = static_cast<int>(
       min(static_cast<int64_t>(kind == PartKind::kBlock0 ? m.seg_len : kPartKeys), rows - first));
   if (kind == PartKind::kBlock0) avail = min(avail, m.l_sel - first);
-  tile_issue_q(m, p.q, b, g, tl);
+  // The cache rows are copied before the wait: the rows this step writes (position t, the
+  // compressed token completing at t) are replaced from the inputs below, and the others were
+  // written by earlier steps, many kernels back (common/dependent_launch.cuh).
   tile_issue_rows(m, tl, avail, row(kc, b, rows, first, g, m, m.dk),
                   row(vc, b, rows, first, g, m, m.dv), static_cast<int64_t>(m.G) * m.dk,
                   static_cast<int64_t>(m.G) * m.dv);
+  wait_for_previous_kernel();
+  tile_issue_q(m, p.q, b, g, tl);
   cp_async_commit();
   const int br = kind == PartKind::kWindow ? kWin : kind == PartKind::kCompressed ? kCmp : kSel;
   const int64_t in_row = static_cast<int64_t>(b) * m.G + g;
