@@ -49,7 +49,8 @@ double ms_per_call(cudaStream_t stream, int64_t warmup, int64_t steps, F&& launc
 }
 
 // The attention of one model step alone: n_layers decode steps of one layer at context S,
-// captured as one graph (the position stays at S; each replay rewrites the same cache row).
+// captured as one graph (the position stays at S; each replay rewrites the same cache row), with
+// random caches and queries.
 double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, int64_t warmup,
                     int64_t steps) {
   const NsaConfig& a = cfg.attn;
@@ -62,7 +63,16 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
   pos.upload(p.data(), B);
   cuda::DeviceBuffer<bf16> q(B * a.heads * a.dk), o(B * a.heads * a.dv), k(B * a.groups * a.dk),
       v(B * a.groups * a.dv), g(B * a.heads);
-  q.zero(), k.zero(), v.zero(), g.zero();
+  k.zero(), v.zero(), g.zero();
+  // Random queries (uniform in [−2, 2]), so that the blocks' selection scores differ as in a model:
+  // zero queries give every block the same score, and the top-n's ranking an easy case of ties.
+  std::vector<bf16> qh(static_cast<size_t>(B * a.heads * a.dk));
+  uint64_t z = 0x9e3779b97f4a7c15ull;
+  for (bf16& x : qh) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    x = __float2bfloat16(static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 4.0f - 2.0f);
+  }
+  q.upload(qh.data(), B * a.heads * a.dk);
   const bf16* kp[3] = {k.get(), k.get(), k.get()};
   const bf16* vp[3] = {v.get(), v.get(), v.get()};
   const bf16* gp[3] = {g.get(), g.get(), g.get()};

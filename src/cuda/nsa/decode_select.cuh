@@ -180,11 +180,14 @@ __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Cand
 // ascending into picks[]; returns their number. Forced 0, c − 1, c; then the best npicks of the
 // chunks' candidates by (score desc, index asc) – a strict order (blocks are distinct), and the
 // global best are among the chunks' bests. Each list is sorted in that order with its empty
-// entries last. Pruned before ranking: θ, the best of the lists' entries npicks − 1, is beaten
-// or equalled by at least npicks candidates (that list's first npicks), so no candidate worse than
-// θ is picked, and whatever beats a kept candidate is kept too – a kept candidate's rank among
-// the kept (a count over them, usually a few more than npicks) is its global rank. slot and picks
-// are shared memory; every thread of the CTA calls it.
+// entries last. Pruned before ranking by θ, a candidate that at least npicks candidates beat or
+// equal, so that no candidate worse than θ is picked and whatever beats a kept candidate is kept
+// too: a kept candidate's rank among the kept (a count over them) is its global rank. θ is the
+// better of two such bounds: the best of the lists' entries npicks − 1 (that list's first npicks
+// are not worse), and the npicks-th best of 32 of the best candidates (the lists' first entries,
+// round robin) – the second keeps about npicks + 3 of ~220 candidates on random scores at 64k,
+// the first ~130 (a count over those took two rounds). slot and picks are shared memory; every
+// thread of the CTA calls it.
 __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh, int* slot,
                              int* picks) {
   const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
@@ -194,14 +197,31 @@ __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh
   if (threadIdx.x == 0) *sh.kept_count = 0;
   // Only a list's first npicks entries can be picked, or beat a pick.
   const int span = min(m.n_sel, npicks);
-  Candidate theta{-1.0f, INT_MAX};  // empty: every candidate is kept
-  if (span > 0) {                   // each warp finds θ, a lane per list
+  const Candidate empty{-1.0f, INT_MAX};
+  Candidate theta = empty;  // empty: every candidate is kept
+  if (span > 0) {           // each warp finds θ (span > 0: chunks ≥ 1)
+    const unsigned all = 0xffffffffu;
     const int lane = threadIdx.x % 32;
-    if (lane < chunks) theta = sh.cand[lane * m.n_sel + span - 1];
-    for (int off = 16; off > 0; off >>= 1) {
-      const Candidate o{__shfl_xor_sync(0xffffffffu, theta.score, off),
-                        __shfl_xor_sync(0xffffffffu, theta.block, off)};
-      if (beats(o, theta)) theta = o;
+    const auto best_of_warp = [all](Candidate x) {
+      for (int off = 16; off > 0; off >>= 1) {
+        const Candidate o{__shfl_xor_sync(all, x.score, off), __shfl_xor_sync(all, x.block, off)};
+        if (beats(o, x)) x = o;
+      }
+      return x;
+    };
+    theta = best_of_warp(lane < chunks ? sh.cand[lane * m.n_sel + span - 1] : empty);
+    const int idx = lane / chunks;  // the sample: entry idx of list lane mod chunks
+    const Candidate x = idx < span ? sh.cand[(lane % chunks) * m.n_sel + idx] : empty;
+    int beaten_by = 0;
+    for (int k = 0; k < 32; ++k) {
+      const Candidate o{__shfl_sync(all, x.score, k), __shfl_sync(all, x.block, k)};
+      beaten_by += beats(o, x) ? 1 : 0;
+    }
+    const unsigned at = __ballot_sync(all, x.score >= 0.0f && beaten_by == npicks - 1);
+    if (at != 0) {  // the sample's npicks-th best (real candidates are distinct)
+      const int from = __ffs(at) - 1;
+      const Candidate s2{__shfl_sync(all, x.score, from), __shfl_sync(all, x.block, from)};
+      if (beats(s2, theta)) theta = s2;
     }
   }
   __syncthreads();  // kept_count is 0

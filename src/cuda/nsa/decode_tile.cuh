@@ -66,21 +66,33 @@ __device__ __forceinline__ void tile_issue_q(const DecodeDims& m, const bf16* q,
   }
 }
 
+// Calls f(c, j) for this thread's pieces i = threadIdx.x, + blockDim.x, … < n·per of n rows of
+// `per` pieces each (row c = i / per, piece j = i mod per), stepping c and j without a division.
+template <typename F>
+__device__ __forceinline__ void for_each_piece(int n, int per, F&& f) {
+  const int dc = blockDim.x / per, dj = blockDim.x % per;
+  int c = threadIdx.x / per, j = threadIdx.x % per;
+  while (c < n) {
+    f(c, j);
+    c += dc, j += dj;
+    if (j >= per) j -= per, ++c;
+  }
+}
+
 // Starts copying `n` key and value rows that lie at a fixed stride in a cache (row c of the part at
 // k_first + c·k_stride, v_first + c·v_stride) – the parts whose rows do not depend on the position.
 // Rows past the part's real count are fixed afterwards (tile_fix_rows).
 __device__ __forceinline__ void tile_issue_rows(const DecodeDims& m, const Tile& tl, int n,
                                                 const bf16* k_first, const bf16* v_first,
                                                 int64_t k_stride, int64_t v_stride) {
-  const int nk = m.dk / 8, nv = m.dv / 8, per = nk + nv;
-  for (int i = threadIdx.x; i < n * per; i += blockDim.x) {
-    const int c = i / per, j = i % per;
+  const int nk = m.dk / 8, nv = m.dv / 8;
+  for_each_piece(n, nk + nv, [&](int c, int j) {
     if (j < nk) {
       cp_async16(tl.k + c * tl.ks + 8 * j, k_first + c * k_stride + 8 * j);
     } else {
       cp_async16(tl.v + c * tl.vs + 8 * (j - nk), v_first + c * v_stride + 8 * (j - nk));
     }
-  }
+  });
 }
 
 // One 16-byte piece of the token's key row (pieces 0 .. dk/8 − 1) and value row (the next dv/8)
@@ -104,8 +116,8 @@ __device__ __forceinline__ void tile_fix_rows(const DecodeDims& m, const Tile& t
     return reinterpret_cast<uint4*>(j < nk ? tl.k + c * tl.ks + 8 * j
                                            : tl.v + c * tl.vs + 8 * (j - nk));
   };
-  for (int i = threadIdx.x; i < (round16(count) - count) * per; i += blockDim.x)
-    *at(count + i / per, i % per) = make_uint4(0, 0, 0, 0);
+  for_each_piece(round16(count) - count, per,
+                 [&](int c, int j) { *at(count + c, j) = make_uint4(0, 0, 0, 0); });
   if (patch >= 0 && threadIdx.x < per) *at(patch, threadIdx.x) = piece;
 }
 
@@ -120,15 +132,14 @@ struct KeyRows {
 // (as tile_fix_rows).
 __device__ __forceinline__ void tile_issue_kv(const DecodeDims& m, const Tile& tl,
                                               const KeyRows& rows, int count) {
-  const int nk = m.dk / 8, nv = m.dv / 8, per = nk + nv;
-  for (int i = threadIdx.x; i < count * per; i += blockDim.x) {
-    const int c = i / per, j = i % per;
+  const int nk = m.dk / 8, nv = m.dv / 8;
+  for_each_piece(count, nk + nv, [&](int c, int j) {
     if (j < nk) {
       cp_async16(tl.k + c * tl.ks + 8 * j, rows.k[c] + 8 * j);
     } else {
       cp_async16(tl.v + c * tl.vs + 8 * (j - nk), rows.v[c] + 8 * (j - nk));
     }
-  }
+  });
   tile_fix_rows(m, tl, count, -1, make_uint4(0, 0, 0, 0));
 }
 
