@@ -282,6 +282,9 @@ INSTANTIATE_TEST_SUITE_P(
         // compressed tokens take every path of the staging (two per thread, then the rest); 549
         // compressed tokens in 5 parts at the end.
         LayerCase{"long_chunks", layer_config(4, 1, 16, 16, 8, 4, 8, 6, 32), 1, 2200, 60000},
+        // More picks parts than a cluster holds: l_sel = 128 (one block per part), n_sel = 12 –
+        // 2 forced + 9 picked parts over the picks kernel's 8 CTAs, two parts for some of them.
+        LayerCase{"many_parts", layer_config(4, 2, 32, 32, 32, 16, 128, 12, 128), 2, 1800},
         // Large heads: dk 192, dv 256 (twelve k-steps of the score MMAs, sixteen value column
         // tiles; a part's tile takes 135 KiB of shared memory).
         LayerCase{"deep", layer_config(4, 2, 192, 256, 16, 8, 32, 4, 64), 1, 700}),
