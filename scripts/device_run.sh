@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|copy|pytorch|hotspots|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|copy|pytorch|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -27,6 +27,11 @@
 # (the op's forward + backward from PyTorch against `nsa bench attention` and SDPA, at
 # PYTORCH_SEQ_LENS, default 16384, for m7c_125m and paper_attn). pytest if the image has it, else
 # python/tests/mini_pytest.py runs test_cuda.py.
+# `decode-compare` (not in `all`): the decode tests and compute-sanitizer on the decode layer (as
+# `decode`), then `nsa bench decode --device cuda --prefill none` of the build BASE (or BASE_DIR)
+# and of this tree alternately, ROUNDS times (default 2; PyTorch SDPA in the first run only), at
+# DECODE_CONTEXTS (default 65536,131072) and DECODE_BATCHES (default 1,16): attention-only and
+# whole-step ms of both builds measured in one call.
 # `copy` (not in `all`): a training experiment for `small` (byte vocabulary) – copying from
 # beyond the window, all branches against the window only (see the section below). The needle
 # experiment has its own script, scripts/needle_run.sh.
@@ -38,7 +43,7 @@ mkdir -p "$out"
 base=${BASE:-HEAD~1}
 workshop_base=0
 [ "$what" = workshop ] && { [ -n "${BASE:-}" ] || [ -n "${BASE_DIR:-}" ]; } && workshop_base=1
-if [ "$what" = compare ] || [ "$what" = final ] || [ "$workshop_base" = 1 ]; then
+if [ "$what" = compare ] || [ "$what" = final ] || [ "$what" = decode-compare ] || [ "$workshop_base" = 1 ]; then
   (rm -rf /tmp/nsa_base &&
     if [ -n "${BASE_DIR:-}" ]; then cp -r "$BASE_DIR" /tmp/nsa_base; else git worktree add -f /tmp/nsa_base "$base"; fi &&
     cmake -S /tmp/nsa_base -B /tmp/nsa_base/build -G Ninja -DCMAKE_BUILD_TYPE=Release &&
@@ -125,7 +130,7 @@ if [ "$what" = model ] || [ "$what" = all ]; then
     cp /tmp/m7c_a/metrics.jsonl "$out/m7c_metrics.jsonl"; cp /tmp/m7c_a/loss.svg "$out/m7c_loss.svg"
   fi
 fi
-if [ "$what" = decode ] || [ "$what" = all ]; then
+if [ "$what" = decode ] || [ "$what" = all ] || [ "$what" = decode-compare ]; then
   ./build/tests/nsa_cuda_tests --gtest_filter='*Decode*:*Decoder*:*Prefill*' 2>&1 | tee "$out/decode_tests.log" |
     grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|worst|bit-identical" | head -40
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
@@ -138,8 +143,21 @@ if [ "$what" = decode ] || [ "$what" = all ]; then
   /usr/local/cuda/bin/compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
     --gtest_filter='Shapes/CudaDecodeLayer.*/tiny' >"$out/decode_racecheck.log" 2>&1
   echo "compute-sanitizer racecheck (decode layer) rc=$? (0 = clean)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/decode_racecheck.log"
-  ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
-    --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
+  if [ "$what" != decode-compare ]; then
+    ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
+      --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
+  fi
+fi
+if [ "$what" = decode-compare ]; then
+  wait "$base_pid" || { echo "base did not build"; tail -5 "$out/build_base.log"; exit 1; }
+  for round in $(seq "${ROUNDS:-2}"); do
+    for bin in /tmp/nsa_base/build/nsa ./build/nsa; do
+      sdpa=off; [ "$round" = 1 ] && [ "$bin" = /tmp/nsa_base/build/nsa ] && sdpa=auto
+      echo "== $bin round $round"
+      "$bin" bench decode --device cuda --contexts "${DECODE_CONTEXTS:-65536,131072}" \
+        --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script "$sdpa" 2>&1 | tail -n +2
+    done
+  done 2>&1 | tee "$out/decode_compare.txt"
 fi
 # hotspots (not in `all`): Nsight Compute on single kernels run by the workshop – launch, occupancy,
 # speed-of-light and warp-state sections, then the source lines where the warps wait
