@@ -1,4 +1,4 @@
-// The backend registry (see backends.h) and the one message for a backend this build lacks.
+// The backend registry (see backends.h) and its messages: a backend the build lacks, no GPU.
 #include "backends.h"
 
 #include "nsa/error.h"
@@ -34,6 +34,9 @@ const Backend& backend(const std::string& device, const std::string& command) {
   NSA_CHECK(
       b, command, " --device ", device, ": this build has no ",
       device == "cuda" ? "CUDA backend (no CUDA toolkit at build time)" : "backend of that name");
+  // Up front, before a command reads data, runs a baseline or prints a table header.
+  NSA_CHECK(device != "cuda" || b->device_count() > 0, command,
+            " --device cuda: no usable CUDA device (no GPU or no driver)");
   return *b;
 }
 
