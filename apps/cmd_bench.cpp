@@ -237,6 +237,11 @@ std::vector<std::pair<int64_t, int64_t>> parse_prefill_runs(const std::vector<st
 
 }  // namespace
 
+// Lengths are token positions (32-bit in the kernels); counts (batches, steps, repetitions) at
+// least 1 – checked before anything runs, naming the flag.
+const CLI::Range kLengths(int64_t{1}, int64_t{2147483646});
+const CLI::Range kCounts(int64_t{1}, int64_t{1000000});
+
 void register_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (tables and JSON lines)");
   bench->require_subcommand(1);
@@ -246,11 +251,14 @@ void register_bench_command(CLI::App& app) {
   attn->add_option("--device", args->device, "where to run")->check(CLI::IsMember({"cpu", "cuda"}));
   attn->add_option("--config", args->preset, "attention shape")
       ->check(CLI::IsMember(attention_preset_names()));
-  attn->add_option("--seq-lens", args->seq_lens, "sequence lengths")->delimiter(',');
-  attn->add_option("--batch", args->batch, "batch size B");
+  attn->add_option("--seq-lens", args->seq_lens, "sequence lengths")
+      ->delimiter(',')
+      ->check(kLengths);
+  attn->add_option("--batch", args->batch, "batch size B")->check(kCounts);
   attn->add_flag("!--no-backward", args->backward, "time the forward only");
   attn->add_option("--json", args->json_path, "also write JSON lines to this file");
-  attn->add_option("--reps", args->reps, "GPU: timed repetitions (median reported)");
+  attn->add_option("--reps", args->reps, "GPU: timed repetitions (median reported)")
+      ->check(kCounts);
   attn->add_option("--max-seconds", args->max_seconds,
                    "stop the sweep after a length whose forward + backward took longer");
   add_config_flags(attn, args->flags, config_field_names());
@@ -265,13 +273,17 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   decode->add_option("--config", dec->preset, "attention shape")
       ->check(CLI::IsMember(attention_preset_names()));
-  decode->add_option("--contexts", dec->contexts, "context lengths")->delimiter(',');
-  decode->add_option("--steps", dec->steps, "timed decode steps per context (median)");
+  decode->add_option("--contexts", dec->contexts, "context lengths")
+      ->delimiter(',')
+      ->check(kLengths);
+  decode->add_option("--steps", dec->steps, "timed decode steps per context (median)")
+      ->check(kCounts);
   decode->add_option("--json", dec->json_path, "also write JSON lines to this file");
   auto gpu_dec = std::make_shared<DecodeBenchArgs>();
   decode->add_option("--model", gpu_dec->model, "cuda: model config (YAML; default m7c_125m)");
   decode->add_option("--batches", gpu_dec->batches, "cuda: batch sizes (sequences per step)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(kCounts);
   decode->add_option("--sdpa-script", gpu_dec->sdpa_script,
                      "cuda: the PyTorch SDPA baseline run in the same call (auto: "
                      "bench/dense_decode.py; off: none)");
@@ -303,8 +315,9 @@ void register_bench_command(CLI::App& app) {
   auto sets = std::make_shared<std::vector<std::string>>();
   tr->add_option("--config", ta->config, "model config (YAML; default m7c_125m, byte vocabulary)");
   tr->add_option("--set", *sets, "override a config field: --set vocab_size=8192 (repeatable)");
-  tr->add_option("--seq-lens", ta->seq_lens, "sequence lengths")->delimiter(',');
-  tr->add_option("--tokens-per-step", ta->tokens_per_step, "batch = tokens-per-step / S (min 1)");
+  tr->add_option("--seq-lens", ta->seq_lens, "sequence lengths")->delimiter(',')->check(kLengths);
+  tr->add_option("--tokens-per-step", ta->tokens_per_step, "batch = tokens-per-step / S (min 1)")
+      ->check(kLengths);
   tr->add_option("--steps", ta->steps, "timed optimizer steps (median reported)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   tr->add_option("--warmup", ta->warmup, "untimed steps first")

@@ -141,6 +141,14 @@ expect_error "prompt and prompt file" "excludes" \
   "$nsa" generate --run "$dir/run" --prompt "x" --prompt-file "$dir/prompt.txt"
 expect_error "bench decode --prefill spec" "--prefill: '4096y16' is not LENxCOUNT" \
   "$nsa" bench decode --prefill 4096y16
+# Benchmark lengths and counts are checked before anything runs (--steps 0 crashed the CPU one).
+expect_error "bench decode --steps 0" "--steps: Value 0 not in range" "$nsa" bench decode --steps 0
+expect_error "bench decode --contexts" "--contexts: Value -5 not in range" \
+  "$nsa" bench decode --contexts 1024,-5
+expect_error "bench attention --seq-lens 0" "--seq-lens: Value 0 not in range" \
+  "$nsa" bench attention --seq-lens 0
+expect_error "bench train --tokens-per-step 0" "--tokens-per-step: Value 0 not in range" \
+  "$nsa" bench train --tokens-per-step 0
 if nvidia-smi -L >/dev/null 2>&1; then
   expect_ok "generate cuda" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --device cuda
   expect_ok "generate cuda --prompt-file" "$nsa" generate --run "$dir/run" --prompt-file "$dir/prompt.txt" \
