@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 
+#include "bench_json.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/nsa/nsa_decode.h"
@@ -171,11 +172,7 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
   cfg.validate();
   const NsaConfig& c = cfg.attn;
   const ModelParams<float> params = init_model_params<float>(cfg);
-  std::unique_ptr<std::ofstream> json;
-  if (!a.json_path.empty()) {
-    json = std::make_unique<std::ofstream>(a.json_path);
-    NSA_CHECK(*json, "cannot write --json file '", a.json_path, "'");
-  }
+  const std::unique_ptr<std::ofstream> json = open_json_lines(a.json_path);
   std::printf(
       "nsa bench decode --device cuda --model %s: %lld layers, vocab %lld, %s; bf16 caches, "
       "mean of %lld steps (CUDA graphs)\n",

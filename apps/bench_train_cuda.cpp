@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attention_flops.h"
+#include "bench_json.h"
 #include "bench_phases.h"
 #include "cuda/common/cuda_check.h"
 #include "dense_baseline.h"
@@ -71,8 +72,7 @@ void bench_train_cuda(const TrainBenchArgs& a) {
   ModelConfig cfg = load_model_config(a.config);
   for (const auto& [k, v] : a.overrides) set_model_field(cfg, k, v);
   cfg.validate();
-  std::unique_ptr<std::ofstream> json;
-  if (!a.json_path.empty()) json = std::make_unique<std::ofstream>(a.json_path);
+  const std::unique_ptr<std::ofstream> json = open_json_lines(a.json_path);
   const DenseTrainBaseline dense = dense_baseline(a, cfg);
   if (!dense.note.empty()) std::printf("dense baseline: %s\n", dense.note.c_str());
   if (json) {

@@ -14,6 +14,7 @@
 
 #include "attention_flops.h"
 #include "backends.h"
+#include "bench_json.h"
 #include "commands.h"
 #include "config_flags.h"
 #include "cpu/attend_row.h"
@@ -75,11 +76,7 @@ void bench_attention(const BenchArgs& a) {
   const Backend device =
       backend(a.device, "nsa bench attention");  // a copy: no reference to a call on temporaries
   const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
-  std::unique_ptr<std::ofstream> json_file;
-  if (!a.json_path.empty()) {
-    json_file = std::make_unique<std::ofstream>(a.json_path);
-    NSA_CHECK(*json_file, "cannot write --json file '", a.json_path, "'");
-  }
+  const std::unique_ptr<std::ofstream> json_file = open_json_lines(a.json_path);
   std::printf("nsa bench attention --device %s --config %s: B=%lld %s\n", a.device.c_str(),
               a.preset.c_str(), static_cast<long long>(a.batch), cfg.summary().c_str());
   std::printf("%8s %10s %10s %10s %9s %12s %11s %10s%s\n", "S", "fwd ms", "bwd ms", "total ms",
@@ -141,8 +138,7 @@ void bench_decode(const DecodeArgs& a) {
   const NsaConfig cfg = attention_preset(a.preset);
   const int64_t G = cfg.groups, H = cfg.heads, dk = cfg.dk, dv = cfg.dv;
   const double row_bytes = static_cast<double>(G * (dk + dv) * sizeof(float));
-  std::unique_ptr<std::ofstream> json;
-  if (!a.json_path.empty()) json = std::make_unique<std::ofstream>(a.json_path);
+  const std::unique_ptr<std::ofstream> json = open_json_lines(a.json_path);
   std::printf("nsa bench decode --device cpu --config %s (one attention layer, fp32): %s\n",
               a.preset.c_str(), cfg.summary().c_str());
   std::printf("%8s %12s %12s %8s %13s %13s %7s %13s\n", "context", "NSA ms/step", "dense ms/step",

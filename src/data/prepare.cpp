@@ -1,6 +1,7 @@
 // The `nsa prepare` pipeline (see prepare.h).
 #include "prepare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -50,6 +51,9 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
             "nothing to prepare: pass --input PATH (files, directories, .jsonl) and/or --fetch");
   const std::vector<Document> docs = load_documents(inputs);
   NSA_CHECK(!docs.empty(), "the inputs hold no documents");
+  NSA_CHECK(
+      std::any_of(docs.begin(), docs.end(), [](const Document& d) { return !d.text.empty(); }),
+      "the inputs hold no text (", docs.size(), " empty document(s)); nothing was written");
   fs::create_directories(o.out_dir);
 
   std::unique_ptr<Tokenizer> tok;
@@ -81,6 +85,8 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
       val.push_back(tok->eot());
     }
   }
+  NSA_CHECK(r.documents > 0, "the inputs' text encodes to no tokens with the ", tok->name(),
+            " tokenizer");
   r.train_tokens = static_cast<int64_t>(train.size());
   r.val_tokens = static_cast<int64_t>(val.size());
   r.tokenizer = tok->name();

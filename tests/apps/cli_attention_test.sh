@@ -149,6 +149,8 @@ expect_error "bench attention --seq-lens 0" "--seq-lens: Value 0 not in range" \
   "$nsa" bench attention --seq-lens 0
 expect_error "bench train --tokens-per-step 0" "--tokens-per-step: Value 0 not in range" \
   "$nsa" bench train --tokens-per-step 0
+expect_error "bench decode --json unwritable" "cannot write --json file '/nonexistent/x.jsonl'" \
+  "$nsa" bench decode --json /nonexistent/x.jsonl --contexts 64 --steps 1
 if nvidia-smi -L >/dev/null 2>&1; then
   expect_ok "generate cuda" "$nsa" generate --run "$dir/run" --prompt "Once" --max-new 8 --device cuda
   expect_ok "generate cuda --prompt-file" "$nsa" generate --run "$dir/run" --prompt-file "$dir/prompt.txt" \

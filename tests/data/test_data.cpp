@@ -186,6 +186,12 @@ TEST(Prepare, WritesShardsWithDocumentSeparatorsAndSplit) {
   o.val_fraction = 0.1;
   o.inputs.clear();
   expect_error([&] { data::prepare_corpus(o); }, "nothing to prepare");
+  // An empty file is a document without text: an error, and no output folder.
+  write(in / "empty.txt", "");
+  o.inputs = {(in / "empty.txt").string()};
+  o.out_dir = (out / "never").string();
+  expect_error([&] { data::prepare_corpus(o); }, "the inputs hold no text (1 empty document(s))");
+  EXPECT_FALSE(fs::exists(out / "never"));
 }
 
 }  // namespace
