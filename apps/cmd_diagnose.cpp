@@ -238,9 +238,13 @@ void register_diagnose_command(CLI::App& app) {
   cmd->add_option("--seq-lens", a->seq_lens, "sequence lengths")->delimiter(',');
   cmd->add_option("--branches", *branches, "branch subsets, ';'-separated (e.g. 'cmp,sel;win')");
   cmd->add_option("--backends", *backends, "cpu and/or cuda");
-  cmd->add_option("--model", a->model,
-                  "a model config (YAML): run the whole model over --layers instead of attention");
-  cmd->add_option("--layers", a->layers, "with --model: layer counts")->delimiter(',');
+  CLI::Option* model = cmd->add_option(
+      "--model", a->model,
+      "a model config (YAML): run the whole model over --layers instead of attention");
+  cmd->add_option("--layers", a->layers, "with --model: layer counts")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->needs(model);
   cmd->callback([a, configs, branches, backends] {
     a->configs = split(*configs, ',');
     a->branches = split(*branches, ';');

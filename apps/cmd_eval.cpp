@@ -82,15 +82,19 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--run", a->run, "a run folder: its newest complete checkpoint");
   cmd->add_option("--task", a->task, "loss (validation loss) or needle (retrieval accuracy)")
       ->check(CLI::IsMember({"loss", "needle"}));
-  cmd->add_option("--data", a->data, "folder with val_*.bin shards (or 'synthetic'); task loss");
-  cmd->add_option("--seq-lens", a->seq_lens, "needle: context lengths")->delimiter(',');
-  cmd->add_option("--depths", a->depths, "needle: depths in [0, 1]")->delimiter(',');
-  cmd->add_option("--samples", a->samples, "needle: sequences per (length, depth)");
-  cmd->add_option("--filler", a->filler,
-                  "needle: the haystack, cycle (16 tokens repeating) or random symbols");
-  cmd->add_option("--device", a->device,
-                  "needle and --by-position: cpu (the reference) or cuda (one GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  CLI::Option* data = cmd->add_option("--data", a->data,
+                                      "folder with val_*.bin shards (or 'synthetic'); task loss");
+  // The needle task's options, and the loss evaluation's: each refused with the other task.
+  const std::vector<CLI::Option*> needle_only = {
+      cmd->add_option("--seq-lens", a->seq_lens, "needle: context lengths")->delimiter(','),
+      cmd->add_option("--depths", a->depths, "needle: depths in [0, 1]")->delimiter(','),
+      cmd->add_option("--samples", a->samples, "needle: sequences per (length, depth)"),
+      cmd->add_option("--filler", a->filler,
+                      "needle: the haystack, cycle (16 tokens repeating) or random symbols")};
+  CLI::Option* device =
+      cmd->add_option("--device", a->device,
+                      "needle and --by-position: cpu (the reference) or cuda (one GPU)")
+          ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI::Option* by_position = cmd->add_flag(
       "--by-position", a->by_position,
       "mean validation loss per token-position bucket: JSON and SVG (docs/quality.md)");
@@ -103,10 +107,29 @@ void register_eval_command(CLI::App& app) {
       "--out", a->out,
       "--by-position: the JSON file (default: <run>/loss_by_position.json); the SVG goes next "
       "to it");
-  cmd->add_option("--batches", a->batches, "validation batches");
-  cmd->add_option("--batch", a->batch, "sequences per batch");
-  cmd->add_option("--seq-len", a->seq_len, "tokens per sequence (default: the config's)");
-  cmd->callback([a, by_position, buckets, out] {
+  const std::vector<CLI::Option*> loss_only = {
+      data, cmd->add_option("--batches", a->batches, "validation batches"),
+      cmd->add_option("--batch", a->batch, "sequences per batch"),
+      cmd->add_option("--seq-len", a->seq_len, "tokens per sequence (default: the config's)")};
+  cmd->callback([a, by_position, buckets, out, device, needle_only, loss_only] {
+    const auto first_given = [](const std::vector<CLI::Option*>& options) -> std::string {
+      for (const CLI::Option* o : options) {
+        if (o->count() > 0) return o->get_name();
+      }
+      return "";
+    };
+    if (a->task == "needle") {
+      const std::string f = first_given(loss_only);
+      NSA_CHECK(f.empty(), "nsa eval --task needle: ", f,
+                " belongs to the loss evaluation (--task loss); the needle task takes --seq-lens, "
+                "--depths, --samples and --filler");
+    } else {
+      const std::string f = first_given(needle_only);
+      NSA_CHECK(f.empty(), "nsa eval: ", f, " belongs to --task needle");
+      NSA_CHECK(a->by_position || device->count() == 0,
+                "nsa eval: --device applies to --task needle and --by-position; the plain loss "
+                "evaluation runs on the CPU");
+    }
     NSA_CHECK(by_position->count() > 0 || (buckets->count() == 0 && out->count() == 0),
               "nsa eval: --buckets and --out belong to --by-position");
     NSA_CHECK(!a->by_position || a->task == "loss",

@@ -65,7 +65,8 @@ void register_generate_command(CLI::App& app) {
                   "most tokens a sequence may hold, prompt + generated (sizes the caches)")
       ->check(CLI::Range(int64_t{1}, (int64_t{1} << 31) - 2));
   cmd->add_option("--sp-model", a->sp_model, "SentencePiece model (default: bytes, vocab 256)");
-  cmd->add_option("--max-new", a->max_new, "tokens to generate");
+  cmd->add_option("--max-new", a->max_new, "tokens to generate (0: the prefill alone)")
+      ->check(CLI::Range(int64_t{0}, int64_t{2147483646}));
   cmd->add_option("--temperature", a->sampler.temperature, "0 = greedy");
   cmd->add_option("--top-k", a->sampler.top_k, "sample among the k most likely (0: all)");
   cmd->add_option("--top-p", a->sampler.top_p, "nucleus sampling mass (1: off)");

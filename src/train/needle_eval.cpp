@@ -28,13 +28,20 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
                                         const std::vector<double>& depths, int64_t samples,
                                         const LogitRowsFn& logit_rows, NeedleFiller filler) {
+  // Every argument before any cell is computed (a cell takes minutes on the CPU at 16k).
   NSA_CHECK(samples > 0, "--samples must be positive");
+  NSA_CHECK(!seq_lens.empty() && !depths.empty(), "--seq-lens and --depths must not be empty");
+  for (const double depth : depths)
+    NSA_CHECK(depth >= 0 && depth <= 1, "--depths: ", depth, " is outside [0, 1]");
+  for (const int64_t S : seq_lens) {
+    NSA_CHECK(S >= kNeedleMinLength && S <= 2147483647, "--seq-lens: ", S,
+              " is outside the needle task's [", kNeedleMinLength, ", 2147483647] tokens");
+  }
   const LoadedModel m = load_model_checkpoint(checkpoint);
   const int64_t V = m.cfg.vocab_size;
   std::vector<NeedleCell> cells;
   for (const int64_t S : seq_lens) {
     for (const double depth : depths) {
-      NSA_CHECK(depth >= 0 && depth <= 1, "--depths: ", depth, " is outside [0, 1]");
       const int64_t T = S - 1;  // inputs: tokens [0, S − 1), targets: [1, S)
       const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / T);
       NeedleCell cell{S, depth, samples, 0, 0};

@@ -85,6 +85,13 @@ expect_ok "train needle" "$nsa" train --config "$(dirname "$0")/../../configs/ti
 expect_ok "eval needle" "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --depths 0,1 --samples 2
 grep -q '"task":"needle","filler":"cycle","seq_len":96,"depth":1.0000,"samples":2' "$dir/out.txt" &&
   pass "needle table" || fail "needle table"
+# Each task's options are refused with the other; the needle arguments are checked before any cell.
+expect_error "eval needle with a loss flag" "--batch belongs to the loss evaluation" \
+  "$nsa" eval --task needle --run "$dir/needle" --batch 2
+expect_error "eval loss with a needle flag" "--samples belongs to --task needle" \
+  "$nsa" eval --run "$dir/needle" --data synthetic --samples 2
+expect_error "eval needle depth" "--depths: 2 is outside \[0, 1\]" \
+  "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --depths 0,2
 expect_ok "train needle-mix" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
   --data needle-mix:2 --steps 1 --batch 2 --seq-len 96 --val-every 0 --out "$dir/needle_mix"
 expect_ok "train copy from a checkpoint" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
@@ -137,6 +144,9 @@ truncate -s 1100M "$dir/huge.txt"  # sparse: no disk used
 expect_error "prompt file too large" "prompts up to 1073741824 bytes" \
   "$nsa" generate --run "$dir/run" --prompt-file "$dir/huge.txt"
 rm -f "$dir/huge.txt"
+expect_error "generate --max-new -1" "--max-new: Value -1 not in range" \
+  "$nsa" generate --run "$dir/run" --prompt "x" --max-new -1
+expect_error "diagnose --layers without --model" "--layers requires --model" "$nsa" diagnose --layers 2
 expect_error "prompt and prompt file" "excludes" \
   "$nsa" generate --run "$dir/run" --prompt "x" --prompt-file "$dir/prompt.txt"
 expect_error "bench decode --prefill spec" "--prefill: '4096y16' is not LENxCOUNT" \
