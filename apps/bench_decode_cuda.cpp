@@ -114,17 +114,9 @@ Measured measure(const ModelConfig& cfg, const ModelParams<float>& params, int64
 // GPU; a note (not an error) when it cannot run.
 SdpaBaseline sdpa_baseline(const DecodeBenchArgs& a, const ModelConfig& cfg) {
   SdpaBaseline none;
-  if (a.sdpa_script == "off") {
-    none.note = "SDPA not measured (--sdpa-script off)";
-    return none;
-  }
-  const std::string script = find_bench_script(a.sdpa_script, exe_dir(), "dense_decode.py");
-  if (script.empty()) {
-    none.note =
-        "SDPA not measured: bench/dense_decode.py not found (run from the source tree or "
-        "pass --sdpa-script)";
-    return none;
-  }
+  const std::string script = baseline_script(a.sdpa_script, exe_dir(), "dense_decode.py", "SDPA",
+                                             "--sdpa-script", &none.note);
+  if (script.empty()) return none;
   const NsaConfig& c = cfg.attn;
   if (c.dk != c.dv) {
     none.note = "SDPA not measured: the script takes one head dim, the model has dk " +

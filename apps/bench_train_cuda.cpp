@@ -43,17 +43,9 @@ double used_device_bytes() {
 // The dense baseline for every length; a note (not an error) when it cannot run.
 DenseTrainBaseline dense_baseline(const TrainBenchArgs& a, const ModelConfig& cfg) {
   DenseTrainBaseline none;
-  if (a.dense_script == "off") {
-    none.note = "dense PyTorch not measured (--dense-script off)";
-    return none;
-  }
-  const std::string script = find_bench_script(a.dense_script, exe_dir(), "dense_model_train.py");
-  if (script.empty()) {
-    none.note =
-        "dense PyTorch not measured: bench/dense_model_train.py not found (run from the source "
-        "tree or pass --dense-script)";
-    return none;
-  }
+  const std::string script = baseline_script(a.dense_script, exe_dir(), "dense_model_train.py",
+                                             "dense PyTorch", "--dense-script", &none.note);
+  if (script.empty()) return none;
   const std::string mismatch = dense_train_mismatch(cfg);
   if (!mismatch.empty()) {
     none.note = "dense PyTorch not measured: " + mismatch;

@@ -233,8 +233,8 @@ std::vector<std::pair<int64_t, int64_t>> parse_prefill_runs(const std::vector<st
 
 }  // namespace
 
-// Lengths are token positions (32-bit in the kernels); counts (batches, steps, repetitions) at
-// least 1 – checked before anything runs, naming the flag.
+// Sequence lengths and token counts are 32-bit positions in the kernels; other counts (batches,
+// steps, repetitions) at least 1 – checked before anything runs, naming the flag.
 const CLI::Range kLengths(int64_t{1}, int64_t{2147483646});
 const CLI::Range kCounts(int64_t{1}, int64_t{1000000});
 

@@ -69,6 +69,21 @@ std::string find_bench_script(const std::string& path, const std::string& exe_di
   return "";
 }
 
+std::string baseline_script(const std::string& option, const std::string& exe_dir,
+                            const std::string& name, const std::string& what,
+                            const std::string& flag, std::string* note) {
+  if (option == "off") {
+    *note = what + " not measured (" + flag + " off)";
+    return "";
+  }
+  const std::string script = find_bench_script(option, exe_dir, name);
+  if (script.empty()) {
+    *note = what + " not measured: bench/" + name +
+            " not found (run from the source tree or pass " + flag + ")";
+  }
+  return script;
+}
+
 std::string exe_dir() {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);

@@ -39,6 +39,13 @@ std::string find_bench_script(const std::string& path, const std::string& exe_di
 // The folder of this process's binary ("" when /proc/self/exe cannot be read).
 std::string exe_dir();
 
+// The script a benchmark's baseline option names (`option`: a path, "auto" or "off"; found as
+// find_bench_script does), or "" with *note saying why the baseline is not measured: "off", or
+// bench/<name> not found. `what` names the baseline in the note ("SDPA"), `flag` the option.
+std::string baseline_script(const std::string& option, const std::string& exe_dir,
+                            const std::string& name, const std::string& what,
+                            const std::string& flag, std::string* note);
+
 // The JSON objects a baseline script printed, one per line, each with its line (other lines –
 // warnings, tracebacks, broken JSON – are skipped).
 std::vector<std::pair<std::string, nlohmann::json>> json_lines(const std::string& output);

@@ -68,6 +68,17 @@ TEST(DenseBaseline, FindsTheScriptBesideTheBuild) {
   EXPECT_EQ(find_bench_script("auto", (root / "build" / "bin").string(), "dense_decode.py"), "");
   fs::current_path(root);  // found under the working directory
   EXPECT_EQ(find_bench_script("auto", "", "dense_decode.py"), "bench/dense_decode.py");
+  std::string note;  // the benchmarks' notes when a baseline is not run
+  EXPECT_EQ(baseline_script("auto", "", "dense_decode.py", "SDPA", "--sdpa-script", &note),
+            "bench/dense_decode.py");
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(baseline_script("off", "", "dense_decode.py", "SDPA", "--sdpa-script", &note), "");
+  EXPECT_EQ(note, "SDPA not measured (--sdpa-script off)");
+  EXPECT_EQ(baseline_script("auto", "", "missing.py", "dense PyTorch", "--dense-script", &note),
+            "");
+  EXPECT_EQ(note,
+            "dense PyTorch not measured: bench/missing.py not found (run from the source tree or "
+            "pass --dense-script)");
   fs::current_path(saved);
   fs::remove_all(root);
 }
