@@ -1,12 +1,13 @@
 // The attention inputs of one decode step from one fused projection (see model_ops.h): a single
 // GEMM gives [q | k per branch | v per branch | gate logits] per sequence, and this one kernel
-// rotates q and k, converts v and applies the gates – instead of a GEMM and a kernel for each. The
-// rotary angles depend on the position and the pair only: each (cos, sin) is computed once per
-// sequence into shared memory (the same call, so the same bits, as per head) instead of once per
-// head and pair (pow and sincos in double), and the kernel is a programmatic dependent launch, so
-// it is resident when the product before it ends.
+// rotates q and k, converts v and applies the gates – instead of a GEMM and a kernel for each. It
+// is a programmatic dependent launch on the decode step's critical path, so it takes one round
+// trip to memory after its wait: the position and its rotary angles (pow and sincos in double,
+// once per sequence and pair – the same call, so the same bits, as per head) come before the wait,
+// the projection row lands in shared memory in one batch of copies after it.
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/mma.cuh"
 #include "model/cuda/model_ops.h"
 #include "nsa/error.h"
 #include "pointwise.cuh"
@@ -16,18 +17,37 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxRopePairs = 256;  // dk ≤ 512
+// The projection row and gate bias in shared memory, beside the angles: up to 200 KiB.
+constexpr size_t kMaxRowBytes = 200 * 1024;
 
 __global__ void __launch_bounds__(kThreads)
     decode_inputs_kernel(const float* __restrict__ proj, DecodeInputs in,
                          const int32_t* __restrict__ positions, const float* __restrict__ gate_bias,
                          double base) {
   __shared__ float cos_of[kMaxRopePairs], sin_of[kMaxRopePairs];
-  wait_for_previous_kernel();  // proj comes from the product before
+  // Sequence b's projection row [in.width], then the gate bias [H, 3].
+  extern __shared__ __align__(16) float row[];
+  float* bias = row + in.width;
   const int64_t b = blockIdx.x;
-  const float* row = proj + b * in.width;
+  // Positions are written two or more kernels back (the step's last kernel, or a copy before the
+  // first), so they and the angles come before the wait (common/dependent_launch.cuh), as the
+  // bias (a weight) does.
+  if (in.gate[0] != nullptr) {
+    for (int64_t i = threadIdx.x; i < 3 * in.H; i += blockDim.x) cp_async4(bias + i, gate_bias + i);
+  }
   const double pos = static_cast<double>(positions[b]);
   for (int64_t i = threadIdx.x; i < in.dk / 2; i += blockDim.x)
     rope_cos_sin(pos, i, in.dk, base, false, cos_of[i], sin_of[i]);
+  wait_for_previous_kernel();  // proj comes from the product before
+  const float* from = proj + b * in.width;
+  if (in.width % 4 == 0 && reinterpret_cast<uintptr_t>(from) % 16 == 0) {
+    for (int64_t i = threadIdx.x; i < in.width / 4; i += blockDim.x)
+      cp_async16(row + 4 * i, from + 4 * i);
+  } else {
+    for (int64_t i = threadIdx.x; i < in.width; i += blockDim.x) cp_async4(row + i, from + i);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   // Rotated q and k: channel pairs of every head.
   for (int part = 0; part < 4; ++part) {  // q, then k of branches 0..2
@@ -52,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   if (in.gate[0] == nullptr) return;
   for (int64_t h = threadIdx.x; h < in.H; h += blockDim.x) {
     float v[3];
-    for (int c = 0; c < 3; ++c) v[c] = row[in.gate_offset + h * 3 + c] + gate_bias[h * 3 + c];
+    for (int c = 0; c < 3; ++c) v[c] = row[in.gate_offset + h * 3 + c] + bias[h * 3 + c];
     gate_values(v, in.softmax);
     for (int c = 0; c < 3; ++c)
       in.gate[c][b * in.H + h] = __float2bfloat16(in.enabled[c] ? v[c] : 0.0f);
@@ -66,9 +86,18 @@ void launch_decode_inputs(const float* proj, const DecodeInputs& in, const int32
                           cudaStream_t stream) {
   NSA_CHECK(in.dk / 2 <= kMaxRopePairs, "decode inputs: dk = ", in.dk, " above ",
             2 * kMaxRopePairs);
+  const size_t smem = static_cast<size_t>(in.width + 3 * in.H) * sizeof(float);
+  NSA_CHECK(smem <= kMaxRowBytes, "decode inputs: a projection row of ", in.width,
+            " floats and ", 3 * in.H, " gate biases are above the ", kMaxRowBytes / sizeof(float),
+            " floats a CTA's shared memory holds here");
   if (B == 0) return;
-  launch_dependent(decode_inputs_kernel, dim3(static_cast<unsigned>(B)), dim3(kThreads), 0, stream,
-                   proj, in, positions, gate_bias, rope_base);
+  if (smem > 48 * 1024) {
+    NSA_CUDA_CHECK(cudaFuncSetAttribute(decode_inputs_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kMaxRowBytes)));
+  }
+  launch_dependent(decode_inputs_kernel, dim3(static_cast<unsigned>(B)), dim3(kThreads), smem,
+                   stream, proj, in, positions, gate_bias, rope_base);
 }
 
 }  // namespace nsa::cuda
