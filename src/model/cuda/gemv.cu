@@ -3,12 +3,14 @@
 // chunk order, then the lanes' sums meet in a butterfly – a fixed order, so the bits do not depend
 // on the launch or on the other rows. The first kPrefetch chunks of a lane's W row (all of it up
 // to in = 32·8·kPrefetch) load before the kernel waits for its predecessor. With a normalised
-// input every warp first takes each row's RMS the way rmsnorm_forward_kernel does (lane l sums the
-// squares of column quads l, l + 32, … in order, then warp_sum), and forms each chunk of the
-// normalised bf16 row from the fp32 row as that kernel would have written it.
+// input the CTA first copies the fp32 rows to shared memory (one round trip after the wait; the
+// norm weight, which never changes, before it), then every warp takes each row's RMS the way
+// rmsnorm_forward_kernel does (lane l sums the squares of column quads l, l + 32, … in order, then
+// warp_sum) and forms each chunk of the normalised bf16 row as that kernel would have written it.
 #include "cuda/common/block_reduce.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/mma.cuh"
 #include "model/cuda/gemv.h"
 #include "model/cuda/pointwise.cuh"
 #include "model/cuda/vec_access.cuh"
@@ -23,6 +25,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kChunk = 8;     // bf16 per 128-bit load
 constexpr int kPrefetch = 8;  // chunks per lane loaded before the wait (in ≤ 2048: the whole row)
+// Normalised input: its B fp32 rows and the norm weight staged in shared memory, up to this.
+constexpr size_t kMaxStagedBytes = 200 * 1024;
 
 struct GemvArgs {
   GemvInput x;
@@ -38,16 +42,17 @@ __device__ __forceinline__ uint4 load_chunk(const uint4* row, int c, int chunks)
   return c < chunks ? __ldg(row + c) : make_uint4(0, 0, 0, 0);
 }
 
-// 1 / RMS of each fp32 row b < B (rmsnorm_forward_kernel's arithmetic: the same bits).
+// 1 / RMS of each fp32 row b < B of xs (the rows staged in shared memory; rmsnorm_forward_kernel's
+// arithmetic: the same bits).
 template <int BM>
-__device__ __forceinline__ void row_rstd(const GemvArgs& a, int lane, float r[BM]) {
+__device__ __forceinline__ void row_rstd(const GemvArgs& a, const float* xs, int lane, float r[BM]) {
 #pragma unroll
   for (int b = 0; b < BM; ++b) {
     if (b >= a.B) break;  // warp-uniform
-    const float* row = a.x.x_f32 + static_cast<int64_t>(b) * a.in;
+    const float* row = xs + static_cast<int64_t>(b) * a.in;
     float ss = 0.0f;
     for (int q = lane; q < a.in / 4; q += 32) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(row) + q);
+      const float4 v = reinterpret_cast<const float4*>(row)[q];
       ss = __fadd_rn(ss, __fmul_rn(v.x, v.x));
       ss = __fadd_rn(ss, __fmul_rn(v.y, v.y));
       ss = __fadd_rn(ss, __fmul_rn(v.z, v.z));
@@ -58,22 +63,23 @@ __device__ __forceinline__ void row_rstd(const GemvArgs& a, int lane, float r[BM
 }
 
 // acc1[b] (acc3[b]) += x[b, chunk c] · the W1 (W3) chunk, for the rows b < B (warp-uniform),
-// elements in order; x's chunk is the bf16 row's, or the normalised fp32 row's rounded to bf16.
+// elements in order; x's chunk is the bf16 row's, or the normalised fp32 row's (xs, with the norm
+// weight after the rows, in shared memory) rounded to bf16.
 template <int BM, bool kNorm>
-__device__ __forceinline__ void accumulate(const GemvArgs& a, int c, const float r[BM],
-                                           const uint4& w1, const uint4& w3, bool two,
-                                           float acc1[BM], float acc3[BM]) {
+__device__ __forceinline__ void accumulate(const GemvArgs& a, const float* xs, int c,
+                                           const float r[BM], const uint4& w1, const uint4& w3,
+                                           bool two, float acc1[BM], float acc3[BM]) {
   float f1[kChunk], f3[kChunk], nw[kChunk];
   unpack_bf16x8(w1, f1);
   if (two) unpack_bf16x8(w3, f3);
-  if (kNorm) load_f32x8<true>(a.x.norm_w + kChunk * c, nw);
+  if (kNorm) load_f32x8<false>(xs + static_cast<int64_t>(a.B) * a.in + kChunk * c, nw);
 #pragma unroll
   for (int b = 0; b < BM; ++b) {
     if (b >= a.B) break;
     const int64_t at = static_cast<int64_t>(b) * a.in + kChunk * c;
     float xf[kChunk];
     if (kNorm) {
-      load_f32x8<true>(a.x.x_f32 + at, xf);
+      load_f32x8<false>(xs + at, xf);
 #pragma unroll
       for (int k = 0; k < kChunk; ++k)
         xf[k] = __bfloat162float(__float2bfloat16(rms_normed(xf[k], r[b], nw[k])));
@@ -107,22 +113,36 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     pre1[u] = load_chunk(w1, lane + 32 * u, have);
     pre3[u] = two ? load_chunk(w3, lane + 32 * u, have) : make_uint4(0, 0, 0, 0);
   }
+  // Normalised input: rows [B, in] then the norm weight [in], staged (16-byte copies: in % 8 == 0).
+  extern __shared__ __align__(16) float xs[];
+  const int64_t row_quads = static_cast<int64_t>(a.B) * a.in / 4;
+  if (kNorm) {
+    for (int64_t i = threadIdx.x; i < a.in / 4; i += blockDim.x)
+      cp_async16(xs + 4 * (row_quads + i), a.x.norm_w + 4 * i);
+  }
   wait_for_previous_kernel();  // x (and y) come from the kernels before
-  if (!live) return;           // warp-uniform
+  if (kNorm) {
+    for (int64_t i = threadIdx.x; i < row_quads; i += blockDim.x)
+      cp_async16(xs + 4 * i, a.x.x_f32 + 4 * i);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+  if (!live) return;  // warp-uniform
   float r[BM] = {};
-  if (kNorm) row_rstd<BM>(a, lane, r);
+  if (kNorm) row_rstd<BM>(a, xs, lane, r);
   float acc1[BM], acc3[BM];
 #pragma unroll
   for (int b = 0; b < BM; ++b) acc1[b] = 0.0f, acc3[b] = 0.0f;
 #pragma unroll
   for (int u = 0; u < kPrefetch; ++u) {
     const int c = lane + 32 * u;
-    if (c < chunks) accumulate<BM, kNorm>(a, c, r, pre1[u], pre3[u], two, acc1, acc3);
+    if (c < chunks) accumulate<BM, kNorm>(a, xs, c, r, pre1[u], pre3[u], two, acc1, acc3);
   }
   for (int c = lane + 32 * kPrefetch; c < chunks; c += 32) {
     const uint4 v1 = __ldg(w1 + c);
     const uint4 v3 = two ? __ldg(w3 + c) : make_uint4(0, 0, 0, 0);
-    accumulate<BM, kNorm>(a, c, r, v1, v3, two, acc1, acc3);
+    accumulate<BM, kNorm>(a, xs, c, r, v1, v3, two, acc1, acc3);
   }
 #pragma unroll
   for (int b = 0; b < BM; ++b) {
@@ -146,6 +166,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   }
 }
 
+size_t staged_bytes(int64_t B, int64_t in) {
+  return static_cast<size_t>((B + 1) * in) * sizeof(float);
+}
+
 template <bool kSwiglu, bool kNorm>
 void launch_rows(const GemvArgs& a, cudaStream_t stream) {
   static_assert(kGemvMaxRows == 4, "one kernel per power of two up to kGemvMaxRows");
@@ -153,7 +177,12 @@ void launch_rows(const GemvArgs& a, cudaStream_t stream) {
   const auto kernel = a.B <= 1   ? gemv_kernel<1, kSwiglu, kNorm>
                       : a.B <= 2 ? gemv_kernel<2, kSwiglu, kNorm>
                                  : gemv_kernel<4, kSwiglu, kNorm>;
-  launch_dependent(kernel, grid, dim3(kThreads), 0, stream, a);
+  const size_t smem = kNorm ? staged_bytes(a.B, a.in) : 0;
+  if (smem > 48 * 1024) {
+    NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kMaxStagedBytes)));
+  }
+  launch_dependent(kernel, grid, dim3(kThreads), smem, stream, a);
 }
 
 template <bool kSwiglu>
@@ -183,7 +212,8 @@ bool gemv_fits(int64_t B, int64_t in, const GemvInput& x, const bf16* w, const b
   const bool rows =
       x.x_f32 ? !x.x && x.norm_w && aligned(x.x_f32) && aligned(x.norm_w) : x.x && aligned(x.x);
   return rows && B >= 1 && B <= kGemvMaxRows && in > 0 && in % kChunk == 0 &&
-         in < (int64_t{1} << 31) && w && aligned(w) && (!w3 || aligned(w3));
+         in < (int64_t{1} << 31) && w && aligned(w) && (!w3 || aligned(w3)) &&
+         (!x.x_f32 || staged_bytes(B, in) <= kMaxStagedBytes);
 }
 
 void launch_gemv(const GemvInput& x, const bf16* w, GemmOut y, int64_t B, int64_t in, int64_t out,

@@ -41,7 +41,8 @@ inline GemvInput gemv_normed_rows(const float* x, const float* norm_w, float eps
 }
 
 // Whether the kernels take this product: 1 ≤ B ≤ kGemvMaxRows, in a multiple of 8 and the rows, W
-// (and w3) 16-byte aligned; otherwise use Gemm (and launch_rmsnorm_forward).
+// (and w3) 16-byte aligned, normalised rows and their weight ((B + 1)·in floats) within 200 KiB of
+// shared memory; otherwise use Gemm (and launch_rmsnorm_forward).
 bool gemv_fits(int64_t B, int64_t in, const GemvInput& x, const __nv_bfloat16* w,
                const __nv_bfloat16* w3 = nullptr);
 
