@@ -87,8 +87,8 @@ void launch_decode_inputs(const float* proj, const DecodeInputs& in, const int32
   NSA_CHECK(in.dk / 2 <= kMaxRopePairs, "decode inputs: dk = ", in.dk, " above ",
             2 * kMaxRopePairs);
   const size_t smem = static_cast<size_t>(in.width + 3 * in.H) * sizeof(float);
-  NSA_CHECK(smem <= kMaxRowBytes, "decode inputs: a projection row of ", in.width,
-            " floats and ", 3 * in.H, " gate biases are above the ", kMaxRowBytes / sizeof(float),
+  NSA_CHECK(smem <= kMaxRowBytes, "decode inputs: a projection row of ", in.width, " floats and ",
+            3 * in.H, " gate biases are above the ", kMaxRowBytes / sizeof(float),
             " floats a CTA's shared memory holds here");
   if (B == 0) return;
   if (smem > 48 * 1024) {
