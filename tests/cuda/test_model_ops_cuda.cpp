@@ -380,6 +380,81 @@ TEST(ModelOps, GemvWithTheNormEqualsNormThenGemv) {
   }
 }
 
+// The decode step's fused input projection gives the bits of the projection followed by the decode
+// inputs kernel: q and k rotated at each row's position, v converted, the gates activated – with
+// separate or shared K/V, with gates (sigmoid, softmax, a branch off) or without (dense).
+TEST(ModelOps, GemvDecodeInputsEqualsGemvThenDecodeInputs) {
+  const int64_t H = 4, G = 2, dk = 32, dv = 16, D = 96;
+  int seed = 50;
+  for (const bool separate : {true, false}) {
+    for (const int gates : {0, 1, 2}) {  // none, sigmoid, softmax
+      for (const int64_t B : {int64_t{1}, int64_t{3}}) {
+        SCOPED_TRACE(testing::Message()
+                     << "separate=" << separate << " gates=" << gates << " B=" << B);
+        DecodeInputs in{};
+        int64_t width = H * dk;
+        const auto has = [&](int c) { return separate || c == 0; };
+        for (int c = 0; c < 3; ++c) {
+          in.k_offset[c] = has(c) ? width : -1;
+          width += has(c) ? G * dk : 0;
+        }
+        for (int c = 0; c < 3; ++c) {
+          in.v_offset[c] = has(c) ? width : -1;
+          width += has(c) ? G * dv : 0;
+        }
+        in.gate_offset = gates ? width : -1;
+        width += gates ? 3 * H : 0;
+        in.width = width, in.H = H, in.G = G, in.dk = dk, in.dv = dv;
+        in.softmax = gates == 2;
+        in.enabled[0] = true, in.enabled[1] = gates != 2, in.enabled[2] = true;
+        const auto x = random_floats(B * D, ++seed, 2.0f), nw = random_floats(D, ++seed);
+        const auto w = to_bf16(random_floats(width * D, ++seed, 0.2f));
+        const auto bias = random_floats(3 * H, ++seed);
+        const std::vector<int32_t> pos{7, 70001, 1234};
+        Placed<float> px(x, 0), pn(nw, 0), pb(bias, 0), proj(B * width, 0);
+        Placed<bf16> pw(w, 0);
+        Placed<int32_t> ppos(std::vector<int32_t>(pos.begin(), pos.begin() + B), 0);
+        // Two sets of outputs: [0] by the two kernels, [1] by the fused one.
+        std::vector<Placed<bf16>> q, k[3], v[3], g[3];
+        for (int r = 0; r < 2; ++r) {
+          q.emplace_back(B * H * dk, 0);
+          for (int c = 0; c < 3; ++c) {
+            k[c].emplace_back(B * G * dk, 0);
+            v[c].emplace_back(B * G * dv, 0);
+            g[c].emplace_back(B * H, 0);
+          }
+        }
+        const auto outputs = [&](int r) {
+          DecodeInputs o = in;
+          o.q = q[r].get();
+          for (int c = 0; c < 3; ++c) {
+            o.k[c] = has(c) ? k[c][r].get() : nullptr;
+            o.v[c] = has(c) ? v[c][r].get() : nullptr;
+            o.gate[c] = gates ? g[c][r].get() : nullptr;
+          }
+          return o;
+        };
+        const GemvInput normed = gemv_normed_rows(px.get(), pn.get(), 1e-5f);
+        launch_gemv(normed, pw.get(), f32(proj.get()), B, D, width, 0.0f, nullptr);
+        launch_decode_inputs(proj.get(), outputs(0), ppos.get(), pb.get(), 10000.0, B, nullptr);
+        launch_gemv_decode_inputs(normed, pw.get(), outputs(1), ppos.get(), pb.get(), 10000.0, B, D,
+                                  nullptr);
+        expect_same_bits(q[0].host(), q[1].host(), "q");
+        for (int c = 0; c < 3; ++c) {
+          if (has(c)) {
+            expect_same_bits(k[c][0].host(), k[c][1].host(), "k");
+            expect_same_bits(v[c][0].host(), v[c][1].host(), "v");
+          }
+          if (gates) expect_same_bits(g[c][0].host(), g[c][1].host(), "gate");
+        }
+        // Not all zeros: the comparison saw real values.
+        const auto hq = q[1].host();
+        EXPECT_NE(__bfloat162float(hq[1]), 0.0f);
+      }
+    }
+  }
+}
+
 TEST(ModelOps, GemvRefusesWhatItDoesNotTake) {
   DeviceBuffer<bf16> x(64), w(64);
   EXPECT_FALSE(gemv_fits(kGemvMaxRows + 1, 8, gemv_rows(x.get()), w.get()));
