@@ -156,18 +156,6 @@ void ModelDecoderCuda::residual_linear(const bf16* x, const bf16* w, int64_t in,
   }
 }
 
-void ModelDecoderCuda::attention_inputs(const LayerWeights& w, cudaStream_t st) {
-  const GemvInput x =
-      gemv_normed_rows(x_.get(), w.attn_norm.get(), static_cast<float>(cfg_.norm_eps));
-  if (few_rows(cfg_.dim, x, w.w_in.get())) {  // the norm, the product and the inputs in one pass
-    launch_gemv_decode_inputs(x, w.w_in.get(), inputs_, positions_.get(), w.bg.get(),
-                              cfg_.rope_base, B_, cfg_.dim, st);
-    return;
-  }
-  normed_linear(w.attn_norm.get(), w.w_in.get(), f32(proj_.get()), inputs_.width, st);
-  launch_decode_inputs(proj_.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base, B_, st);
-}
-
 void ModelDecoderCuda::mlp_in(const LayerWeights& w, cudaStream_t st) {
   const int64_t D = cfg_.dim;
   const bf16* w3 = cfg_.mlp == "swiglu" ? w.w3.get() : nullptr;
@@ -190,7 +178,8 @@ void ModelDecoderCuda::record_step() {
   launch_embedding_forward(tokens_.get(), tok_emb_.get(), x_.get(), B, D, st);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const LayerWeights& w = layers_[li];
-    attention_inputs(w, st);
+    normed_linear(w.attn_norm.get(), w.w_in.get(), f32(proj_.get()), inputs_.width, st);
+    launch_decode_inputs(proj_.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base, B, st);
     const bf16* k[kNumBranches];
     const bf16* v[kNumBranches];
     const bf16* gates[kNumBranches];

@@ -59,9 +59,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t idx = threadIdx.x; idx < heads * in.dk / 2; idx += blockDim.x) {
       const int64_t h = idx / (in.dk / 2), i = idx % (in.dk / 2), off = h * in.dk + 2 * i;
       const float fc = cos_of[i], fs = sin_of[i];
-      const float2 y = rope_rotate(src[off], src[off + 1], fc, fs);
-      dst[off] = __float2bfloat16(y.x);
-      dst[off + 1] = __float2bfloat16(y.y);
+      const float x0 = src[off], x1 = src[off + 1];
+      dst[off] = __float2bfloat16(x0 * fc - x1 * fs);
+      dst[off + 1] = __float2bfloat16(x0 * fs + x1 * fc);
     }
   }
   for (int c = 0; c < 3; ++c) {

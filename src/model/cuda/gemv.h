@@ -13,7 +13,6 @@
 #include <cstdint>
 
 #include "model/cuda/gemm.h"
-#include "model/cuda/model_ops.h"
 
 namespace nsa::cuda {
 
@@ -57,14 +56,5 @@ void launch_gemv(const GemvInput& x, const __nv_bfloat16* w, GemmOut y, int64_t 
 // arithmetic (pointwise.cuh); w3 null: SiLU (m = silu(u1)).
 void launch_gemv_swiglu(const GemvInput& x, const __nv_bfloat16* w1, const __nv_bfloat16* w3,
                         __nv_bfloat16* m, int64_t B, int64_t in, int64_t out, cudaStream_t stream);
-
-// The decode step's fused input projection and launch_decode_inputs in one pass: RMSNorm(x)·W_inᵀ
-// (W_in [in.width, D], x fp32 [B, D] normalised on the way) never leaves the kernel – q and the
-// branches' k come out rotated at `positions`, v converted, the gate logits plus gate_bias [H, 3]
-// activated – the bits of launch_gemv into a projection followed by launch_decode_inputs, one
-// kernel and one round trip fewer on the step's critical path.
-void launch_gemv_decode_inputs(const GemvInput& x, const __nv_bfloat16* w, const DecodeInputs& in,
-                               const int32_t* positions, const float* gate_bias, double rope_base,
-                               int64_t B, int64_t D, cudaStream_t stream);
 
 }  // namespace nsa::cuda

@@ -17,14 +17,6 @@ __device__ inline void rope_cos_sin(double pos, int64_t i, int64_t D, double bas
   fs = static_cast<float>(inverse ? -s : s);
 }
 
-// The rotary pair (x0, x1) turned by the angle (fc, fs): (x0·fc − x1·fs, x0·fs + x1·fc), every
-// product and sum rounded on its own (never contracted), so the decode inputs kernel and the
-// fused input projection (gemv.cu) give the same bits.
-__device__ inline float2 rope_rotate(float x0, float x1, float fc, float fs) {
-  return make_float2(__fsub_rn(__fmul_rn(x0, fc), __fmul_rn(x1, fs)),
-                     __fadd_rn(__fmul_rn(x0, fs), __fmul_rn(x1, fc)));
-}
-
 // Gate values of one head from its three logits (bias added): sigmoid each, or softmax over them.
 __device__ inline void gate_values(float v[3], bool softmax) {
   if (softmax) {
