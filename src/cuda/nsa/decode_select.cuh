@@ -202,20 +202,21 @@ __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh
   if (span > 0) {           // each warp finds θ (span > 0: chunks ≥ 1)
     const unsigned all = 0xffffffffu;
     const int lane = threadIdx.x % 32;
-    const auto best_of_warp = [all](Candidate x) {
-      for (int off = 16; off > 0; off >>= 1) {
-        const Candidate o{__shfl_xor_sync(all, x.score, off), __shfl_xor_sync(all, x.block, off)};
-        if (beats(o, x)) x = o;
-      }
-      return x;
-    };
-    theta = best_of_warp(lane < chunks ? sh.cand[lane * m.n_sel + span - 1] : empty);
-    const int idx = lane / chunks;  // the sample: entry idx of list lane mod chunks
-    const Candidate x = idx < span ? sh.cand[(lane % chunks) * m.n_sel + idx] : empty;
+    // Every lane reads the lists in shared memory (the same address at once: a broadcast), so
+    // the loops below are independent loads and compares, not chains of shuffles.
+    const auto entry = [&](int list, int idx) { return sh.cand[list * m.n_sel + idx]; };
+    for (int ch = 0; ch < chunks; ++ch) {
+      const Candidate x = entry(ch, span - 1);
+      if (beats(x, theta)) theta = x;
+    }
+    // The sample: entries k = idx·chunks + list < 32 (entry idx of list `list`), lane k's own.
+    const int idx = lane / chunks;
+    const Candidate x = idx < span ? entry(lane - idx * chunks, idx) : empty;
     int beaten_by = 0;
-    for (int k = 0; k < 32; ++k) {
-      const Candidate o{__shfl_sync(all, x.score, k), __shfl_sync(all, x.block, k)};
-      beaten_by += beats(o, x) ? 1 : 0;
+    for (int i = 0, k = 0; i < span && k < 32; ++i) {
+#pragma unroll 4
+      for (int ch = 0; ch < chunks && k < 32; ++ch, ++k)
+        beaten_by += beats(entry(ch, i), x) ? 1 : 0;
     }
     const unsigned at = __ballot_sync(all, x.score >= 0.0f && beaten_by == npicks - 1);
     if (at != 0) {  // the sample's npicks-th best (real candidates are distinct)
