@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
 // Grid (B·G, sel_chunks + cmp_groups): CTAs below sel_chunks score a chunk of blocks and keep its
 // candidates (decode_select.cuh); the others each pre-merge one group of kGroupParts compressed
 // parts for the final combine.
-__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   wait_for_previous_kernel();
   extern __shared__ float topk_smem[];
