@@ -96,83 +96,144 @@ __device__ void merge_group(const DecodeDims& m, float* part_ml, float* part_o, 
   __syncthreads();  // head_max is reused by the next call
 }
 
+// A running merge of parts for one output float4 of one head and branch: the max m, the sum of
+// exp l and the output acc, both rescaled to m. Starts at (−FLT_MAX, 0, 0); empty parts (sum 0,
+// their o junk: loaded, never multiplied) are skipped.
+struct Running {
+  float4 acc;
+  float m, l;
+};
+
+__device__ __forceinline__ Running running_start() {
+  return Running{make_float4(0, 0, 0, 0), -FLT_MAX, 0.0f};
+}
+
+// Folds a part (or another running merge) (m2, l2, o2) into s: the kept max's side is exact.
+__device__ __forceinline__ void fold_running(Running& s, float m2, float l2, float4 o2) {
+  if (!(l2 > 0.0f)) return;
+  float a = 1.0f, c = 1.0f;  // s's scale, the part's scale
+  if (m2 > s.m) {
+    a = __expf(s.m - m2);
+    s.m = m2;
+  } else {
+    c = __expf(m2 - s.m);
+  }
+  s.l = s.l * a + l2 * c;
+  s.acc.x = s.acc.x * a + o2.x * c;
+  s.acc.y = s.acc.y * a + o2.y * c;
+  s.acc.z = s.acc.z * a + o2.z * c;
+  s.acc.w = s.acc.w * a + o2.w * c;
+}
+
 // The branches a combine merges: slots [lo[r], hi[r]) for branch r < n, each weighted by its gate
-// (gate[r] [B, H] bf16; nullptr: 1).
+// (gate[r] [B, H] bf16; nullptr: 1). Branches r ≥ n have no slots.
 struct Branches {
   int n;
   int lo[kNumBranches], hi[kNumBranches];
   const bf16* gate[kNumBranches];
 };
 
-constexpr int kStatLanes = 8;  // lanes per (head, branch) in the combine's statistics
+constexpr int kCombineBatch = 4;  // slots a thread loads before it folds any: one round trip
 
-// o [B, H, dv] (bf16) of heads h0 .. h0 + nh − 1 of group g of sequence b: per head and branch the
-// merged max M and sum L of the branch's slots, then o = Σ_r gate_r / L_r · Σ_p exp(m_p − M_r) ·
-// o_p (branches in order, slots ascending). Threads beyond the output's float4s split the slots
-// (round robin) and their sums are added in split order. Every thread of the CTA calls it.
+// o [B, H, dv] (bf16) of heads h0 .. h0 + nh − 1 of group g of sequence b: o = Σ_r gate_r · A_r /
+// L_r over the branches, where (M_r, L_r, A_r) is the running merge of branch r's slots. Every
+// thread takes one output float4 (an item) and a share of all the branches' slots at once – the
+// slots in a flat order (branches in order, slots ascending), split s taking s, s + splits, … –
+// and loads kCombineBatch of them before it folds any, so a share of up to kCombineBatch slots
+// costs one round trip; the gates load with the first batch. The splits' merges then meet in
+// shared memory, folded in split order. A fixed order throughout: the same bits whichever CTA
+// runs it. Every thread of the CTA calls it.
 __device__ void combine(const DecodeDims& m, const float* part_ml, const float* part_o, int b,
                         int g, int h0, int nh, const Branches& br, bf16* o) {
-  __shared__ float stat_max[kMaxHeadsPerGroup][kNumBranches];
-  __shared__ float stat_scale[kMaxHeadsPerGroup][kNumBranches];
-  __shared__ float4 split_acc[kPartThreads];
+  __shared__ float4 split_acc[kNumBranches][kPartThreads];
+  __shared__ float2 split_ml[kNumBranches][kPartThreads];
   const int bg = b * m.G + g, H = m.G * m.hpg;
-  // Statistics: kStatLanes lanes per (head, branch) pair, rounds uniform over the warp.
-  const int lane8 = threadIdx.x % kStatLanes, teams = blockDim.x / kStatLanes;
-  const int pairs = nh * br.n;
-  for (int base = 0; base < pairs; base += teams) {
-    const int pair = base + threadIdx.x / kStatLanes;
-    const bool active = pair < pairs;
-    const int hh = active ? pair / br.n : 0, r = active ? pair % br.n : 0;
-    float mx = -FLT_MAX, sum = 0.0f;
-    if (active) fold_slots(m, part_ml, bg, h0 + hh, br.lo[r], br.hi[r], lane8, kStatLanes, mx, sum);
-    lanes_fold(mx, sum, kStatLanes);
-    if (active && lane8 == 0) {
-      const int64_t gi = static_cast<int64_t>(b) * H + g * m.hpg + h0 + hh;
-      const float gv = br.gate[r] ? __bfloat162float(br.gate[r][gi]) : 1.0f;
-      stat_max[hh][r] = mx;
-      stat_scale[hh][r] = sum > 0.0f ? gv / sum : 0.0f;
-    }
-  }
-  __syncthreads();
   const int per_head = m.dv / 4, items = nh * per_head;
   const int splits = max(1, static_cast<int>(blockDim.x) / items);
-  const auto store = [&](int item, float4 acc) {
-    const int hh = item / per_head, e4 = 4 * (item % per_head);
+  // The flat slot order: branch r's slots are [start_r, start_r + hi_r − lo_r).
+  const int start1 = br.hi[0] - br.lo[0], start2 = start1 + br.hi[1] - br.lo[1];
+  const int total = start2 + br.hi[2] - br.lo[2];
+  const auto slot_of = [&](int f, int r) {
+    return r == 0 ? br.lo[0] + f : r == 1 ? br.lo[1] + f - start1 : br.lo[2] + f - start2;
+  };
+  // Branch r's merge of slots first, first + stride, … for head hh, elements e4 .. e4 + 3.
+  const auto run = [&](int hh, int e4, int first, int stride, Running(&st)[kNumBranches]) {
+#pragma unroll
+    for (int r = 0; r < kNumBranches; ++r) st[r] = running_start();
+    for (int f0 = first; f0 < total; f0 += stride * kCombineBatch) {
+      float2 ml[kCombineBatch];
+      float4 ov[kCombineBatch];
+      int rr[kCombineBatch];
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u) {
+        const int f = f0 + u * stride;
+        rr[u] = f >= total ? -1 : f < start1 ? 0 : f < start2 ? 1 : 2;
+        if (f < total) {
+          const int64_t pi = part_index(m, bg, slot_of(f, rr[u])) + h0 + hh;
+          ml[u] = __ldcg(reinterpret_cast<const float2*>(part_ml + 2 * pi));
+          ov[u] = __ldcg(reinterpret_cast<const float4*>(part_o + pi * m.dv + e4));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u) {
+#pragma unroll
+        for (int r = 0; r < kNumBranches; ++r)  // every branch folds: a part of another is empty
+          fold_running(st[r], ml[u].x, rr[u] == r ? ml[u].y : 0.0f, ov[u]);
+      }
+    }
+  };
+  const auto gates_of = [&](int hh, float(&gv)[kNumBranches]) {
+    const int64_t gi = static_cast<int64_t>(b) * H + g * m.hpg + h0 + hh;
+#pragma unroll
+    for (int r = 0; r < kNumBranches; ++r)
+      gv[r] = br.gate[r] ? __bfloat162float(br.gate[r][gi]) : 1.0f;
+  };
+  const auto store = [&](int hh, int e4, const Running(&st)[kNumBranches],
+                         const float(&gv)[kNumBranches]) {
+    float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int r = 0; r < kNumBranches; ++r) {
+      const float scale = st[r].l > 0.0f ? gv[r] / st[r].l : 0.0f;
+      acc.x += scale * st[r].acc.x, acc.y += scale * st[r].acc.y;
+      acc.z += scale * st[r].acc.z, acc.w += scale * st[r].acc.w;
+    }
     const int64_t gi = static_cast<int64_t>(b) * H + g * m.hpg + h0 + hh;
     __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(o + gi * m.dv + e4);
     dst[0] = __floats2bfloat162_rn(acc.x, acc.y);
     dst[1] = __floats2bfloat162_rn(acc.z, acc.w);
   };
-  if (splits == 1) {
+  Running st[kNumBranches];
+  float gv[kNumBranches];
+  if (splits == 1) {  // a thread per item (or several), all the slots each
     for (int item = threadIdx.x; item < items; item += blockDim.x) {
       const int hh = item / per_head, e4 = 4 * (item % per_head);
-      float4 acc = make_float4(0, 0, 0, 0);
-      for (int r = 0; r < br.n; ++r) {
-        acc = weighted_sum(m, part_ml, part_o, bg, h0 + hh, e4, br.lo[r], br.hi[r], 0, 1,
-                           stat_max[hh][r], stat_scale[hh][r], acc);
-      }
-      store(item, acc);
+      gates_of(hh, gv);
+      run(hh, e4, 0, 1, st);
+      store(hh, e4, st, gv);
     }
     return;
   }
   const int item = threadIdx.x % items, split = threadIdx.x / items;
   const int hh = item / per_head, e4 = 4 * (item % per_head);
   if (split < splits) {
-    float4 acc = make_float4(0, 0, 0, 0);
-    for (int r = 0; r < br.n; ++r) {
-      acc = weighted_sum(m, part_ml, part_o, bg, h0 + hh, e4, br.lo[r], br.hi[r], split, splits,
-                         stat_max[hh][r], stat_scale[hh][r], acc);
+    if (split == 0) gates_of(hh, gv);
+    run(hh, e4, split, splits, st);
+#pragma unroll
+    for (int r = 0; r < kNumBranches; ++r) {
+      split_acc[r][threadIdx.x] = st[r].acc;
+      split_ml[r][threadIdx.x] = make_float2(st[r].m, st[r].l);
     }
-    split_acc[threadIdx.x] = acc;
   }
   __syncthreads();
   if (split == 0) {
-    float4 acc = split_acc[item];
     for (int s = 1; s < splits; ++s) {
-      const float4 x = split_acc[s * items + item];
-      acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+#pragma unroll
+      for (int r = 0; r < kNumBranches; ++r) {
+        const float2 ml = split_ml[r][s * items + item];
+        fold_running(st[r], ml.x, ml.y, split_acc[r][s * items + item]);
+      }
     }
-    store(item, acc);
+    store(hh, e4, st, gv);
   }
 }
 
