@@ -65,15 +65,9 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
   cuda::DeviceBuffer<bf16> q(B * a.heads * a.dk), o(B * a.heads * a.dv), k(B * a.groups * a.dk),
       v(B * a.groups * a.dv), g(B * a.heads);
   k.zero(), v.zero(), g.zero();
-  // Random queries (uniform in [−2, 2]), so that the blocks' selection scores differ as in a model:
+  // Random queries (uniform in [−2, 2)), so that the blocks' selection scores differ as in a model:
   // zero queries give every block the same score, and the top-n's ranking an easy case of ties.
-  std::vector<bf16> qh(static_cast<size_t>(B * a.heads * a.dk));
-  uint64_t z = 0x9e3779b97f4a7c15ull;
-  for (bf16& x : qh) {
-    z = z * 6364136223846793005ull + 1442695040888963407ull;
-    x = __float2bfloat16(static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 4.0f - 2.0f);
-  }
-  q.upload(qh.data(), B * a.heads * a.dk);
+  cuda::launch_fill_uniform(q.get(), B * a.heads * a.dk, 0x9e3779b97f4a7c15ull, 2.0f, st);
   const bf16* kp[3] = {k.get(), k.get(), k.get()};
   const bf16* vp[3] = {v.get(), v.get(), v.get()};
   const bf16* gp[3] = {g.get(), g.get(), g.get()};

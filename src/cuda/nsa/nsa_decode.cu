@@ -257,15 +257,15 @@ __global__ void __launch_bounds__(kPartThreads) dense_combine_kernel(const Decod
   combine(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, br, p.o);
 }
 
-__global__ void fill_random_kernel(bf16* x, int64_t n, uint64_t seed) {
+__global__ void fill_uniform_kernel(bf16* x, int64_t n, uint64_t seed, float half_range) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
-    x[i] =
-        __float2bfloat16(static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
+    const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24);  // [0, 1)
+    x[i] = __float2bfloat16((u * 2.0f - 1.0f) * half_range);
   }
 }
 
@@ -441,8 +441,7 @@ void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream)
   for (DeviceBuffer<bf16>* buf :
        {&k_sel_, &v_sel_, &k_win_, &v_win_, &k_raw_, &v_raw_, &k_cmp_, &v_cmp_}) {
     if (buf->size() == 0) continue;
-    fill_random_kernel<<<1024, 256, 0, stream>>>(buf->get(), buf->size(), s += 0x1234567ull);
-    NSA_CUDA_LAUNCH_CHECK();
+    launch_fill_uniform(buf->get(), buf->size(), s += 0x1234567ull, 1.0f, stream);
   }
 }
 
@@ -452,6 +451,12 @@ __global__ void advance_kernel(int32_t* pos, int64_t n) {
   if (i < n) pos[i] += 1;
 }
 }  // namespace
+
+void launch_fill_uniform(bf16* x, int64_t n, uint64_t seed, float half_range, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_uniform_kernel<<<1024, 256, 0, stream>>>(x, n, seed, half_range);
+  NSA_CUDA_LAUNCH_CHECK();
+}
 
 void launch_advance_positions(int32_t* pos, int64_t batch, cudaStream_t stream) {
   advance_kernel<<<static_cast<unsigned>((batch + 255) / 256), 256, 0, stream>>>(pos, batch);

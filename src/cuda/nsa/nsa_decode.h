@@ -89,4 +89,8 @@ class NsaDecodeCuda {
 // pos[b] += 1 for b < batch: the end of a step, on the device (so a captured step replays).
 void launch_advance_positions(int32_t* pos, int64_t batch, cudaStream_t stream);
 
+// For benchmarks: x[i] uniform in [−half_range, half_range), a hash of (seed, i) – reproducible.
+void launch_fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed, float half_range,
+                         cudaStream_t stream);
+
 }  // namespace nsa::cuda

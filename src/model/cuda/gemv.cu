@@ -42,23 +42,19 @@ __device__ __forceinline__ uint4 load_chunk(const uint4* row, int c, int chunks)
   return c < chunks ? __ldg(row + c) : make_uint4(0, 0, 0, 0);
 }
 
-// 1 / RMS of each fp32 row b < B of xs (the rows staged in shared memory; rmsnorm_forward_kernel's
-// arithmetic: the same bits).
+// 1 / RMS of each fp32 row b < B of xs (the rows staged in shared memory; warp_rms_rstd, as the
+// norm kernel: the same bits).
 template <int BM>
-__device__ __forceinline__ void row_rstd(const GemvArgs& a, const float* xs, int lane, float r[BM]) {
+__device__ __forceinline__ void row_rstd(const GemvArgs& a, const float* xs, int lane,
+                                         float r[BM]) {
 #pragma unroll
   for (int b = 0; b < BM; ++b) {
     if (b >= a.B) break;  // warp-uniform
-    const float* row = xs + static_cast<int64_t>(b) * a.in;
-    float ss = 0.0f;
-    for (int q = lane; q < a.in / 4; q += 32) {
-      const float4 v = reinterpret_cast<const float4*>(row)[q];
-      ss = __fadd_rn(ss, __fmul_rn(v.x, v.x));
-      ss = __fadd_rn(ss, __fmul_rn(v.y, v.y));
-      ss = __fadd_rn(ss, __fmul_rn(v.z, v.z));
-      ss = __fadd_rn(ss, __fmul_rn(v.w, v.w));
-    }
-    r[b] = rsqrtf(warp_sum(ss) / static_cast<float>(a.in) + a.x.eps);
+    const float4* row = reinterpret_cast<const float4*>(xs + static_cast<int64_t>(b) * a.in);
+    r[b] = warp_rms_rstd(a.in, a.x.eps, lane, [&](int64_t q, float v[4]) {
+      const float4 x = row[q];
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    });
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/block_reduce.cuh"
+
 namespace nsa::cuda {
 
 // cos and sin of θ_i = pos·base^(−2i/D) (in double, as on the CPU); sin negated for the inverse.
@@ -27,6 +29,21 @@ __device__ inline void gate_values(float v[3], bool softmax) {
   } else {
     for (int c = 0; c < 3; ++c) v[c] = 1.0f / (1.0f + expf(-v[c]));
   }
+}
+
+// RMSNorm's 1 / RMS of a row of D floats, by one warp: lane l sums the squares of the column
+// quads l, l + 32, … (load(q, v) gives columns 4q .. 4q + 3, zeros past D) in order, each product
+// and sum rounded on its own, then warp_sum – the one order of the norm kernel and of the products
+// that fold the norm in (gemv.cu), so both give the same bits. Every lane gets the result.
+template <typename LoadQuad>
+__device__ inline float warp_rms_rstd(int64_t D, float eps, int lane, LoadQuad&& load) {
+  float ss = 0.0f;
+  for (int64_t q = lane; q < (D + 3) / 4; q += 32) {
+    float v[4];
+    load(q, v);
+    for (int k = 0; k < 4; ++k) ss = __fadd_rn(ss, __fmul_rn(v[k], v[k]));
+  }
+  return rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
 }
 
 // RMSNorm's output x·r·w (r = 1 / RMS of the row), each product rounded on its own (never

@@ -75,13 +75,8 @@ __global__ void __launch_bounds__(kThreads)
   if (t >= T) return;
   const int64_t quads = (D + 3) / 4;
   const float* xr = x + t * D;
-  float ss = 0.0f;
-  for (int64_t q = lane; q < quads; q += 32) {
-    float v[4];
-    load_quad<kVec>(xr, q, D, v);
-    for (int k = 0; k < 4; ++k) ss = __fadd_rn(ss, __fmul_rn(v[k], v[k]));
-  }
-  const float r = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+  const float r =
+      warp_rms_rstd(D, eps, lane, [&](int64_t q, float v[4]) { load_quad<kVec>(xr, q, D, v); });
   if (lane == 0) rstd[t] = r;
   for (int64_t q = lane; q < quads; q += 32) {
     float v[4], wv[4];
