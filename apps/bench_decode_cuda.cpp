@@ -17,12 +17,14 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include "bench_json.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/nsa/nsa_decode.h"
 #include "decode/cuda/model_decoder_cuda.h"
+#include "decode_trace_report.h"
 #include "dense_baseline.h"
 #include "nsa/model_config.h"
 
@@ -51,9 +53,10 @@ double ms_per_call(cudaStream_t stream, int64_t warmup, int64_t steps, F&& launc
 
 // The attention of one model step alone: n_layers decode steps of one layer at context S,
 // captured as one graph (the position stays at S; each replay rewrites the same cache row), with
-// random caches and queries.
+// random caches and queries. With `trace` (NSA), then a graph of the same steps with the phase
+// timestamps on, run three times: the last replay's last layer lands in *trace.
 double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, int64_t warmup,
-                    int64_t steps) {
+                    int64_t steps, cuda::NsaDecodeCuda::Trace* trace) {
   const NsaConfig& a = cfg.attn;
   cuda::NsaDecodeCuda layer(a, B, S + 1, dense);
   cudaStream_t st;
@@ -71,23 +74,35 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
   const bf16* kp[3] = {k.get(), k.get(), k.get()};
   const bf16* vp[3] = {v.get(), v.get(), v.get()};
   const bf16* gp[3] = {g.get(), g.get(), g.get()};
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  NSA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int64_t i = 0; i < cfg.n_layers; ++i)
-    layer.step(q.get(), kp, vp, gp, pos.get(), o.get(), st);
-  NSA_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  NSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const auto capture = [&] {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    NSA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int64_t i = 0; i < cfg.n_layers; ++i)
+      layer.step(q.get(), kp, vp, gp, pos.get(), o.get(), st);
+    NSA_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    NSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphDestroy(graph);
+    return exec;
+  };
+  cudaGraphExec_t exec = capture();
   const double ms =
       ms_per_call(st, warmup, steps, [&] { NSA_CUDA_CHECK(cudaGraphLaunch(exec, st)); });
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  if (trace && !dense) {
+    layer.enable_trace();
+    exec = capture();
+    for (int i = 0; i < 3; ++i) NSA_CUDA_CHECK(cudaGraphLaunch(exec, st));
+    *trace = layer.trace();
+    cudaGraphExecDestroy(exec);
+  }
   cudaStreamDestroy(st);
   return ms;
 }
 
 struct Measured {
   double step_ms = 0, attn_ms = 0, kv_bytes = 0, cache_gib = 0;
+  cuda::NsaDecodeCuda::Trace trace;  // with --trace (NSA)
 };
 
 Measured measure(const ModelConfig& cfg, const ModelParams<float>& params, int64_t B, int64_t S,
@@ -100,7 +115,7 @@ Measured measure(const ModelConfig& cfg, const ModelParams<float>& params, int64
     m.cache_gib = static_cast<double>(dec.device_bytes()) / (1u << 30);
     m.step_ms = ms_per_call(dec.stream(), a.warmup, a.steps, [&] { dec.step_async(); });
   }
-  m.attn_ms = attention_ms(cfg, B, S, dense, a.warmup, a.steps);
+  m.attn_ms = attention_ms(cfg, B, S, dense, a.warmup, a.steps, a.trace ? &m.trace : nullptr);
   return m;
 }
 
@@ -176,10 +191,16 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
   std::printf("%8s %3s | %9s %9s %7s | %9s %9s %9s %9s %-6s %7s | %10s %10s %6s %10s | %9s\n",
               "context", "B", "NSA ms", "dense ms", "speedup", "NSA attn", "our dense", "SDPA",
               "dense", "by", "speedup", "NSA KV MiB", "formula", "ratio", "dense MiB", "NSA tok/s");
+  struct TracedStep {
+    int64_t context, batch;
+    cuda::NsaDecodeCuda::Trace trace;
+  };
+  std::vector<TracedStep> traces;
   for (const int64_t S : a.contexts) {
     for (const int64_t B : a.batches) {
-      const Measured n = measure(cfg, params, B, S, false, a);
+      Measured n = measure(cfg, params, B, S, false, a);
       const Measured d = measure(cfg, params, B, S, true, a);
+      if (a.trace) traces.push_back({S, B, std::move(n.trace)});
       const auto it = sdpa.best.find({S, B});
       const SdpaResult* sd = it == sdpa.best.end() ? nullptr : &it->second;
       const DenseChoice best = faster_dense(d.attn_ms, sd);
@@ -216,6 +237,7 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
       }
     }
   }
+  for (const TracedStep& t : traces) report_decode_trace(t.trace, t.context, t.batch, json.get());
   if (a.prefill.empty()) return;
   std::printf(
       "\nbatched prefill (one forward per group of prompts, caches filled directly; wall time, "

@@ -24,6 +24,9 @@ struct DecodeBenchArgs {
   // after one untimed run (median).
   std::vector<std::pair<int64_t, int64_t>> prefill = {{65536, 1}, {4096, 16}};
   int64_t prefill_reps = 3;
+  // After each NSA attention timing: one more run of the graph with the kernels' phase
+  // timestamps on (cuda/nsa/decode_trace.cuh), printed per kernel and phase.
+  bool trace = false;
 };
 
 void bench_decode_cuda(const DecodeBenchArgs& args);

@@ -292,12 +292,23 @@ void register_bench_command(CLI::App& app) {
       ->delimiter(',');
   decode->add_option("--prefill-reps", gpu_dec->prefill_reps, "cuda: timed prefills per run")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  decode->add_flag("--trace", gpu_dec->trace,
+                   "cuda: also print the attention kernels' phase timestamps (µs per phase)");
   decode->callback([dec, gpu_dec, decode, prefill] {
     if (!prefill->empty()) gpu_dec->prefill = parse_prefill_runs(*prefill);
     if (dec->device == "cpu") {
+      for (const char* o : {"--model", "--batches", "--sdpa-script", "--python", "--prefill",
+                            "--prefill-reps", "--trace"}) {
+        NSA_CHECK(decode->count(o) == 0, "nsa bench decode --device cpu: ", o,
+                  " belongs to --device cuda (the whole model's step on one GPU); the CPU "
+                  "benchmark times one attention layer of --config");
+      }
       bench_decode(*dec);
       return;
     }
+    NSA_CHECK(decode->count("--config") == 0,
+              "nsa bench decode --device cuda: --config belongs to --device cpu (one attention "
+              "layer); the GPU benchmark takes the model's config with --model");
     const Backend gpu = backend(dec->device, "nsa bench decode");
     if (decode->count("--contexts") > 0) gpu_dec->contexts = dec->contexts;
     if (decode->count("--steps") > 0) gpu_dec->steps = dec->steps;

@@ -153,6 +153,12 @@ expect_error "bench decode --prefill spec" "--prefill: '4096y16' is not LENxCOUN
   "$nsa" bench decode --prefill 4096y16
 # Benchmark lengths and counts are checked before anything runs (--steps 0 crashed the CPU one).
 expect_error "bench decode --steps 0" "--steps: Value 0 not in range" "$nsa" bench decode --steps 0
+expect_error "bench decode cpu with a cuda flag" "--device cpu: --batches belongs to --device cuda" \
+  "$nsa" bench decode --batches 1,16 --contexts 64 --steps 1
+expect_error "bench decode cpu with --trace" "--device cpu: --trace belongs to --device cuda" \
+  "$nsa" bench decode --trace --contexts 64 --steps 1
+expect_error "bench decode cuda with --config" "--device cuda: --config belongs to --device cpu" \
+  "$nsa" bench decode --device cuda --config tiny
 expect_error "bench decode --contexts" "--contexts: Value -5 not in range" \
   "$nsa" bench decode --contexts 1024,-5
 expect_error "bench attention --seq-lens 0" "--seq-lens: Value 0 not in range" \

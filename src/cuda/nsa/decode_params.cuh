@@ -34,6 +34,9 @@ constexpr int kGroupParts = 8;         // compressed parts per pre-merged group
 constexpr int kMaxSel = 64;            // n_sel limit of the candidate merge (plus forced slack)
 constexpr int kMaxTopkChunks = 32;     // block top-n chunks per (sequence, group): lists to rank
 constexpr int kPicksCluster = 8;       // picks CTAs per (sequence, group), at most: one cluster
+// Phase timestamps (decode_trace.cuh): the kernels, in step order, and the points of each.
+enum TraceKernel { kTraceParts, kTraceTopk, kTracePicks, kTraceKernels };
+constexpr int kTracePhases = 8;
 
 // Sizes of one decoder (int: head dims, block sizes and part counts are small; row offsets are
 // computed in 64 bits where they multiply).
@@ -77,6 +80,9 @@ struct DecodeParams {
   // Outputs: the selected blocks [B, G, n_sel] (NSA) and o [B, H·dv].
   int32_t* sel;
   bf16* o;
+  // Phase timestamps [kTraceKernels, trace_ctas, kTracePhases] (null: off; decode_trace.cuh).
+  uint64_t* trace;
+  int64_t trace_ctas;
 };
 
 __device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {

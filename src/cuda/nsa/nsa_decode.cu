@@ -13,6 +13,7 @@
 #include "decode_params.cuh"
 #include "decode_select.cuh"
 #include "decode_tile.cuh"
+#include "decode_trace.cuh"
 #include "nsa/error.h"
 
 namespace nsa::cuda {
@@ -88,6 +89,7 @@ enum class PartKind { kCompressed, kWindow, kBlock0, kDense };
 __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   extern __shared__ __align__(16) unsigned char smem[];
+  trace_mark(p, kTraceParts, 0);  // start
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
   const Tile tl = carve_tile(smem, m.dk, m.dv);
   // What the part reads: `avail` rows from row `first` on of a cache of `rows` rows per sequence.
@@ -120,7 +122,9 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   tile_issue_rows(m, tl, avail, row(kc, b, rows, first, g, m, m.dk),
                   row(vc, b, rows, first, g, m, m.dv), static_cast<int64_t>(m.G) * m.dk,
                   static_cast<int64_t>(m.G) * m.dv);
+  trace_mark(p, kTraceParts, 1);  // cache rows issued
   wait_for_previous_kernel();
+  trace_mark(p, kTraceParts, 2);  // released: the previous kernel is done
   tile_issue_q(m, p.q, b, g, tl);
   cp_async_commit();
   const int br = kind == PartKind::kWindow ? kWin : kind == PartKind::kCompressed ? kCmp : kSel;
@@ -151,7 +155,8 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
     if (kind == PartKind::kWindow || kind == PartKind::kBlock0) write_empty(m, ml);
     return;
   }
-  __syncthreads();  // every copy has landed
+  __syncthreads();                // every copy has landed
+  trace_mark(p, kTraceParts, 3);  // landed
   tile_fix_rows(m, tl, count, patch, piece);
   if (emit >= 0) compress_row(p, b, g, t, first + emit, tl.k + emit * tl.ks, tl.v + emit * tl.vs);
   __syncthreads();
@@ -159,6 +164,7 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
                      ? p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first
                      : nullptr;
   tile_attend(m, tl, count, s_out, m.max_cmp, ml, p.part_o + part_index(m, bg, slot) * m.dv);
+  trace_mark(p, kTraceParts, 4);  // attended
 }
 
 // Grid (B·G, sel_chunks + cmp_groups): CTAs below sel_chunks score a chunk of blocks and keep its
@@ -166,11 +172,14 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
 // parts for the final combine.
 __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
+  trace_mark(p, kTraceTopk, 0);  // start
   wait_for_previous_kernel();
+  trace_mark(p, kTraceTopk, 1);  // released
   extern __shared__ float topk_smem[];
   const int bg = blockIdx.x, b = bg / m.G, y = blockIdx.y;
   if (y < m.sel_chunks) {
     block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem);
+    trace_mark(p, kTraceTopk, 2);  // a chunk's candidates written
     return;
   }
   const int gi = y - m.sel_chunks;
@@ -178,6 +187,7 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
   if (gi * kGroupParts >= parts) return;  // not merged this step
   merge_group(m, p.part_ml, p.part_o, bg, gi * kGroupParts, min(parts, (gi + 1) * kGroupParts),
               m.slot_group + gi);
+  trace_mark(p, kTraceTopk, 3);  // a compressed group merged
 }
 
 // Grid (cluster, B·G), one cluster of CTAs per (sequence, group): each CTA merges the chunks'
@@ -187,7 +197,9 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
 // branch for its share of the group's heads and gates them into o.
 __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
+  trace_mark(p, kTracePicks, 0);  // start
   wait_for_previous_kernel();
+  trace_mark(p, kTracePicks, 1);  // released
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ KeyRows rows;
   __shared__ int slot[kMaxSel], picks[kMaxSel];
@@ -200,7 +212,9 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   const int t = p.pos[b];
   cp_async_wait<0>();
   __syncthreads();
+  trace_mark(p, kTracePicks, 2);  // candidates landed
   const int npicks = select_blocks(m, t, scratch, slot, picks);
+  trace_mark(p, kTracePicks, 3);  // selected
   if (rank == 0) {
     for (int j = threadIdx.x; j < m.n_sel; j += blockDim.x)
       p.sel[static_cast<int64_t>(bg) * m.n_sel + j] = slot[j];
@@ -222,6 +236,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
+    if (y == rank) trace_mark(p, kTracePicks, 4);  // the first part's rows landed
     const int64_t pi = part_index(m, bg, (late ? m.slot_late : m.slot_pick) + k);
     if (sp.count > 0) {
       tile_attend(m, tl, sp.count, nullptr, 0, p.part_ml + 2 * pi, p.part_o + pi * m.dv);
@@ -230,7 +245,9 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     }
     __syncthreads();  // the tile and the rows are the next part's
   }
-  cluster_sync();  // every part's partials are written and visible to the cluster
+  trace_mark(p, kTracePicks, 5);  // parts attended
+  cluster_sync();                 // every part's partials are written and visible to the cluster
+  trace_mark(p, kTracePicks, 6);  // the cluster met
   const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
   if (h0 >= m.hpg) return;
   const int parts = (num_cmp(m, t) + kPartKeys - 1) / kPartKeys;
@@ -244,6 +261,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   br.hi[kWin] = m.slot_win + m.win_parts;
   for (int r = 0; r < kNumBranches; ++r) br.gate[r] = p.gate[r];
   combine(m, p.part_ml, p.part_o, b, g, h0, min(heads, m.hpg - h0), br, p.o);
+  trace_mark(p, kTracePicks, 7);  // combined
 }
 
 // Dense decoding, grid (B, H): one head's parts over 0..t merged into o.
@@ -417,6 +435,8 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.cand = reinterpret_cast<Candidate*>(candidates_.get());
   p.sel = sel_.get();
   p.o = o;
+  p.trace = trace_.size() > 0 ? trace_.get() : nullptr;
+  p.trace_ctas = trace_ctas_;
   const unsigned BG = static_cast<unsigned>(B_ * m.G);
   const unsigned parts =
       static_cast<unsigned>(dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
@@ -472,6 +492,46 @@ int64_t NsaDecodeCuda::kv_bytes_per_step(int64_t t) const {
              std::min(c.w, t + 1);
   }
   return c.groups * tokens * (c.dk + c.dv) * static_cast<int64_t>(sizeof(bf16));
+}
+
+static_assert(NsaDecodeCuda::kTraceKernels == kTraceKernels &&
+                  NsaDecodeCuda::kTracePhases == kTracePhases,
+              "the trace's layout is decode_params.cuh's");
+
+void NsaDecodeCuda::enable_trace() {
+  const int64_t BG = B_ * cfg_.groups;
+  trace_ctas_ = dense_ ? BG * dense_parts_
+                       : BG * std::max({cmp_parts_ + win_parts_ + block0_parts_,
+                                        sel_chunks_ + cmp_groups_, int64_t{picks_cluster_}});
+  trace_.resize(kTraceKernels * trace_ctas_ * kTracePhases);
+  trace_.zero();
+}
+
+NsaDecodeCuda::Trace NsaDecodeCuda::trace() const {
+  Trace tr;
+  const int64_t BG = B_ * cfg_.groups;
+  tr.ctas[kTraceParts] = BG * (dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
+  tr.ctas[kTraceTopk] = dense_ ? 0 : BG * (sel_chunks_ + cmp_groups_);
+  tr.ctas[kTracePicks] = dense_ ? 0 : BG * picks_cluster_;
+  tr.stride = trace_ctas_;
+  NSA_CUDA_CHECK(cudaDeviceSynchronize());
+  tr.t = trace_.download();
+  return tr;
+}
+
+const char* NsaDecodeCuda::trace_kernel(int kernel) {
+  static const char* const names[kTraceKernels] = {"parts", "top-n", "picks"};
+  return kernel >= 0 && kernel < kTraceKernels ? names[kernel] : nullptr;
+}
+
+const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
+  static const char* const names[kTraceKernels][kTracePhases] = {
+      {"start", "cache rows issued", "released", "landed", "attended", nullptr, nullptr, nullptr},
+      {"start", "released", "chunk written", "group merged", nullptr, nullptr, nullptr, nullptr},
+      {"start", "released", "candidates landed", "selected", "first rows landed", "attended",
+       "cluster met", "combined"}};
+  if (kernel < 0 || kernel >= kTraceKernels || phase < 0 || phase >= kTracePhases) return nullptr;
+  return names[kernel][phase];
 }
 
 // The picks kernel's tile, then its selection scratch.

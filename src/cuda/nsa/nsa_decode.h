@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "common/device_buffer.h"
 #include "nsa/attention.h"
@@ -70,6 +71,20 @@ class NsaDecodeCuda {
   // Cache bytes held on the device.
   size_t bytes() const;
 
+  // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
+  // after this call have every CTA of the three kernels stamp %globaltimer at fixed points.
+  static constexpr int kTraceKernels = 3, kTracePhases = 8;
+  void enable_trace();
+  struct Trace {
+    int64_t ctas[kTraceKernels] = {};  // CTAs of parts, top-n, picks
+    int64_t stride = 0;                // CTAs per kernel in t
+    std::vector<uint64_t> t;           // [kernel, CTA, phase] ns; 0: the CTA did not get there
+  };
+  Trace trace() const;  // waits for the device
+  // The name of a kernel's phase, or nullptr where the kernel has none.
+  static const char* trace_phase(int kernel, int phase);
+  static const char* trace_kernel(int kernel);
+
  private:
   size_t block_topk_smem_bytes() const;
   size_t picks_smem_bytes() const;
@@ -84,6 +99,8 @@ class NsaDecodeCuda {
   DeviceBuffer<float> scores_, part_ml_, part_o_;
   DeviceBuffer<int32_t> candidates_;  // [B, G, sel_chunks, n_sel] (score bits, block) pairs
   DeviceBuffer<int32_t> sel_;
+  DeviceBuffer<uint64_t> trace_;  // empty: no trace
+  int64_t trace_ctas_ = 0;
 };
 
 // pos[b] += 1 for b < batch: the end of a step, on the device (so a captured step replays).

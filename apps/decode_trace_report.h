@@ -1,0 +1,17 @@
+// `nsa bench decode --trace`: the decode kernels' phase timestamps (cuda/nsa/decode_trace.cuh) as a
+// table – per kernel and phase, over the CTAs that reached it, the earliest, median and latest
+// time in µs from the moment the step's inputs were ready (the parts kernel's first CTA released
+// by its wait) – and as JSON lines. Built with CUDA only.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+
+#include "cuda/nsa/nsa_decode.h"
+
+namespace nsa::app {
+
+void report_decode_trace(const cuda::NsaDecodeCuda::Trace& trace, int64_t context, int64_t batch,
+                         std::ostream* json);
+
+}  // namespace nsa::app

@@ -1,0 +1,21 @@
+// Phase timestamps of the decode kernels, for finding where a step's time goes (`nsa bench decode
+// --trace`): when DecodeParams::trace is set, thread 0 of every CTA writes %globaltimer (ns) at
+// fixed points of its kernel into trace[kernel][cta][phase]; points a CTA does not reach stay 0.
+// Off (null), each point costs a uniform branch. The phase names are NsaDecodeCuda::trace_phase's.
+#pragma once
+
+#include <cstdint>
+
+#include "decode_params.cuh"
+
+namespace nsa::cuda::decode {
+
+__device__ __forceinline__ void trace_mark(const DecodeParams& p, int kernel, int phase) {
+  if (p.trace == nullptr || threadIdx.x != 0) return;
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  const int64_t cta = blockIdx.x + static_cast<int64_t>(gridDim.x) * blockIdx.y;
+  p.trace[(static_cast<int64_t>(kernel) * p.trace_ctas + cta) * kTracePhases + phase] = t;
+}
+
+}  // namespace nsa::cuda::decode
