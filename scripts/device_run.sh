@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|copy|pytorch|hotspots|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|copy|pytorch|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -32,6 +32,10 @@
 # and of this tree alternately, ROUNDS times (default 2; PyTorch SDPA in the first run only), at
 # DECODE_CONTEXTS (default 65536,131072) and DECODE_BATCHES (default 1,16): attention-only and
 # whole-step ms of both builds measured in one call.
+# `decode-trace` (not in `all`): `nsa bench decode --device cuda --trace` at DECODE_CONTEXTS and
+# DECODE_BATCHES (as decode-compare), no SDPA, no prefill: the attention kernels' phase timestamps
+# (first / median / last CTA per phase, µs from the step's inputs being ready), also as JSON lines
+# in $OUT/decode_trace.jsonl.
 # `copy` (not in `all`): a training experiment for `small` (byte vocabulary) – copying from
 # beyond the window, all branches against the window only (see the section below). The needle
 # experiment has its own script, scripts/needle_run.sh.
@@ -158,6 +162,11 @@ if [ "$what" = decode-compare ]; then
         --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script "$sdpa" 2>&1 | tail -n +2
     done
   done 2>&1 | tee "$out/decode_compare.txt"
+fi
+if [ "$what" = decode-trace ]; then
+  ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-65536,131072}" \
+    --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script off --trace \
+    --json "$out/decode_trace.jsonl" 2>&1 | tee "$out/decode_trace.txt"
 fi
 # hotspots (not in `all`): Nsight Compute on single kernels run by the workshop – launch, occupancy,
 # speed-of-light and warp-state sections, then the source lines where the warps wait
