@@ -125,10 +125,9 @@ __device__ __forceinline__ void fold_running(Running& s, float m2, float l2, flo
   s.acc.w = s.acc.w * a + o2.w * c;
 }
 
-// The branches a combine merges: slots [lo[r], hi[r]) for branch r < n, each weighted by its gate
-// (gate[r] [B, H] bf16; nullptr: 1). Branches r ≥ n have no slots.
+// The branches a combine merges: slots [lo[r], hi[r]) of branch r, each weighted by its gate
+// (gate[r] [B, H] bf16; nullptr: 1); a branch with lo = hi (dense decoding's 1 and 2) adds nothing.
 struct Branches {
-  int n;
   int lo[kNumBranches], hi[kNumBranches];
   const bf16* gate[kNumBranches];
 };

@@ -252,7 +252,6 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   if (h0 >= m.hpg) return;
   const int parts = (num_cmp(m, t) + kPartKeys - 1) / kPartKeys;
   Branches br{};
-  br.n = kNumBranches;
   br.lo[kCmp] = m.slot_group;
   br.hi[kCmp] = m.slot_group + (parts + kGroupParts - 1) / kGroupParts;
   br.lo[kSel] = m.slot_block0;
@@ -270,7 +269,6 @@ __global__ void __launch_bounds__(kPartThreads) dense_combine_kernel(const Decod
   wait_for_previous_kernel();
   const int b = blockIdx.x, h = blockIdx.y, t = p.pos[b];
   Branches br{};
-  br.n = 1;
   br.hi[0] = t / kPartKeys + 1;
   combine(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, br, p.o);
 }
