@@ -2,6 +2,9 @@
 // --trace`): when DecodeParams::trace is set, thread 0 of every CTA writes %globaltimer (ns) at
 // fixed points of its kernel into trace[kernel][cta][phase]; points a CTA does not reach stay 0.
 // Off (null), each point costs a uniform branch. The phase names are NsaDecodeCuda::trace_phase's.
+// The marks before a kernel's wait are writes before the wait, which common/dependent_launch.cuh
+// otherwise rules out: each kernel writes only its own region of the trace, which the one kernel
+// that may still run (the one before) never touches.
 #pragma once
 
 #include <cstdint>
