@@ -90,7 +90,7 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
       ms_per_call(st, warmup, steps, [&] { NSA_CUDA_CHECK(cudaGraphLaunch(exec, st)); });
   cudaGraphExecDestroy(exec);
   if (trace && !dense) {
-    layer.enable_trace();
+    layer.enable_trace(st);
     exec = capture();
     for (int i = 0; i < 3; ++i) NSA_CUDA_CHECK(cudaGraphLaunch(exec, st));
     *trace = layer.trace();

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "common/dependent_launch.cuh"
+#include "common/dynamic_smem.h"
 #include "decode_merge.cuh"
 #include "decode_params.cuh"
 #include "decode_select.cuh"
@@ -285,16 +286,6 @@ __global__ void fill_uniform_kernel(bf16* x, int64_t n, uint64_t seed, float hal
   }
 }
 
-template <typename Kernel>
-void allow_dynamic_smem(Kernel kernel, size_t bytes) {
-  cudaFuncAttributes attr{};
-  NSA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  if (static_cast<size_t>(attr.maxDynamicSharedSizeBytes) < bytes) {
-    NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)));
-  }
-}
-
 // One L1 / shared-memory split for every kernel of the step, the largest shared: an SM holding
 // one kernel's CTAs cannot take the next kernel's early (programmatic dependent launch) under a
 // different split, which it would have to drain to change. A hint to the driver; not measured.
@@ -496,21 +487,29 @@ static_assert(NsaDecodeCuda::kTraceKernels == kTraceKernels &&
                   NsaDecodeCuda::kTracePhases == kTracePhases,
               "the trace's layout is decode_params.cuh's");
 
-void NsaDecodeCuda::enable_trace() {
+// CTAs of each kernel of a step: their grids' sizes (step()).
+int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
   const int64_t BG = B_ * cfg_.groups;
-  trace_ctas_ = dense_ ? BG * dense_parts_
-                       : BG * std::max({cmp_parts_ + win_parts_ + block0_parts_,
-                                        sel_chunks_ + cmp_groups_, int64_t{picks_cluster_}});
+  switch (kernel) {
+    case kTraceParts:
+      return BG * (dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
+    case kTraceTopk:
+      return dense_ ? 0 : BG * (sel_chunks_ + cmp_groups_);
+    default:
+      return dense_ ? 0 : BG * picks_cluster_;
+  }
+}
+
+void NsaDecodeCuda::enable_trace(cudaStream_t stream) {
+  trace_ctas_ = 0;
+  for (int k = 0; k < kTraceKernels; ++k) trace_ctas_ = std::max(trace_ctas_, kernel_ctas(k));
   trace_.resize(kTraceKernels * trace_ctas_ * kTracePhases);
-  trace_.zero();
+  trace_.zero(stream);  // on the stream the traced steps run on: ordered before their marks
 }
 
 NsaDecodeCuda::Trace NsaDecodeCuda::trace() const {
   Trace tr;
-  const int64_t BG = B_ * cfg_.groups;
-  tr.ctas[kTraceParts] = BG * (dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
-  tr.ctas[kTraceTopk] = dense_ ? 0 : BG * (sel_chunks_ + cmp_groups_);
-  tr.ctas[kTracePicks] = dense_ ? 0 : BG * picks_cluster_;
+  for (int k = 0; k < kTraceKernels; ++k) tr.ctas[k] = kernel_ctas(k);
   tr.stride = trace_ctas_;
   NSA_CUDA_CHECK(cudaDeviceSynchronize());
   tr.t = trace_.download();

@@ -72,9 +72,10 @@ class NsaDecodeCuda {
   size_t bytes() const;
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
-  // after this call have every CTA of the three kernels stamp %globaltimer at fixed points.
+  // on `stream` after this call have every CTA of the three kernels stamp %globaltimer at fixed
+  // points (the buffer is cleared on `stream`).
   static constexpr int kTraceKernels = 3, kTracePhases = 8;
-  void enable_trace();
+  void enable_trace(cudaStream_t stream);
   struct Trace {
     int64_t ctas[kTraceKernels] = {};  // CTAs of parts, top-n, picks
     int64_t stride = 0;                // CTAs per kernel in t
@@ -88,6 +89,7 @@ class NsaDecodeCuda {
  private:
   size_t block_topk_smem_bytes() const;
   size_t picks_smem_bytes() const;
+  int64_t kernel_ctas(int kernel) const;  // grid size of parts / top-n / picks (TraceKernel order)
   NsaConfig cfg_;
   int64_t B_, max_len_, max_cmp_, sel_chunk_ = 1, sel_chunks_ = 1;
   // Parts per (sequence, group) of each kind and the slots of their partials (decode_params.cuh).

@@ -7,6 +7,7 @@
 // the projection row lands in shared memory in one batch of copies after it.
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dynamic_smem.h"
 #include "cuda/common/mma.cuh"
 #include "model/cuda/model_ops.h"
 #include "nsa/error.h"
@@ -91,11 +92,7 @@ void launch_decode_inputs(const float* proj, const DecodeInputs& in, const int32
             3 * in.H, " gate biases are above the ", kMaxRowBytes / sizeof(float),
             " floats a CTA's shared memory holds here");
   if (B == 0) return;
-  if (smem > 48 * 1024) {
-    NSA_CUDA_CHECK(cudaFuncSetAttribute(decode_inputs_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kMaxRowBytes)));
-  }
+  allow_dynamic_smem(decode_inputs_kernel, smem);
   launch_dependent(decode_inputs_kernel, dim3(static_cast<unsigned>(B)), dim3(kThreads), smem,
                    stream, proj, in, positions, gate_bias, rope_base);
 }

@@ -10,6 +10,7 @@
 #include "cuda/common/block_reduce.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dynamic_smem.h"
 #include "cuda/common/mma.cuh"
 #include "model/cuda/gemv.h"
 #include "model/cuda/pointwise.cuh"
@@ -174,10 +175,7 @@ void launch_rows(const GemvArgs& a, cudaStream_t stream) {
                       : a.B <= 2 ? gemv_kernel<2, kSwiglu, kNorm>
                                  : gemv_kernel<4, kSwiglu, kNorm>;
   const size_t smem = kNorm ? staged_bytes(a.B, a.in) : 0;
-  if (smem > 48 * 1024) {
-    NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kMaxStagedBytes)));
-  }
+  allow_dynamic_smem(kernel, smem);
   launch_dependent(kernel, grid, dim3(kThreads), smem, stream, a);
 }
 

@@ -14,6 +14,7 @@
 // this version 9.7 ms, the column sums under 1.4.)
 #include "cuda/common/block_reduce.cuh"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/dynamic_smem.h"
 #include "model/cuda/model_ops.h"
 #include "model/cuda/pointwise.cuh"
 #include "model/cuda/vec_access.cuh"
@@ -170,10 +171,7 @@ void launch_rmsnorm_backward(const float* x, const float* w, const float* rstd, 
   float* col_part = partial;
   const size_t smem = shared ? acc_bytes : 0;
   const auto launch = [&](auto kernel) {
-    if (smem > 48 * 1024) {
-      NSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-    }
+    allow_dynamic_smem(kernel, smem);
     kernel<<<static_cast<unsigned>(chunks), kBwdThreads, smem, stream>>>(
         x, w, rstd, dy, dx, accumulate_dx, dx_bf16, col_part, shared, T, D);
     NSA_CUDA_LAUNCH_CHECK();
