@@ -223,17 +223,29 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
       split_ml[r][threadIdx.x] = make_float2(st[r].m, st[r].l);
     }
   }
-  __syncthreads();
-  if (split == 0) {
-    for (int s = 1; s < splits; ++s) {
+  // The splits meet as a tree: at each level the upper half folds into the lower (split s takes
+  // s + half), so the chain is log2(splits) folds long, not splits − 1.
+  int half = 1;
+  while (2 * half < splits) half *= 2;
+  for (; half >= 1; half /= 2) {
+    __syncthreads();  // the level's upper half is written
+    if (split < half && split + half < splits) {
+      const int from = (split + half) * items + item;
 #pragma unroll
       for (int r = 0; r < kNumBranches; ++r) {
-        const float2 ml = split_ml[r][s * items + item];
-        fold_running(st[r], ml.x, ml.y, split_acc[r][s * items + item]);
+        const float2 ml = split_ml[r][from];
+        fold_running(st[r], ml.x, ml.y, split_acc[r][from]);
+      }
+      if (split >= half / 2 && half > 1) {  // this split is read at the next level
+#pragma unroll
+        for (int r = 0; r < kNumBranches; ++r) {
+          split_acc[r][threadIdx.x] = st[r].acc;
+          split_ml[r][threadIdx.x] = make_float2(st[r].m, st[r].l);
+        }
       }
     }
-    store(hh, e4, st, gv);
   }
+  if (split == 0) store(hh, e4, st, gv);
 }
 
 }  // namespace nsa::cuda::decode

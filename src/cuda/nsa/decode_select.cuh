@@ -30,7 +30,7 @@ constexpr int kStatHeads = (kMaxHeadsPerGroup + kTopkThreads / 32 - 1) / (kTopkT
 __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int bg, int chunk,
                            const float* scores, const float* part_ml, Candidate* cand,
                            float* smem) {
-  __shared__ float head_max[kMaxHeadsPerGroup], head_sum[kMaxHeadsPerGroup];
+  __shared__ float head_max[kMaxHeadsPerGroup], head_inv_sum[kMaxHeadsPerGroup];
   // Compressed tokens i whose raw range [i·d, i·d + l) meets block j: [i_lo(j), i_hi(j)] (i_hi
   // before the clamp to the last token).
   const auto i_lo = [&m](int j) {
@@ -42,11 +42,15 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   const int gi0 = i_lo(j0);
   const int gi_max = min(static_cast<int>(m.max_cmp) - 1, i_end(j0 + m.sel_chunk - 1));
   const float* sc = scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp;
-  // Every head's score of token i (independent loads, issued together).
+  // Every head's score of token i (independent loads, issued together; the loops over the heads
+  // stop at hpg – a uniform branch – so that a group of 6 runs 6 iterations' instructions, not 16:
+  // at one warp per scheduler every instruction costs its latency).
   const auto load = [&](int i, int last, float* x) {
 #pragma unroll
-    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
-      x[hh] = hh < m.hpg && i <= last ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
+    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh) {
+      if (hh >= m.hpg) break;
+      x[hh] = i <= last ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
+    }
   };
   float x[kTopkTokens][kMaxHeadsPerGroup];
 #pragma unroll
@@ -83,7 +87,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
     lanes_fold(mx, sum, 32);
     if (lane == 0) {
       head_max[h] = mx;
-      head_sum[h] = sum;
+      head_inv_sum[h] = 1.0f / sum;
     }
   }
   __syncthreads();
@@ -94,8 +98,10 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
     if (i > gi1) return;
     float p = 0.0f;
 #pragma unroll
-    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh)
-      if (hh < m.hpg) p += __expf(xi[hh] - head_max[hh]) / head_sum[hh];
+    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh) {
+      if (hh >= m.hpg) break;
+      p += __expf(xi[hh] - head_max[hh]) * head_inv_sum[hh];
+    }
     gp[i - gi0] = p;
   };
 #pragma unroll
