@@ -52,10 +52,19 @@ struct DecodeDims {
   float scale;
 };
 
-struct Candidate {
-  float score;  // < 0: empty slot
-  int block;
-};
+// A candidate block of the top-n as one 64-bit key: its score's bits over the complement of its
+// index, so that a larger key is a higher score, or the lower block on a tie (scores are ≥ 0,
+// whose bits order as the floats); 0 is an empty slot, below every candidate. One unsigned
+// compare ranks two candidates – the ranking loops are latency-bound at batch 1.
+using Candidate = uint64_t;
+constexpr Candidate kNoCandidate = 0;
+
+__device__ __forceinline__ Candidate candidate_key(float score, int block) {
+  return (static_cast<uint64_t>(__float_as_uint(score)) << 32) | static_cast<uint32_t>(~block);
+}
+__device__ __forceinline__ int candidate_block(Candidate key) {
+  return static_cast<int>(~static_cast<uint32_t>(key));
+}
 
 // The one parameter struct every decode kernel takes (as NsaParams for the training kernels):
 // the sizes, the step's inputs and outputs, the caches and the scratch between the kernels.

@@ -7,8 +7,6 @@
 // ties go to the lower block.
 #pragma once
 
-#include <climits>
-
 #include "common/mma.cuh"
 #include "decode_merge.cuh"
 
@@ -70,7 +68,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   const int n = num_cmp(m, t), parts = (n + kPartKeys - 1) / kPartKeys;
   const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
   Candidate* out = cand + (static_cast<int64_t>(bg) * m.sel_chunks + chunk) * m.n_sel;
-  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = Candidate{-1.0f, INT_MAX};
+  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = kNoCandidate;
   const int j1 = min(j0 + m.sel_chunk, c - 1);  // [j0, j1)
   if (j0 >= j1 || free <= 0) return;
   const int gi1 = min(n - 1, i_end(j1 - 1));
@@ -137,7 +135,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
     }
     for (int off = kRankLanes / 2; off > 0; off >>= 1)
       rank += __shfl_xor_sync(0xffffffffu, rank, off);
-    if (j < j1 && q == 0 && rank < free) out[rank] = Candidate{sj, j};
+    if (j < j1 && q == 0 && rank < free) out[rank] = candidate_key(sj, j);
   }
 }
 
@@ -166,8 +164,8 @@ __device__ __forceinline__ SelectScratch carve_select(unsigned char* base, const
 }
 static_assert(kMaxTopkChunks <= 32, "select_blocks finds θ with a lane per chunk list");
 
-__device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
-  return a.score > b.score || (a.score == b.score && a.block < b.block);
+__device__ __forceinline__ bool beats(Candidate a, Candidate b) {
+  return a > b;
 }
 
 // Starts copying every chunk's candidate list of group-row bg into sh.cand (the chunks that hold
@@ -203,7 +201,7 @@ __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh
   if (threadIdx.x == 0) *sh.kept_count = 0;
   // Only a list's first npicks entries can be picked, or beat a pick.
   const int span = min(m.n_sel, npicks);
-  const Candidate empty{-1.0f, INT_MAX};
+  const Candidate empty = kNoCandidate;
   Candidate theta = empty;  // empty: every candidate is kept
   if (span > 0) {           // each warp finds θ (span > 0: chunks ≥ 1)
     const unsigned all = 0xffffffffu;
@@ -224,18 +222,18 @@ __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh
       for (int ch = 0; ch < chunks && k < 32; ++ch, ++k)
         beaten_by += beats(entry(ch, i), x) ? 1 : 0;
     }
-    const unsigned at = __ballot_sync(all, x.score >= 0.0f && beaten_by == npicks - 1);
+    const unsigned at = __ballot_sync(all, x != kNoCandidate && beaten_by == npicks - 1);
     if (at != 0) {  // the sample's npicks-th best (real candidates are distinct)
       const int from = __ffs(at) - 1;
-      const Candidate s2{__shfl_sync(all, x.score, from), __shfl_sync(all, x.block, from)};
+      const Candidate s2 = __shfl_sync(all, x, from);
       if (beats(s2, theta)) theta = s2;
     }
   }
   __syncthreads();  // kept_count is 0
   for (int idx = threadIdx.x; idx < chunks * span; idx += blockDim.x) {
     const Candidate x = sh.cand[(idx / span) * m.n_sel + idx % span];
-    if (x.score < 0.0f || beats(theta, x)) continue;  // empty, or worse than θ
-    sh.kept[atomicAdd(sh.kept_count, 1)] = x;         // (the order of the kept does not matter)
+    if (x == kNoCandidate || beats(theta, x)) continue;  // empty, or worse than θ
+    sh.kept[atomicAdd(sh.kept_count, 1)] = x;            // (the order of the kept does not matter)
   }
   __syncthreads();
   const int kept = *sh.kept_count;
@@ -244,7 +242,7 @@ __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh
     int rank = 0;
 #pragma unroll 4
     for (int u = 0; u < kept; ++u) rank += beats(sh.kept[u], x) ? 1 : 0;
-    if (rank < npicks) sh.list[forced + rank] = x.block;
+    if (rank < npicks) sh.list[forced + rank] = candidate_block(x);
   }
   __syncthreads();
   const int total = forced + npicks;

@@ -354,7 +354,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     k_cmp_.resize(B_ * max_cmp_ * G * dk);
     v_cmp_.resize(B_ * max_cmp_ * G * dv);
     scores_.resize(B_ * H * max_cmp_);
-    candidates_.resize(B_ * G * sel_chunks_ * cfg.n_sel * 2);
+    candidates_.resize(B_ * G * sel_chunks_ * cfg.n_sel);
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
@@ -421,7 +421,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.k_sel = k_sel_.get(), p.v_sel = v_sel_.get(), p.k_win = k_win_.get(), p.v_win = v_win_.get();
   p.k_raw = k_raw_.get(), p.v_raw = v_raw_.get(), p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get();
   p.scores = scores_.get(), p.part_ml = part_ml_.get(), p.part_o = part_o_.get();
-  p.cand = reinterpret_cast<Candidate*>(candidates_.get());
+  p.cand = candidates_.get();
   p.sel = sel_.get();
   p.o = o;
   p.trace = trace_.size() > 0 ? trace_.get() : nullptr;
