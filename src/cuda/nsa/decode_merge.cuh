@@ -140,8 +140,8 @@ constexpr int kCombineBatch = 4;  // slots a thread loads before it folds any: o
 // slots in a flat order (branches in order, slots ascending), split s taking s, s + splits, … –
 // and loads kCombineBatch of them before it folds any, so a share of up to kCombineBatch slots
 // costs one round trip; the gates load with the first batch. The splits' merges then meet in
-// shared memory, folded in split order. A fixed order throughout: the same bits whichever CTA
-// runs it. Every thread of the CTA calls it.
+// shared memory, folded pairwise as a tree (split s takes s + half, half = …, 2, 1). A fixed
+// order throughout: the same bits whichever CTA runs it. Every thread of the CTA calls it.
 __device__ void combine(const DecodeDims& m, const float* part_ml, const float* part_o, int b,
                         int g, int h0, int nh, const Branches& br, bf16* o) {
   __shared__ float4 split_acc[kNumBranches][kPartThreads];
