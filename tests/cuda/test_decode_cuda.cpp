@@ -287,7 +287,10 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"many_parts", layer_config(4, 2, 32, 32, 32, 16, 128, 12, 128), 2, 1800},
         // Large heads: dk 192, dv 256 (twelve k-steps of the score MMAs, sixteen value column
         // tiles; a part's tile takes 135 KiB of shared memory).
-        LayerCase{"deep", layer_config(4, 2, 192, 256, 16, 8, 32, 4, 64), 1, 700}),
+        LayerCase{"deep", layer_config(4, 2, 192, 256, 16, 8, 32, 4, 64), 1, 700},
+        // One picks CTA (a single late part, n_sel = 3) for a group of 16 heads with dv = 64: the
+        // combine's 256 outputs take two passes of the CTA, so its early half stays off.
+        LayerCase{"one_cta", layer_config(16, 1, 16, 64, 16, 8, 32, 3, 32), 2, 500}),
     [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 
 // Long contexts, where every branch is split into many parts: m7c's attention with caches filled by

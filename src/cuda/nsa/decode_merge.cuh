@@ -132,26 +132,64 @@ struct Branches {
   const bf16* gate[kNumBranches];
 };
 
-constexpr int kCombineBatch = 4;  // slots a thread loads before it folds any: one round trip
+// Folds the batch's slots u of branch r (rr[u] == r, live: sum > 0) into s at once: the batch's
+// max first and one rescale of s, then each slot's weight exp(m_u − max) – independent
+// exponentials and multiply-adds, not a chain of dependent folds (at batch 1 every dependent
+// instruction costs its whole latency). Slots ascending: a fixed order.
+template <int K>
+__device__ __forceinline__ void fold_batch(Running& s, int r, const int (&rr)[K],
+                                           const float2 (&ml)[K], const float4 (&ov)[K]) {
+  float mx = s.m;
+  bool any = false;
+#pragma unroll
+  for (int u = 0; u < K; ++u) {
+    const bool live = rr[u] == r && ml[u].y > 0.0f;
+    mx = live ? fmaxf(mx, ml[u].x) : mx;
+    any |= live;
+  }
+  if (!any) return;
+  if (mx > s.m) {  // s empty: its sum and output are 0, any scale keeps them 0
+    const float a = __expf(s.m - mx);
+    s.l *= a, s.acc.x *= a, s.acc.y *= a, s.acc.z *= a, s.acc.w *= a;
+    s.m = mx;
+  }
+#pragma unroll
+  for (int u = 0; u < K; ++u) {
+    const bool live = rr[u] == r && ml[u].y > 0.0f;
+    const float w = live ? __expf(ml[u].x - mx) : 0.0f;  // junk o of a dead slot: never multiplied
+    s.l = fmaf(w, live ? ml[u].y : 0.0f, s.l);
+    s.acc.x = fmaf(w, live ? ov[u].x : 0.0f, s.acc.x);
+    s.acc.y = fmaf(w, live ? ov[u].y : 0.0f, s.acc.y);
+    s.acc.z = fmaf(w, live ? ov[u].z : 0.0f, s.acc.z);
+    s.acc.w = fmaf(w, live ? ov[u].w : 0.0f, s.acc.w);
+  }
+}
 
 // o [B, H, dv] (bf16) of heads h0 .. h0 + nh − 1 of group g of sequence b: o = Σ_r gate_r · A_r /
 // L_r over the branches, where (M_r, L_r, A_r) is the running merge of branch r's slots. Every
 // thread takes one output float4 (an item) and a share of all the branches' slots at once – the
 // slots in a flat order (branches in order, slots ascending), split s taking s, s + splits, … –
-// and loads kCombineBatch of them before it folds any, so a share of up to kCombineBatch slots
-// costs one round trip; the gates load with the first batch. The splits' merges then meet in
-// shared memory, folded pairwise as a tree (split s takes s + half, half = …, 2, 1). A fixed
-// order throughout: the same bits whichever CTA runs it. Every thread of the CTA calls it.
+// and loads a batch of them before it folds any, so a share of up to a batch costs one round
+// trip; the gates load with the first batch. kOneBranch (dense decoding: branch 0 only, tens of
+// slots per split): batches of 8, each folded at once (fold_batch). Otherwise (the NSA combine: a
+// few slots per split from three branches) batches of 4 folded slot by slot – fewer instructions
+// and less code: at batch 1 a CTA runs each instruction about once, so its code size is felt in
+// instruction-cache misses (measured: the NSA step 6 % slower with both ways compiled in). The
+// splits' merges then meet in shared memory, folded pairwise as a tree (split s takes s + half,
+// half = …, 2, 1). A fixed order throughout: the same bits whichever CTA runs it. Every thread of
+// the CTA calls it.
+template <bool kOneBranch>
 __device__ void combine(const DecodeDims& m, const float* part_ml, const float* part_o, int b,
                         int g, int h0, int nh, const Branches& br, bf16* o) {
   __shared__ float4 split_acc[kNumBranches][kPartThreads];
   __shared__ float2 split_ml[kNumBranches][kPartThreads];
   const int bg = b * m.G + g, H = m.G * m.hpg;
   const int per_head = m.dv / 4, items = nh * per_head;
-  const int splits = max(1, static_cast<int>(blockDim.x) / items);
   // The flat slot order: branch r's slots are [start_r, start_r + hi_r − lo_r).
   const int start1 = br.hi[0] - br.lo[0], start2 = start1 + br.hi[1] - br.lo[1];
   const int total = start2 + br.hi[2] - br.lo[2];
+  const int splits = max(1, static_cast<int>(blockDim.x) / items);
+  constexpr int kBatch = kOneBranch ? 8 : 4, kBranches = kOneBranch ? 1 : kNumBranches;
   const auto slot_of = [&](int f, int r) {
     return r == 0 ? br.lo[0] + f : r == 1 ? br.lo[1] + f - start1 : br.lo[2] + f - start2;
   };
@@ -159,12 +197,12 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
   const auto run = [&](int hh, int e4, int first, int stride, Running(&st)[kNumBranches]) {
 #pragma unroll
     for (int r = 0; r < kNumBranches; ++r) st[r] = running_start();
-    for (int f0 = first; f0 < total; f0 += stride * kCombineBatch) {
-      float2 ml[kCombineBatch];
-      float4 ov[kCombineBatch];
-      int rr[kCombineBatch];
+    for (int f0 = first; f0 < total; f0 += stride * kBatch) {
+      float2 ml[kBatch];
+      float4 ov[kBatch];
+      int rr[kBatch];
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) {
+      for (int u = 0; u < kBatch; ++u) {
         const int f = f0 + u * stride;
         rr[u] = f >= total ? -1 : f < start1 ? 0 : f < start2 ? 1 : 2;
         if (f < total) {
@@ -173,11 +211,15 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
           ov[u] = __ldcg(reinterpret_cast<const float4*>(part_o + pi * m.dv + e4));
         }
       }
+      if constexpr (kOneBranch) {
+        fold_batch(st[0], 0, rr, ml, ov);
+      } else {
 #pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) {
+        for (int u = 0; u < kBatch; ++u) {
 #pragma unroll
-        for (int r = 0; r < kNumBranches; ++r)  // every branch folds: a part of another is empty
-          fold_running(st[r], ml[u].x, rr[u] == r ? ml[u].y : 0.0f, ov[u]);
+          for (int r = 0; r < kNumBranches; ++r)  // every branch folds: a part of another is empty
+            fold_running(st[r], ml[u].x, rr[u] == r ? ml[u].y : 0.0f, ov[u]);
+        }
       }
     }
   };
@@ -191,7 +233,7 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
                          const float(&gv)[kNumBranches]) {
     float4 acc = make_float4(0, 0, 0, 0);
 #pragma unroll
-    for (int r = 0; r < kNumBranches; ++r) {
+    for (int r = 0; r < kBranches; ++r) {
       const float scale = st[r].l > 0.0f ? gv[r] / st[r].l : 0.0f;
       acc.x += scale * st[r].acc.x, acc.y += scale * st[r].acc.y;
       acc.z += scale * st[r].acc.z, acc.w += scale * st[r].acc.w;
@@ -218,7 +260,7 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
     if (split == 0) gates_of(hh, gv);
     run(hh, e4, split, splits, st);
 #pragma unroll
-    for (int r = 0; r < kNumBranches; ++r) {
+    for (int r = 0; r < kBranches; ++r) {
       split_acc[r][threadIdx.x] = st[r].acc;
       split_ml[r][threadIdx.x] = make_float2(st[r].m, st[r].l);
     }
@@ -232,13 +274,13 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
     if (split < half && split + half < splits) {
       const int from = (split + half) * items + item;
 #pragma unroll
-      for (int r = 0; r < kNumBranches; ++r) {
+      for (int r = 0; r < kBranches; ++r) {
         const float2 ml = split_ml[r][from];
         fold_running(st[r], ml.x, ml.y, split_acc[r][from]);
       }
       if (split >= half / 2 && half > 1) {  // this split is read at the next level
 #pragma unroll
-        for (int r = 0; r < kNumBranches; ++r) {
+        for (int r = 0; r < kBranches; ++r) {
           split_acc[r][threadIdx.x] = st[r].acc;
           split_ml[r][threadIdx.x] = make_float2(st[r].m, st[r].l);
         }

@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   br.lo[kWin] = m.slot_win;
   br.hi[kWin] = m.slot_win + m.win_parts;
   for (int r = 0; r < kNumBranches; ++r) br.gate[r] = p.gate[r];
-  combine(m, p.part_ml, p.part_o, b, g, h0, min(heads, m.hpg - h0), br, p.o);
+  combine<false>(m, p.part_ml, p.part_o, b, g, h0, min(heads, m.hpg - h0), br, p.o);
   trace_mark(p, kTracePicks, 7);  // combined
 }
 
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(kPartThreads) dense_combine_kernel(const Decod
   const int b = blockIdx.x, h = blockIdx.y, t = p.pos[b];
   Branches br{};
   br.hi[0] = t / kPartKeys + 1;
-  combine(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, br, p.o);
+  combine<true>(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, br, p.o);
 }
 
 __global__ void fill_uniform_kernel(bf16* x, int64_t n, uint64_t seed, float half_range) {
