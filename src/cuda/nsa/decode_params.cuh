@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "common/fast_div.h"
 #include "nsa/attention.h"
 
 namespace nsa::cuda::decode {
@@ -50,6 +51,8 @@ struct DecodeDims {
   int slot_win, slot_block0, slot_late, slot_pick, slot_group, slots;
   int sel_chunk, sel_chunks;  // candidate blocks per block top-n CTA, CTAs per (sequence, group)
   float scale;
+  // Division by d, l_sel, seg_len, l and w without a division instruction (common/fast_div.h).
+  FastDiv div_d, div_lsel, div_seg, div_l, div_w;
 };
 
 // A candidate block of the top-n as one 64-bit key: its score's bits over the complement of its
@@ -95,7 +98,7 @@ struct DecodeParams {
 };
 
 __device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {
-  return t + 1 < m.l ? 0 : (t + 1 - m.l) / m.d + 1;
+  return t + 1 < m.l ? 0 : m.div_d.div(t + 1 - m.l) + 1;
 }
 
 // Row r of sequence b, group g in a cache [B, rows, G, dim].
@@ -113,11 +116,11 @@ __device__ __forceinline__ int64_t part_index(const DecodeDims& m, int bg, int s
 // The forced selected blocks of position t (docs/nsa.md, "Top-n"): 0, c − 1, c (those ≥ 0,
 // once each), ascending; the partial block c, if any, is the last.
 __device__ __forceinline__ int num_forced(const DecodeDims& m, int t) {
-  const int c = t / m.l_sel;
+  const int c = m.div_lsel.div(t);
   return 1 + (c - 1 > 0) + (c > 0);
 }
 __device__ __forceinline__ int forced_block(const DecodeDims& m, int t, int k) {
-  const int c = t / m.l_sel;
+  const int c = m.div_lsel.div(t);
   return k == 0 ? 0 : (k == 1 && c - 1 > 0 ? c - 1 : c);
 }
 // The forced blocks after block 0 ("late": they move with t): c − 1 and c, those > 0.

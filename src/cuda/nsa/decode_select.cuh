@@ -26,17 +26,20 @@ constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64, kRankLanes =
 constexpr int kStatParts = 2;
 constexpr int kStatHeads = (kMaxHeadsPerGroup + kTopkThreads / 32 - 1) / (kTopkThreads / 32);
 
+// mark(k) records trace point k (decode_trace.cuh): 0 the statistics merged, 1 the probabilities
+// staged, 2 the blocks scored.
+template <typename Mark>
 __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int bg, int chunk,
-                           const float* scores, const float* part_ml, Candidate* cand,
-                           float* smem) {
+                           const float* scores, const float* part_ml, Candidate* cand, float* smem,
+                           Mark&& mark) {
   __shared__ float head_max[kMaxHeadsPerGroup], head_inv_sum[kMaxHeadsPerGroup];
   // Compressed tokens i whose raw range [i·d, i·d + l) meets block j: [i_lo(j), i_hi(j)] (i_hi
   // before the clamp to the last token).
   const auto i_lo = [&m](int j) {
     const int lo_num = j * m.l_sel - m.l + 1;
-    return lo_num <= 0 ? 0 : (lo_num + m.d - 1) / m.d;
+    return lo_num <= 0 ? 0 : m.div_d.div(lo_num + m.d - 1);
   };
-  const auto i_end = [&m](int j) { return ((j + 1) * m.l_sel - 1) / m.d; };
+  const auto i_end = [&m](int j) { return m.div_d.div((j + 1) * m.l_sel - 1); };
   const int j0 = 1 + chunk * m.sel_chunk;
   const int gi0 = i_lo(j0);
   const int gi_max = min(static_cast<int>(m.max_cmp) - 1, i_end(j0 + m.sel_chunk - 1));
@@ -67,7 +70,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   }
   const int t = pos[b];
   const int n = num_cmp(m, t), parts = (n + kPartKeys - 1) / kPartKeys;
-  const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
+  const int c = m.div_lsel.div(t), forced = num_forced(m, t), free = m.n_sel - forced;
   Candidate* out = cand + (static_cast<int64_t>(bg) * m.sel_chunks + chunk) * m.n_sel;
   for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = kNoCandidate;
   const int j1 = min(j0 + m.sel_chunk, c - 1);  // [j0, j1)
@@ -90,6 +93,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
     }
   }
   __syncthreads();
+  mark(0);
   // The group probabilities of the chunk's compressed tokens, staged in shared memory.
   float* block_score = smem;
   float* gp = smem + m.sel_chunk;
@@ -110,6 +114,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
     stage(i, x[0]);
   }
   __syncthreads();
+  mark(1);
   const float inv_l = 1.0f / static_cast<float>(m.l);
   for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
     float score = 0.0f;  // ascending over the compressed tokens
@@ -120,6 +125,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
     block_score[j - j0] = score;
   }
   __syncthreads();
+  mark(2);
   // Each block's rank in the chunk: kRankLanes adjacent lanes count a share of the blocks that
   // beat it each (independent loads, no early exit), summed by shuffles.
   const int q = threadIdx.x % kRankLanes, per_round = blockDim.x / kRankLanes;
@@ -195,7 +201,7 @@ __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Cand
 // thread of the CTA calls it.
 __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh, int* slot,
                              int* picks) {
-  const int c = t / m.l_sel, forced = num_forced(m, t), free = m.n_sel - forced;
+  const int c = m.div_lsel.div(t), forced = num_forced(m, t), free = m.n_sel - forced;
   const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
   const int npicks = max(0, min(c - 2, free));
   if (threadIdx.x < forced) sh.list[threadIdx.x] = forced_block(m, t, threadIdx.x);

@@ -38,8 +38,8 @@ __device__ void append_rows(const DecodeParams& p, int b, int g, int t) {
     const int br = which == 0 ? kSel : which == 1 ? kWin : kCmp;
     const bf16* src = (is_k ? p.k_in[br] : p.v_in[br]) + (is_k ? in_k : in_v);
     bf16* dst = which == 0   ? row(is_k ? p.k_sel : p.v_sel, b, m.max_len, t, g, m, dim)
-                : which == 1 ? row(is_k ? p.k_win : p.v_win, b, m.w, t % m.w, g, m, dim)
-                             : row(is_k ? p.k_raw : p.v_raw, b, m.l, t % m.l, g, m, dim);
+                : which == 1 ? row(is_k ? p.k_win : p.v_win, b, m.w, m.div_w.mod(t), g, m, dim)
+                             : row(is_k ? p.k_raw : p.v_raw, b, m.l, m.div_l.mod(t), g, m, dim);
     reinterpret_cast<uint4*>(dst)[piece] = reinterpret_cast<const uint4*>(src)[piece];
   }
 }
@@ -60,7 +60,7 @@ __device__ void compress_row(const DecodeParams& p, int b, int g, int t, int e, 
     float s = 0.0f;
     for (int r = 0; r < m.l; ++r) {
       const int pos = t - m.l + 1 + r;
-      s += __bfloat162float(pos == t ? latest : row(ring, b, m.l, pos % m.l, g, m, dim)[el]);
+      s += __bfloat162float(pos == t ? latest : row(ring, b, m.l, m.div_l.mod(pos), g, m, dim)[el]);
     }
     const bf16 y = __float2bfloat16(s * inv_l);
     (is_k ? k_tile : v_tile)[el] = y;
@@ -138,14 +138,14 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   if (kind == PartKind::kCompressed) {
     const int n = num_cmp(m, t);
     count = max(0, min(avail, n - first));
-    if (n > 0 && (t + 1 - m.l) % m.d == 0 && n - 1 >= first && n - 1 < first + count)
+    if (n > 0 && m.div_d.mod(t + 1 - m.l) == 0 && n - 1 >= first && n - 1 < first + count)
       emit = n - 1 - first;
   } else {
     // Window: slots 0 .. min(w, t + 1) − 1 hold positions t − w + 1 .. t (slot = position mod
     // w); the others: rows are positions.
     const int valid = kind == PartKind::kWindow ? min(m.w, t + 1) : t + 1;
     count = max(0, min(avail, valid - first));
-    const int at = (kind == PartKind::kWindow ? t % m.w : t) - first;
+    const int at = (kind == PartKind::kWindow ? m.div_w.mod(t) : t) - first;
     patch = at >= 0 && at < count ? at : -1;
   }
   float* ml = p.part_ml + 2 * part_index(m, bg, slot);
@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
   extern __shared__ float topk_smem[];
   const int bg = blockIdx.x, b = bg / m.G, y = blockIdx.y;
   if (y < m.sel_chunks) {
-    block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem);
+    block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem,
+               [&](int k) { trace_mark(p, kTraceTopk, 4 + k); });
     trace_mark(p, kTraceTopk, 2);  // a chunk's candidates written
     return;
   }
@@ -227,8 +228,8 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     const auto block_at = [&](int e) { return late ? late_block(m, t, e) : picks[e]; };
     const SelPart sp = sel_part(m, t, k, late ? num_late(m, t) : npicks, block_at);
     for (int c = threadIdx.x; c < sp.count; c += blockDim.x) {
-      const int64_t pos =
-          static_cast<int64_t>(block_at(sp.e0 + c / m.seg_len)) * m.l_sel + sp.off + c % m.seg_len;
+      const int64_t pos = static_cast<int64_t>(block_at(sp.e0 + m.div_seg.div(c))) * m.l_sel +
+                          sp.off + m.div_seg.mod(c);
       rows.k[c] = pos == t ? in.k : row(p.k_sel, b, m.max_len, pos, g, m, m.dk);
       rows.v[c] = pos == t ? in.v : row(p.v_sel, b, m.max_len, pos, g, m, m.dv);
     }
@@ -410,6 +411,8 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   m.sel_chunk = static_cast<int>(sel_chunk_);
   m.sel_chunks = static_cast<int>(sel_chunks_);
   m.scale = static_cast<float>(c.softmax_scale());
+  m.div_d = FastDiv(m.d), m.div_lsel = FastDiv(m.l_sel), m.div_seg = FastDiv(m.seg_len);
+  m.div_l = FastDiv(m.l), m.div_w = FastDiv(m.w);
   p.dense = dense_;
   p.pos = pos;
   p.q = q;
@@ -524,7 +527,8 @@ const char* NsaDecodeCuda::trace_kernel(int kernel) {
 const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
   static const char* const names[kTraceKernels][kTracePhases] = {
       {"start", "cache rows issued", "released", "landed", "attended", nullptr, nullptr, nullptr},
-      {"start", "released", "chunk written", "group merged", nullptr, nullptr, nullptr, nullptr},
+      {"start", "released", "chunk written", "group merged", "stats merged", "probs staged",
+       "blocks scored", nullptr},
       {"start", "released", "candidates landed", "selected", "first rows landed", "attended",
        "cluster met", "combined"}};
   if (kernel < 0 || kernel >= kTraceKernels || phase < 0 || phase >= kTracePhases) return nullptr;
