@@ -111,6 +111,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     pre3[u] = two ? load_chunk(w3, lane + 32 * u, have) : make_uint4(0, 0, 0, 0);
   }
   // Normalised input: rows [B, in] then the norm weight [in], staged (16-byte copies: in % 8 == 0).
+  // Its own loops, not a helper shared with decode_inputs' copy: that one carried an unaligned
+  // path into every product and made the B = 1 decode step 4 % slower (docs/perf.md).
   extern __shared__ __align__(16) float xs[];
   const int64_t row_quads = static_cast<int64_t>(a.B) * a.in / 4;
   if (kNorm) {
