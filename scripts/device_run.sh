@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|copy|pytorch|hotspots|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-hotspots|copy|pytorch|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -32,6 +32,12 @@
 # and of this tree alternately, ROUNDS times (default 2; PyTorch SDPA in the first run only), at
 # DECODE_CONTEXTS (default 65536,131072) and DECODE_BATCHES (default 1,16): attention-only and
 # whole-step ms of both builds measured in one call.
+# MORE_DIRS (decode-compare): further source trees (space-separated, each made as BASE_DIR is),
+# built beside the base and benchmarked between it and this tree in every round – one call that
+# measures a chain of changes one by one.
+# `decode-hotspots` (not in `all`): Nsight Compute on the decode kernels of NCU_KERNELS (default
+# "parts topk picks"), each alone at DECODE_CONTEXT (default 65536), B = 1: duration, warp
+# instructions and stall cycles per instruction, then the source lines where the warps wait.
 # `decode-trace` (not in `all`): `nsa bench decode --device cuda --trace` at DECODE_CONTEXTS and
 # DECODE_BATCHES (as decode-compare), no SDPA, no prefill: the attention kernels' phase timestamps
 # (first / median / last CTA per phase, µs from the step's inputs being ready), also as JSON lines
@@ -53,6 +59,15 @@ if [ "$what" = compare ] || [ "$what" = final ] || [ "$what" = decode-compare ] 
     cmake -S /tmp/nsa_base -B /tmp/nsa_base/build -G Ninja -DCMAKE_BUILD_TYPE=Release &&
     ninja -C /tmp/nsa_base/build -j8 nsa nsa_workshop) >"$out/build_base.log" 2>&1 &
   base_pid=$!
+fi
+more_pids=()
+if [ "$what" = decode-compare ]; then
+  for d in ${MORE_DIRS:-}; do
+    (rm -rf "/tmp/nsa_more/$d" && mkdir -p /tmp/nsa_more && cp -r "$d" "/tmp/nsa_more/$d" &&
+      cmake -S "/tmp/nsa_more/$d" -B "/tmp/nsa_more/$d/build" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+      ninja -C "/tmp/nsa_more/$d/build" -j6 nsa) >"$out/build_more_$d.log" 2>&1 &
+    more_pids+=($!)
+  done
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
   ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop nsa_capi >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
@@ -154,8 +169,12 @@ if [ "$what" = decode ] || [ "$what" = all ] || [ "$what" = decode-compare ]; th
 fi
 if [ "$what" = decode-compare ]; then
   wait "$base_pid" || { echo "base did not build"; tail -5 "$out/build_base.log"; exit 1; }
+  bins=(/tmp/nsa_base/build/nsa)
+  for d in ${MORE_DIRS:-}; do bins+=("/tmp/nsa_more/$d/build/nsa"); done
+  bins+=(./build/nsa)
+  for pid in "${more_pids[@]}"; do wait "$pid" || { echo "a tree of MORE_DIRS did not build"; exit 1; }; done
   for round in $(seq "${ROUNDS:-2}"); do
-    for bin in /tmp/nsa_base/build/nsa ./build/nsa; do
+    for bin in "${bins[@]}"; do
       sdpa=off; [ "$round" = 1 ] && [ "$bin" = /tmp/nsa_base/build/nsa ] && sdpa=auto
       echo "== $bin round $round"
       "$bin" bench decode --device cuda --contexts "${DECODE_CONTEXTS:-65536,131072}" \
@@ -167,6 +186,20 @@ if [ "$what" = decode-trace ]; then
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script off --trace \
     --json "$out/decode_trace.jsonl" 2>&1 | tee "$out/decode_trace.txt"
+fi
+if [ "$what" = decode-hotspots ]; then
+  for k in ${NCU_KERNELS:-parts topk picks}; do
+    echo "== ncu ${k}_kernel, m7c_125m decode, context ${DECODE_CONTEXT:-65536}, B = 1"
+    /usr/local/cuda/bin/ncu --clock-control none --cache-control none --section SourceCounters \
+      --section WarpStateStats --section LaunchStats --import-source yes -k "regex:${k}_kernel" -s 200 -c 1 \
+      -f -o "/tmp/hot_$k" ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXT:-65536}" \
+      --batches 1 --prefill none --sdpa-script off --steps 5 >"$out/ncu_$k.log" 2>&1
+    /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page raw --csv --metrics \
+      gpu__time_duration.sum,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_total.ratio 2>&1 | tail -2
+    /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page source --csv --print-source cuda,sass \
+      >"/tmp/hot_$k.csv" 2>/dev/null
+    python3 bench/ncu_hotspots.py "/tmp/hot_$k.csv" --top "${HOTSPOT_TOP:-25}"
+  done 2>&1 | tee "$out/decode_hotspots.txt"
 fi
 # hotspots (not in `all`): Nsight Compute on single kernels run by the workshop – launch, occupancy,
 # speed-of-light and warp-state sections, then the source lines where the warps wait
