@@ -1,6 +1,7 @@
 // FastDiv (src/cuda/common/fast_div.h), the decode kernels' division by a config's sizes, against
-// the `/` and `%` it replaces: every divisor up to 4,096 and the large ones the kernels can see, on
-// the edges of each quotient step and on random numerators up to 2^31 − 1.
+// the `/` and `%` it replaces: every divisor up to 4,096 on every numerator of its first three
+// quotient steps, around the steps of quotients 1,000, 65,535 and the largest below 2^31, and at
+// 2^31 − 1; large divisors on random numerators up to 2^31 − 1.
 #include <gtest/gtest.h>
 
 #include <cstdint>
