@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "backends.h"
 #include "commands.h"
@@ -61,6 +62,38 @@ void eval_by_position(const std::string& ckpt, const std::string& data, int64_t 
   std::printf("wrote %s and %s\n", json.c_str(), svg.c_str());
 }
 
+// --probe: per cell, the fraction of samples whose needle each layer selected (any group / every
+// group), in the window, and the misses whose needle no layer selected.
+void print_needle_probe(const std::vector<NeedleCell>& cells) {
+  std::printf(
+      "probe at the query's last key token: samples whose needle (its value tokens' blocks) the "
+      "layer selected, by any group / every group\n%8s %6s",
+      "S", "depth");
+  const size_t layers = cells.empty() ? 0 : cells[0].selected_any.size();
+  for (size_t l = 0; l < layers; ++l) std::printf("   layer %-3zu", l);
+  std::printf(" %9s %10s %19s\n", "in window", "retrieved", "misses unselected");
+  for (const NeedleCell& c : cells) {
+    const double n = static_cast<double>(c.samples);
+    std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
+    for (size_t l = 0; l < layers; ++l)
+      std::printf("   %4.2f/%4.2f", c.selected_any[l] / n, c.selected_all[l] / n);
+    std::printf(" %9.2f %10.2f %8lld of %-7lld\n", c.in_window / n, c.accuracy(),
+                static_cast<long long>(c.missed_unselected),
+                static_cast<long long>(c.samples - c.retrieved));
+  }
+}
+
+std::string needle_probe_json(const NeedleCell& c) {
+  const auto list = [](const std::vector<int64_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  return ",\"selected_any\":" + list(c.selected_any) + ",\"selected_all\":" + list(c.selected_all) +
+         ",\"in_window\":" + std::to_string(c.in_window) +
+         ",\"missed_unselected\":" + std::to_string(c.missed_unselected);
+}
+
 }  // namespace
 
 void register_eval_command(CLI::App& app) {
@@ -72,6 +105,7 @@ void register_eval_command(CLI::App& app) {
     std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
     int64_t samples = 20;
     std::string filler = "cycle";
+    bool probe = false;
     bool by_position = false;
     std::vector<int64_t> buckets;
     std::string out;
@@ -90,7 +124,10 @@ void register_eval_command(CLI::App& app) {
       cmd->add_option("--depths", a->depths, "needle: depths in [0, 1]")->delimiter(','),
       cmd->add_option("--samples", a->samples, "needle: sequences per (length, depth)"),
       cmd->add_option("--filler", a->filler,
-                      "needle: the haystack, cycle (16 tokens repeating) or random symbols")};
+                      "needle: the haystack, cycle (16 tokens repeating) or random symbols"),
+      cmd->add_flag("--probe", a->probe,
+                    "needle: also whether each layer selected the needle where the answer starts "
+                    "(docs/quality.md)")};
   CLI::Option* device =
       cmd->add_option("--device", a->device,
                       "needle and --by-position: cpu (the reference) or cuda (one GPU)")
@@ -140,7 +177,7 @@ void register_eval_command(CLI::App& app) {
       const LogitRowsFn logit_rows = backend(a->device, "nsa eval").logit_rows;
       const NeedleFiller filler = parse_needle_filler(a->filler, "--filler");
       const std::vector<NeedleCell> cells =
-          evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples, logit_rows, filler);
+          evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples, logit_rows, filler, a->probe);
       std::printf("needle retrieval of %s (%s filler, %lld samples per cell; accuracy)\n%8s",
                   ckpt.c_str(), needle_filler_name(filler), static_cast<long long>(a->samples),
                   "S \\ depth");
@@ -151,15 +188,17 @@ void register_eval_command(CLI::App& app) {
         std::printf(" %7.2f", cells[i].accuracy());
       }
       std::printf("\n");
+      if (a->probe) print_needle_probe(cells);
       for (const NeedleCell& c : cells) {
         std::printf(
             "{\"task\":\"needle\",\"filler\":\"%s\",\"seq_len\":%lld,\"depth\":%.4f,"
-            "\"samples\":%lld,\"retrieved\":%lld,\"accuracy\":%.4f,\"value_token_accuracy\":%.4f}"
+            "\"samples\":%lld,\"retrieved\":%lld,\"accuracy\":%.4f,\"value_token_accuracy\":%.4f%s}"
             "\n",
             needle_filler_name(filler), static_cast<long long>(c.seq_len), c.depth,
             static_cast<long long>(c.samples), static_cast<long long>(c.retrieved), c.accuracy(),
             static_cast<double>(c.value_tokens_right) /
-                static_cast<double>(c.samples * kNeedleValueLen));
+                static_cast<double>(c.samples * kNeedleValueLen),
+            a->probe ? needle_probe_json(c).c_str() : "");
       }
       return;
     }

@@ -12,6 +12,8 @@
 #   bash scripts/needle_run.sh save          the newest weights of RUNS to $OUT
 #   bash scripts/needle_run.sh eval          stop the runs; the retrieval tables of RUNS to $OUT
 #   bash scripts/needle_run.sh all SEC       start, train SEC seconds, save the weights, eval
+# PROBE=1 (eval, recipe): the retrieval tables with `nsa eval --probe` – per layer, whether the
+# selection held the needle where the answer starts (docs/quality.md, "Why a needle is missed").
 # The runs (RUNS, default "short short-win"; each stage starts from the previous one's weights):
 #   short      S = 2048,  B = 16, 32 needles per needle row, 12,000 steps from scratch
 #   short-win  the same with the window only (--branches win): the ablation
@@ -96,7 +98,8 @@ evaluate() {  # the retrieval tables of the runs $@, both fillers
     for f in cycle random; do
       timeout "${EVAL_S:-120}" ./build/nsa eval --task needle --device cuda --run "$dir/$r" \
         --filler "$f" --samples "${SAMPLES:-20}" --depths 0,0.25,0.5,0.75,1 \
-        --seq-lens "${EVAL_LENS:-2048,4096,8192,16384,32768}" 2>&1 | tee -a "$out/needle_eval_$r.txt" |
+        --seq-lens "${EVAL_LENS:-2048,4096,8192,16384,32768}" ${PROBE:+--probe} 2>&1 |
+        tee -a "$out/needle_eval_$r.txt" |
         grep -v '^{'
     done
     cp "$dir/$r/metrics.jsonl" "$out/needle_metrics_$r.jsonl" 2>/dev/null

@@ -101,4 +101,20 @@ template double model_loss_cpu<double>(const ModelConfig&, const ModelParams<dou
                                        const std::vector<int32_t>&, ModelParams<double>*,
                                        ModelStats*);
 
+std::vector<std::vector<int32_t>> gather_selection_rows(const std::vector<Tensor<int32_t>>& sel_idx,
+                                                        const std::vector<int64_t>& rows) {
+  std::vector<std::vector<int32_t>> out;
+  for (const Tensor<int32_t>& sel : sel_idx) {
+    NSA_CHECK(sel.shape.size() == 3, "gather_selection_rows: a layer's selection is not [T, G, n]");
+    const int64_t per_row = sel.shape[1] * sel.shape[2];
+    std::vector<int32_t>& layer = out.emplace_back();
+    for (const int64_t r : rows) {
+      NSA_CHECK(r >= 0 && r < sel.shape[0], "gather_selection_rows: row ", r, " outside [0, ",
+                sel.shape[0], ")");
+      layer.insert(layer.end(), sel.ptr() + r * per_row, sel.ptr() + (r + 1) * per_row);
+    }
+  }
+  return out;
+}
+
 }  // namespace nsa

@@ -43,6 +43,11 @@ struct ModelStats {
 void add_sel_distance_hist(const SeqLayout& layout, int64_t l_sel, const Tensor<int32_t>& sel_idx,
                            int64_t (&hist)[16]);
 
+// Rows `rows` of each layer's selection (ModelStats::sel_idx, [T, G, n_sel] per layer): per layer
+// [rows.size(), G, n_sel] – what the needle probe reads (train/needle_eval.h).
+std::vector<std::vector<int32_t>> gather_selection_rows(const std::vector<Tensor<int32_t>>& sel_idx,
+                                                        const std::vector<int64_t>& rows);
+
 // tokens, targets [T] laid out by `layout` (positions restart in each sequence). Returns the mean
 // loss; when grads != nullptr, adds every parameter's gradient into it; fills stats if given.
 template <typename Real>

@@ -13,7 +13,8 @@ namespace nsa {
 std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
                                   const SeqLayout& layout, const std::vector<int32_t>& inputs,
                                   const std::vector<int32_t>& targets,
-                                  const std::vector<int64_t>& rows) {
+                                  const std::vector<int64_t>& rows,
+                                  std::vector<std::vector<int32_t>>* sel_rows) {
   ModelStats stats;
   stats.keep_outputs = true;
   model_loss_cpu<float>(cfg, params, layout, inputs, targets, nullptr, &stats);
@@ -21,13 +22,49 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
   std::vector<float> out(rows.size() * static_cast<size_t>(V));
   for (size_t i = 0; i < rows.size(); ++i)
     std::copy_n(stats.logits.ptr() + rows[i] * V, V, out.begin() + static_cast<int64_t>(i) * V);
+  if (sel_rows) *sel_rows = gather_selection_rows(stats.sel_idx, rows);
   return out;
 }
+
+namespace {
+
+// The probe of sample `seq` (needle_eval.h): its selections at row `row` of sel (the row that
+// predicts the first value token, value_at − 1 of the sequence).
+void probe_sample(const NsaConfig& a, const NeedleSequence& seq,
+                  const std::vector<std::vector<int32_t>>& sel, int64_t row, bool retrieved,
+                  NeedleCell& cell) {
+  NSA_CHECK(sel.size() == cell.selected_any.size(), "needle probe: ", sel.size(),
+            " layers' selections for a model of ", cell.selected_any.size(), " layers");
+  const int64_t at = seq.value_at - 1;  // the probed position
+  const int64_t first = seq.needle_at + 1 + kNeedleKeyLen, last = first + kNeedleValueLen - 1;
+  const int64_t b0 = first / a.l_sel, b1 = last / a.l_sel;  // the value tokens' blocks
+  cell.in_window += first > at - a.w ? 1 : 0;
+  const int64_t per_row = a.groups * a.n_sel;
+  bool anywhere = false;
+  for (size_t l = 0; l < sel.size(); ++l) {
+    NSA_CHECK(static_cast<int64_t>(sel[l].size()) >= (row + 1) * per_row, "needle probe: layer ", l,
+              "'s selection is too short");
+    int64_t groups_with = 0;
+    for (int64_t g = 0; g < a.groups; ++g) {
+      const int32_t* s = sel[l].data() + row * per_row + g * a.n_sel;
+      bool has = false;
+      for (int64_t k = 0; k < a.n_sel; ++k) has = has || (s[k] >= b0 && s[k] <= b1);
+      groups_with += has ? 1 : 0;
+    }
+    cell.selected_any[l] += groups_with > 0 ? 1 : 0;
+    cell.selected_all[l] += groups_with == a.groups ? 1 : 0;
+    anywhere = anywhere || groups_with > 0;
+  }
+  cell.missed_unselected += !retrieved && !anywhere ? 1 : 0;
+}
+
+}  // namespace
 
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
                                         const std::vector<double>& depths, int64_t samples,
-                                        const LogitRowsFn& logit_rows, NeedleFiller filler) {
+                                        const LogitRowsFn& logit_rows, NeedleFiller filler,
+                                        bool probe) {
   // Every argument before any cell is computed (a cell takes minutes on the CPU at 16k).
   NSA_CHECK(samples > 0, "--samples must be positive");
   NSA_CHECK(!seq_lens.empty() && !depths.empty(), "--seq-lens and --depths must not be empty");
@@ -38,13 +75,19 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
               " is outside the needle task's [", kNeedleMinLength, ", 2147483647] tokens");
   }
   const LoadedModel m = load_model_checkpoint(checkpoint);
+  NSA_CHECK(!probe || m.cfg.branch_enabled(kSel), "--probe: ", checkpoint,
+            " has no selected branch (its attention selects no blocks to probe)");
   const int64_t V = m.cfg.vocab_size;
   std::vector<NeedleCell> cells;
   for (const int64_t S : seq_lens) {
     for (const double depth : depths) {
       const int64_t T = S - 1;  // inputs: tokens [0, S − 1), targets: [1, S)
       const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / T);
-      NeedleCell cell{S, depth, samples, 0, 0};
+      NeedleCell cell{S, depth, samples, 0, 0, {}, {}, 0, 0};
+      if (probe) {
+        cell.selected_any.assign(static_cast<size_t>(m.cfg.n_layers), 0);
+        cell.selected_all.assign(static_cast<size_t>(m.cfg.n_layers), 0);
+      }
       for (int64_t first = 0; first < samples; first += chunk) {
         const int64_t n = std::min(chunk, samples - first);
         std::vector<int32_t> inputs, targets;
@@ -59,8 +102,9 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
           for (int64_t j = 0; j < kNeedleValueLen; ++j)  // row value_at − 1 + j predicts value j
             rows.push_back(i * T + seqs.back().value_at - 1 + j);
         }
-        const std::vector<float> logits =
-            logit_rows(m.cfg, m.params, SeqLayout::batch(n, T), inputs, targets, rows);
+        std::vector<std::vector<int32_t>> sel;
+        const std::vector<float> logits = logit_rows(m.cfg, m.params, SeqLayout::batch(n, T),
+                                                     inputs, targets, rows, probe ? &sel : nullptr);
         for (int64_t i = 0; i < n; ++i) {
           bool all = true;
           for (int64_t j = 0; j < kNeedleValueLen; ++j) {
@@ -71,6 +115,7 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
             all = all && right;
           }
           cell.retrieved += all ? 1 : 0;
+          if (probe) probe_sample(m.cfg.attn, seqs[i], sel, i * kNeedleValueLen, all, cell);
         }
       }
       cells.push_back(cell);

@@ -5,6 +5,13 @@
 // them and counts a sample as retrieved when the argmax of the logits reproduces every value token
 // after the question (teacher-forced: position value_at − 1 + j must predict value token j).
 // Samples go through the model in chunks of at most 64k tokens (one sequence when S is longer).
+//
+// With `probe` it also asks, at the row that predicts the first value token (the query's last key
+// token), whether each layer's selection held the needle: whether the selected blocks of at least
+// one group (every group) include a block of the needle's value tokens – the tokens the answer
+// copies – and whether those tokens lie in the window there anyway. A miss whose needle no layer
+// selected failed at the selection; a miss whose needle was selected failed after it (the
+// attention over the selected blocks, the gates, or what the layers above make of it).
 #pragma once
 
 #include <cstdint>
@@ -23,25 +30,34 @@ struct NeedleCell {
   double depth = 0;
   int64_t samples = 0, retrieved = 0;
   int64_t value_tokens_right = 0;  // of samples · 4: partial credit, for watching training
+  // The probe (empty without it): per layer, the samples whose needle was selected by at least
+  // one group / by every group; the samples whose needle lay in the window at the probed row; the
+  // misses whose needle no group of any layer selected.
+  std::vector<int64_t> selected_any, selected_all;
+  int64_t in_window = 0, missed_unselected = 0;
   double accuracy() const { return samples ? static_cast<double>(retrieved) / samples : 0.0; }
 };
 
 // The logits [rows.size(), vocab] at token rows `rows` of one forward over `inputs` (targets only
-// feed the loss) laid out as `layout` – the CPU model (logit_rows_cpu) or a GPU one.
+// feed the loss) laid out as `layout` – the CPU model (logit_rows_cpu) or a GPU one. With
+// sel_rows, also each layer's selection at those rows: (*sel_rows)[layer] is [rows.size(), G,
+// n_sel], the selected blocks of each group (−1 where fewer), as the model's sel_idx.
 using LogitRowsFn = std::function<std::vector<float>(
     const ModelConfig&, const ModelParams<float>&, const SeqLayout&,
     const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
-    const std::vector<int64_t>& rows)>;
+    const std::vector<int64_t>& rows, std::vector<std::vector<int32_t>>* sel_rows)>;
 
 std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
                                   const SeqLayout& layout, const std::vector<int32_t>& inputs,
                                   const std::vector<int32_t>& targets,
-                                  const std::vector<int64_t>& rows);
+                                  const std::vector<int64_t>& rows,
+                                  std::vector<std::vector<int32_t>>* sel_rows = nullptr);
 
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
                                         const std::vector<double>& depths, int64_t samples,
                                         const LogitRowsFn& logit_rows = logit_rows_cpu,
-                                        NeedleFiller filler = NeedleFiller::kCycle);
+                                        NeedleFiller filler = NeedleFiller::kCycle,
+                                        bool probe = false);
 
 }  // namespace nsa

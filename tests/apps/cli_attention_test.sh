@@ -85,6 +85,12 @@ expect_ok "train needle" "$nsa" train --config "$(dirname "$0")/../../configs/ti
 expect_ok "eval needle" "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --depths 0,1 --samples 2
 grep -q '"task":"needle","filler":"cycle","seq_len":96,"depth":1.0000,"samples":2' "$dir/out.txt" &&
   pass "needle table" || fail "needle table"
+# --probe: depth 0 puts the needle in the forced block 0, so every layer selects it in every group.
+expect_ok "eval needle probe" "$nsa" eval --task needle --run "$dir/needle" --seq-lens 160 --depths 0 \
+  --samples 2 --probe
+grep -q '"depth":0.0000,.*"selected_any":\[2,2\],"selected_all":\[2,2\]' "$dir/out.txt" &&
+  grep -q "^probe at the query's last key token" "$dir/out.txt" &&
+  pass "needle probe" || fail "needle probe"
 # Each task's options are refused with the other; the needle arguments are checked before any cell.
 expect_error "eval needle with a loss flag" "--batch belongs to the loss evaluation" \
   "$nsa" eval --task needle --run "$dir/needle" --batch 2

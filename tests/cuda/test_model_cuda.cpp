@@ -20,12 +20,14 @@
 #include <sstream>
 
 #include "io/token_shard.h"
+#include "model/cuda/logit_rows_cuda.h"
 #include "model/cuda/model_cuda.h"
 #include "model/cuda/token_losses_cuda.h"
 #include "resume_check.h"
 #include "run_command.h"
 #include "train/cuda/adamw_cuda.h"
 #include "train/cuda/train_model_cuda.h"
+#include "train/needle_eval.h"
 #include "train/position_loss.h"
 #include "train/trainer.h"
 
@@ -195,6 +197,49 @@ TEST(CudaModel, TokenLossesMatchTheCpuInEveryAttention) {
     model.set_params(copy);
     const double loss = model.forward_backward(tokens, targets, false);
     EXPECT_NEAR(mean_gpu, loss, 1e-5 * loss) << mode;
+  }
+}
+
+// The needle evaluation's rows on the GPU (nsa eval --task needle --device cuda [--probe]): the
+// logits at chosen rows against the CPU model's, each layer's selection at those rows the same
+// blocks but for bf16 near ties, and asking for the selections does not change the logits.
+TEST(CudaModel, LogitRowsAndTheirSelectionsMatchTheCpu) {
+  const ModelConfig cfg = tiny({});
+  const SeqLayout layout = SeqLayout::batch(2, 300);
+  std::vector<int32_t> tokens, targets;
+  random_tokens(layout.total_tokens(), cfg.vocab_size, 29, tokens, targets);
+  const ModelParams<float> params = init_model_params<float>(cfg);
+  const std::vector<int64_t> rows = {5, 150, 299, 305, 450, 599};
+  std::vector<std::vector<int32_t>> sel_cpu, sel_gpu;
+  const std::vector<float> cpu =
+      logit_rows_cpu(cfg, params, layout, tokens, targets, rows, &sel_cpu);
+  const std::vector<float> gpu =
+      cuda::logit_rows_cuda(cfg, params, layout, tokens, targets, rows, &sel_gpu);
+  const std::vector<float> plain =
+      cuda::logit_rows_cuda(cfg, params, layout, tokens, targets, rows);
+  ASSERT_EQ(cpu.size(), rows.size() * static_cast<size_t>(cfg.vocab_size));
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double worst = 0;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::abs(cpu[i] - gpu[i])));
+  EXPECT_LT(worst, 5e-2);
+  EXPECT_EQ(0, std::memcmp(gpu.data(), plain.data(), gpu.size() * sizeof(float)));
+  ASSERT_EQ(sel_cpu.size(), static_cast<size_t>(cfg.n_layers));
+  ASSERT_EQ(sel_gpu.size(), sel_cpu.size());
+  int64_t entries = 0, differ = 0;
+  for (size_t l = 0; l < sel_cpu.size(); ++l) {
+    ASSERT_EQ(sel_cpu[l].size(), rows.size() * cfg.attn.groups * cfg.attn.n_sel);
+    ASSERT_EQ(sel_gpu[l].size(), sel_cpu[l].size());
+    for (size_t i = 0; i < sel_cpu[l].size(); ++i) differ += sel_cpu[l][i] != sel_gpu[l][i] ? 1 : 0;
+    entries += static_cast<int64_t>(sel_cpu[l].size());
+  }
+  std::printf("  logit rows: worst |cpu - gpu| %.2e; selection entries that differ %lld of %lld\n",
+              worst, static_cast<long long>(differ), static_cast<long long>(entries));
+  EXPECT_LE(differ, entries / 20);
+  // Row 5 sees block 0 only (forced), the rest of each group's list is empty (−1).
+  for (size_t l = 0; l < sel_gpu.size(); ++l) {
+    EXPECT_EQ(sel_gpu[l][0], 0);
+    EXPECT_EQ(sel_gpu[l][1], -1);
   }
 }
 

@@ -271,5 +271,59 @@ TEST(Needle, EvaluationCountsEveryCell) {
   }
 }
 
+// The probe (--probe): at depth 0 the needle's value tokens lie in the forced block 0 and at
+// depth 1 within the window and the forced blocks c − 1, c – selected by every group of every
+// layer whatever the weights; in between the counts obey their bounds. The same samples are
+// retrieved with and without it.
+TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_probe";
+  std::filesystem::remove_all(dir);
+  TrainOptions o;
+  o.config = std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml";
+  o.data = "needle";
+  o.seq_len = 96;
+  o.out_dir = dir.string();
+  o.steps = 2;
+  o.batch = 2;
+  o.val_every = 0;
+  o.quiet = true;
+  train(o);
+  const std::string ckpt = (dir / "ckpt_00000002").string();
+  const std::vector<double> depths = {0.0, 0.5, 1.0};
+  const std::vector<NeedleCell> plain = evaluate_needle(ckpt, {300}, depths, 3);
+  const std::vector<NeedleCell> cells =
+      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kRandom, true);
+  const std::vector<NeedleCell> cycle =
+      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kCycle, true);
+  ASSERT_EQ(cells.size(), 3u);
+  for (size_t i = 0; i < cycle.size(); ++i) EXPECT_EQ(cycle[i].retrieved, plain[i].retrieved);
+  for (const NeedleCell& c : cells) {
+    ASSERT_EQ(c.selected_any.size(), 2u);  // tiny: two layers
+    for (size_t l = 0; l < 2; ++l) {
+      EXPECT_LE(c.selected_all[l], c.selected_any[l]);
+      EXPECT_LE(c.selected_any[l], c.samples);
+      if (c.depth != 0.5) {
+        EXPECT_EQ(c.selected_all[l], c.samples) << "depth " << c.depth << " layer " << l;
+      }
+    }
+    EXPECT_LE(c.missed_unselected, c.samples - c.retrieved);
+  }
+  EXPECT_EQ(cells[0].in_window, 0);  // value tokens at 5..8, the probed row at 295, w = 64
+  EXPECT_EQ(cells[1].in_window, 0);
+  EXPECT_EQ(cells[2].in_window, 3);  // 9 tokens before the probed row
+  EXPECT_EQ(cells[0].missed_unselected, 0);
+  // A model whose attention selects nothing has nothing to probe: an error naming --probe.
+  o.overrides = {{"branches", "win"}};
+  o.out_dir = (dir / "win").string();
+  train(o);
+  try {
+    evaluate_needle((dir / "win" / "ckpt_00000002").string(), {300}, {0.0}, 1, logit_rows_cpu,
+                    NeedleFiller::kCycle, true);
+    ADD_FAILURE() << "a window-only model was probed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--probe"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace nsa::test

@@ -13,6 +13,7 @@ namespace nsa::cuda {
 std::vector<float> logit_rows_cuda(const ModelConfig& cfg, const ModelParams<float>& params,
                                    const SeqLayout& layout, const std::vector<int32_t>& inputs,
                                    const std::vector<int32_t>& targets,
-                                   const std::vector<int64_t>& rows);
+                                   const std::vector<int64_t>& rows,
+                                   std::vector<std::vector<int32_t>>* sel_rows = nullptr);
 
 }  // namespace nsa::cuda
