@@ -81,6 +81,19 @@ void print_needle_probe(const std::vector<NeedleCell>& cells) {
                 static_cast<long long>(c.missed_unselected),
                 static_cast<long long>(c.samples - c.retrieved));
   }
+  std::printf("gates there (mean over the heads and samples): cmp / sel / win per layer\n%8s %6s",
+              "S", "depth");
+  for (size_t l = 0; l < layers; ++l) std::printf("   layer %-9zu", l);
+  std::printf("\n");
+  for (const NeedleCell& c : cells) {
+    const double n = static_cast<double>(c.samples);
+    std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
+    for (size_t l = 0; l < layers; ++l) {
+      std::printf("   %4.2f/%4.2f/%4.2f", c.gate_sum[l * kNumBranches] / n,
+                  c.gate_sum[l * kNumBranches + 1] / n, c.gate_sum[l * kNumBranches + 2] / n);
+    }
+    std::printf("\n");
+  }
 }
 
 std::string needle_probe_json(const NeedleCell& c) {
@@ -89,9 +102,23 @@ std::string needle_probe_json(const NeedleCell& c) {
     for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
     return s + "]";
   };
+  // Mean gates per layer, [[cmp, sel, win], …], over all samples and over the missed ones.
+  const auto gates = [](const std::vector<double>& sum, int64_t n) {
+    if (n == 0) return std::string("null");
+    std::string s = "[";
+    for (size_t i = 0; i + 2 < sum.size(); i += kNumBranches) {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "%s[%.4f,%.4f,%.4f]", i ? "," : "", sum[i] / n,
+                    sum[i + 1] / n, sum[i + 2] / n);
+      s += buf;
+    }
+    return s + "]";
+  };
   return ",\"selected_any\":" + list(c.selected_any) + ",\"selected_all\":" + list(c.selected_all) +
          ",\"in_window\":" + std::to_string(c.in_window) +
-         ",\"missed_unselected\":" + std::to_string(c.missed_unselected);
+         ",\"missed_unselected\":" + std::to_string(c.missed_unselected) +
+         ",\"gates\":" + gates(c.gate_sum, c.samples) +
+         ",\"gates_missed\":" + gates(c.gate_sum_missed, c.samples - c.retrieved);
 }
 
 }  // namespace

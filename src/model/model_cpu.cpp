@@ -101,20 +101,31 @@ template double model_loss_cpu<double>(const ModelConfig&, const ModelParams<dou
                                        const std::vector<int32_t>&, ModelParams<double>*,
                                        ModelStats*);
 
-std::vector<std::vector<int32_t>> gather_selection_rows(const std::vector<Tensor<int32_t>>& sel_idx,
-                                                        const std::vector<int64_t>& rows) {
-  std::vector<std::vector<int32_t>> out;
-  for (const Tensor<int32_t>& sel : sel_idx) {
-    NSA_CHECK(sel.shape.size() == 3, "gather_selection_rows: a layer's selection is not [T, G, n]");
-    const int64_t per_row = sel.shape[1] * sel.shape[2];
-    std::vector<int32_t>& layer = out.emplace_back();
+namespace {
+
+// Rows `rows` of [T, …] tensors, one per layer, each row's trailing dims kept.
+template <typename T>
+std::vector<std::vector<T>> gather_rows(const std::vector<Tensor<T>>& per_layer,
+                                        const std::vector<int64_t>& rows, const char* what) {
+  std::vector<std::vector<T>> out;
+  for (const Tensor<T>& x : per_layer) {
+    NSA_CHECK(x.shape.size() == 3, "gather_probe_rows: a layer's ", what, " is not 3-D");
+    const int64_t per_row = x.shape[1] * x.shape[2];
+    std::vector<T>& layer = out.emplace_back();
     for (const int64_t r : rows) {
-      NSA_CHECK(r >= 0 && r < sel.shape[0], "gather_selection_rows: row ", r, " outside [0, ",
-                sel.shape[0], ")");
-      layer.insert(layer.end(), sel.ptr() + r * per_row, sel.ptr() + (r + 1) * per_row);
+      NSA_CHECK(r >= 0 && r < x.shape[0], "gather_probe_rows: row ", r, " outside [0, ", x.shape[0],
+                ")");
+      layer.insert(layer.end(), x.ptr() + r * per_row, x.ptr() + (r + 1) * per_row);
     }
   }
   return out;
+}
+
+}  // namespace
+
+ProbeRows gather_probe_rows(const ModelStats& stats, const std::vector<int64_t>& rows) {
+  return ProbeRows{gather_rows(stats.sel_idx, rows, "selection"),
+                   gather_rows(stats.gates, rows, "gates")};
 }
 
 }  // namespace nsa

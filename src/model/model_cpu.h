@@ -34,6 +34,7 @@ struct ModelStats {
   bool keep_outputs = false;             // set to also keep the two below (tests, tools)
   Tensor<float> logits;                  // [T, vocab]
   std::vector<Tensor<int32_t>> sel_idx;  // per layer [T, G, n_sel]
+  std::vector<Tensor<float>> gates;      // per layer [T, H, 3]: each branch's gate as NSA took it
   bool keep_token_losses = false;        // set to keep the one below (loss by position)
   std::vector<double> token_loss;        // [T]: each token's cross-entropy, the loss's terms
 };
@@ -43,10 +44,13 @@ struct ModelStats {
 void add_sel_distance_hist(const SeqLayout& layout, int64_t l_sel, const Tensor<int32_t>& sel_idx,
                            int64_t (&hist)[16]);
 
-// Rows `rows` of each layer's selection (ModelStats::sel_idx, [T, G, n_sel] per layer): per layer
-// [rows.size(), G, n_sel] – what the needle probe reads (train/needle_eval.h).
-std::vector<std::vector<int32_t>> gather_selection_rows(const std::vector<Tensor<int32_t>>& sel_idx,
-                                                        const std::vector<int64_t>& rows);
+// What the needle probe reads (train/needle_eval.h) at chosen token rows of a pass kept with
+// keep_outputs: per layer, the selection [rows.size(), G, n_sel] and the gates [rows.size(), H, 3].
+struct ProbeRows {
+  std::vector<std::vector<int32_t>> sel;
+  std::vector<std::vector<float>> gates;
+};
+ProbeRows gather_probe_rows(const ModelStats& stats, const std::vector<int64_t>& rows);
 
 // tokens, targets [T] laid out by `layout` (positions restart in each sequence). Returns the mean
 // loss; when grads != nullptr, adds every parameter's gradient into it; fills stats if given.

@@ -83,7 +83,15 @@ void layer_forward_cpu(const ModelConfig& cfg, const LayerParams<Real>& L, const
   A.attn_in.phi_k = L.phi_k;
   A.attn_in.phi_v = L.phi_v;
   A.attn = nsa_forward_cpu(a, layout, A.attn_in);
-  if (stats && stats->keep_outputs) stats->sel_idx.push_back(A.attn.sel_idx);
+  if (stats && stats->keep_outputs) {
+    stats->sel_idx.push_back(A.attn.sel_idx);
+    Tensor<float> g({T, H, kNumBranches});
+    for (int64_t i = 0; i < T * H; ++i) {
+      for (int c = 0; c < kNumBranches; ++c)
+        g[i * kNumBranches + c] = static_cast<float>(A.attn_in.gate[c][i]);
+    }
+    stats->gates.push_back(std::move(g));
+  }
   if (stats) add_sel_distance_hist(layout, a.l_sel, A.attn.sel_idx, stats->sel_distance_hist);
   check(A.attn_in.q, layer + "queries");
   check(A.attn.o, layer + "NSA attention output");

@@ -13,8 +13,7 @@ namespace nsa {
 std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
                                   const SeqLayout& layout, const std::vector<int32_t>& inputs,
                                   const std::vector<int32_t>& targets,
-                                  const std::vector<int64_t>& rows,
-                                  std::vector<std::vector<int32_t>>* sel_rows) {
+                                  const std::vector<int64_t>& rows, ProbeRows* probe) {
   ModelStats stats;
   stats.keep_outputs = true;
   model_loss_cpu<float>(cfg, params, layout, inputs, targets, nullptr, &stats);
@@ -22,7 +21,7 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
   std::vector<float> out(rows.size() * static_cast<size_t>(V));
   for (size_t i = 0; i < rows.size(); ++i)
     std::copy_n(stats.logits.ptr() + rows[i] * V, V, out.begin() + static_cast<int64_t>(i) * V);
-  if (sel_rows) *sel_rows = gather_selection_rows(stats.sel_idx, rows);
+  if (probe) *probe = gather_probe_rows(stats, rows);
   return out;
 }
 
@@ -30,9 +29,9 @@ namespace {
 
 // The probe of sample `seq` (needle_eval.h): its selections at row `row` of sel (the row that
 // predicts the first value token, value_at − 1 of the sequence).
-void probe_sample(const NsaConfig& a, const NeedleSequence& seq,
-                  const std::vector<std::vector<int32_t>>& sel, int64_t row, bool retrieved,
-                  NeedleCell& cell) {
+void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows& probe,
+                  int64_t row, bool retrieved, NeedleCell& cell) {
+  const std::vector<std::vector<int32_t>>& sel = probe.sel;
   NSA_CHECK(sel.size() == cell.selected_any.size(), "needle probe: ", sel.size(),
             " layers' selections for a model of ", cell.selected_any.size(), " layers");
   const int64_t at = seq.value_at - 1;  // the probed position
@@ -56,6 +55,20 @@ void probe_sample(const NsaConfig& a, const NeedleSequence& seq,
     anywhere = anywhere || groups_with > 0;
   }
   cell.missed_unselected += !retrieved && !anywhere ? 1 : 0;
+  NSA_CHECK(probe.gates.size() == sel.size(), "needle probe: ", probe.gates.size(),
+            " layers' gates for ", sel.size(), " layers' selections");
+  const int64_t per_gate_row = a.heads * kNumBranches;
+  for (size_t l = 0; l < probe.gates.size(); ++l) {
+    NSA_CHECK(static_cast<int64_t>(probe.gates[l].size()) >= (row + 1) * per_gate_row,
+              "needle probe: layer ", l, "'s gates are too short");
+    for (int c = 0; c < kNumBranches; ++c) {
+      double mean = 0;
+      for (int64_t h = 0; h < a.heads; ++h)
+        mean += probe.gates[l][row * per_gate_row + h * kNumBranches + c] / a.heads;
+      cell.gate_sum[l * kNumBranches + c] += mean;
+      if (!retrieved) cell.gate_sum_missed[l * kNumBranches + c] += mean;
+    }
+  }
 }
 
 }  // namespace
@@ -83,10 +96,12 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
     for (const double depth : depths) {
       const int64_t T = S - 1;  // inputs: tokens [0, S − 1), targets: [1, S)
       const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / T);
-      NeedleCell cell{S, depth, samples, 0, 0, {}, {}, 0, 0};
+      NeedleCell cell{S, depth, samples, 0, 0, {}, {}, 0, 0, {}, {}};
       if (probe) {
         cell.selected_any.assign(static_cast<size_t>(m.cfg.n_layers), 0);
         cell.selected_all.assign(static_cast<size_t>(m.cfg.n_layers), 0);
+        cell.gate_sum.assign(static_cast<size_t>(m.cfg.n_layers * kNumBranches), 0.0);
+        cell.gate_sum_missed.assign(static_cast<size_t>(m.cfg.n_layers * kNumBranches), 0.0);
       }
       for (int64_t first = 0; first < samples; first += chunk) {
         const int64_t n = std::min(chunk, samples - first);
@@ -102,9 +117,10 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
           for (int64_t j = 0; j < kNeedleValueLen; ++j)  // row value_at − 1 + j predicts value j
             rows.push_back(i * T + seqs.back().value_at - 1 + j);
         }
-        std::vector<std::vector<int32_t>> sel;
-        const std::vector<float> logits = logit_rows(m.cfg, m.params, SeqLayout::batch(n, T),
-                                                     inputs, targets, rows, probe ? &sel : nullptr);
+        ProbeRows probed;
+        const std::vector<float> logits =
+            logit_rows(m.cfg, m.params, SeqLayout::batch(n, T), inputs, targets, rows,
+                       probe ? &probed : nullptr);
         for (int64_t i = 0; i < n; ++i) {
           bool all = true;
           for (int64_t j = 0; j < kNeedleValueLen; ++j) {
@@ -115,7 +131,7 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
             all = all && right;
           }
           cell.retrieved += all ? 1 : 0;
-          if (probe) probe_sample(m.cfg.attn, seqs[i], sel, i * kNeedleValueLen, all, cell);
+          if (probe) probe_sample(m.cfg.attn, seqs[i], probed, i * kNeedleValueLen, all, cell);
         }
       }
       cells.push_back(cell);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "data/needle.h"
+#include "model/model_cpu.h"
 #include "model/model_params.h"
 #include "nsa/config.h"
 
@@ -32,26 +33,28 @@ struct NeedleCell {
   int64_t value_tokens_right = 0;  // of samples · 4: partial credit, for watching training
   // The probe (empty without it): per layer, the samples whose needle was selected by at least
   // one group / by every group; the samples whose needle lay in the window at the probed row; the
-  // misses whose needle no group of any layer selected.
+  // misses whose needle no group of any layer selected; per layer and branch [layers · 3], the
+  // sums over samples (and over the missed ones) of the heads' mean gate at the probed row.
   std::vector<int64_t> selected_any, selected_all;
   int64_t in_window = 0, missed_unselected = 0;
+  std::vector<double> gate_sum, gate_sum_missed;
   double accuracy() const { return samples ? static_cast<double>(retrieved) / samples : 0.0; }
 };
 
 // The logits [rows.size(), vocab] at token rows `rows` of one forward over `inputs` (targets only
-// feed the loss) laid out as `layout` – the CPU model (logit_rows_cpu) or a GPU one. With
-// sel_rows, also each layer's selection at those rows: (*sel_rows)[layer] is [rows.size(), G,
-// n_sel], the selected blocks of each group (−1 where fewer), as the model's sel_idx.
+// feed the loss) laid out as `layout` – the CPU model (logit_rows_cpu) or a GPU one. With probe,
+// also each layer's selection and gates at those rows (model/model_cpu.h's ProbeRows: the
+// selected blocks of each group, −1 where fewer, as the model's sel_idx; each head's gate per
+// branch).
 using LogitRowsFn = std::function<std::vector<float>(
     const ModelConfig&, const ModelParams<float>&, const SeqLayout&,
     const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
-    const std::vector<int64_t>& rows, std::vector<std::vector<int32_t>>* sel_rows)>;
+    const std::vector<int64_t>& rows, ProbeRows* probe)>;
 
 std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
                                   const SeqLayout& layout, const std::vector<int32_t>& inputs,
                                   const std::vector<int32_t>& targets,
-                                  const std::vector<int64_t>& rows,
-                                  std::vector<std::vector<int32_t>>* sel_rows = nullptr);
+                                  const std::vector<int64_t>& rows, ProbeRows* probe = nullptr);
 
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,

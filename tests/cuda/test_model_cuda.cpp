@@ -210,11 +210,13 @@ TEST(CudaModel, LogitRowsAndTheirSelectionsMatchTheCpu) {
   random_tokens(layout.total_tokens(), cfg.vocab_size, 29, tokens, targets);
   const ModelParams<float> params = init_model_params<float>(cfg);
   const std::vector<int64_t> rows = {5, 150, 299, 305, 450, 599};
-  std::vector<std::vector<int32_t>> sel_cpu, sel_gpu;
+  ProbeRows probe_cpu, probe_gpu;
   const std::vector<float> cpu =
-      logit_rows_cpu(cfg, params, layout, tokens, targets, rows, &sel_cpu);
+      logit_rows_cpu(cfg, params, layout, tokens, targets, rows, &probe_cpu);
   const std::vector<float> gpu =
-      cuda::logit_rows_cuda(cfg, params, layout, tokens, targets, rows, &sel_gpu);
+      cuda::logit_rows_cuda(cfg, params, layout, tokens, targets, rows, &probe_gpu);
+  const std::vector<std::vector<int32_t>>& sel_cpu = probe_cpu.sel;
+  const std::vector<std::vector<int32_t>>& sel_gpu = probe_gpu.sel;
   const std::vector<float> plain =
       cuda::logit_rows_cuda(cfg, params, layout, tokens, targets, rows);
   ASSERT_EQ(cpu.size(), rows.size() * static_cast<size_t>(cfg.vocab_size));
@@ -241,6 +243,20 @@ TEST(CudaModel, LogitRowsAndTheirSelectionsMatchTheCpu) {
     EXPECT_EQ(sel_gpu[l][0], 0);
     EXPECT_EQ(sel_gpu[l][1], -1);
   }
+  // The gates at those rows: each head's three, the GPU's in bf16 (2^-9 relative) after bf16
+  // products.
+  ASSERT_EQ(probe_gpu.gates.size(), sel_cpu.size());
+  double worst_gate = 0;
+  for (size_t l = 0; l < probe_gpu.gates.size(); ++l) {
+    ASSERT_EQ(probe_gpu.gates[l].size(), rows.size() * cfg.attn.heads * kNumBranches);
+    ASSERT_EQ(probe_cpu.gates[l].size(), probe_gpu.gates[l].size());
+    for (size_t i = 0; i < probe_gpu.gates[l].size(); ++i) {
+      worst_gate = std::max(
+          worst_gate, static_cast<double>(std::abs(probe_gpu.gates[l][i] - probe_cpu.gates[l][i])));
+    }
+  }
+  std::printf("  gates at the rows: worst |cpu - gpu| %.2e (limit 2e-2)\n", worst_gate);
+  EXPECT_LT(worst_gate, 2e-2);
 }
 
 class CudaModelBitwise : public ::testing::TestWithParam<const char*> {};

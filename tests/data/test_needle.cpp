@@ -307,11 +307,29 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
       }
     }
     EXPECT_LE(c.missed_unselected, c.samples - c.retrieved);
+    ASSERT_EQ(c.gate_sum.size(), 6u);  // two layers × three branches
+    ASSERT_EQ(c.gate_sum_missed.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) {  // sigmoid gates: each head's in (0, 1)
+      EXPECT_GT(c.gate_sum[i], 0.0);
+      EXPECT_LT(c.gate_sum[i], static_cast<double>(c.samples));
+      EXPECT_LE(c.gate_sum_missed[i], c.gate_sum[i] + 1e-12);
+    }
   }
   EXPECT_EQ(cells[0].in_window, 0);  // value tokens at 5..8, the probed row at 295, w = 64
   EXPECT_EQ(cells[1].in_window, 0);
   EXPECT_EQ(cells[2].in_window, 3);  // 9 tokens before the probed row
   EXPECT_EQ(cells[0].missed_unselected, 0);
+  // A branch left out is gated off: its gate reads 0 at the probed row.
+  o.overrides = {{"branches", "sel,win"}};
+  o.out_dir = (dir / "no_cmp").string();
+  train(o);
+  const std::vector<NeedleCell> no_cmp =
+      evaluate_needle((dir / "no_cmp" / "ckpt_00000002").string(), {300}, {0.5}, 2, logit_rows_cpu,
+                      NeedleFiller::kCycle, true);
+  for (size_t l = 0; l < 2; ++l) {
+    EXPECT_EQ(no_cmp[0].gate_sum[l * 3], 0.0);
+    EXPECT_GT(no_cmp[0].gate_sum[l * 3 + 1], 0.0);
+  }
   // A model whose attention selects nothing has nothing to probe: an error naming --probe.
   o.overrides = {{"branches", "win"}};
   o.out_dir = (dir / "win").string();

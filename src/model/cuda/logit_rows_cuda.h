@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/model_cpu.h"
 #include "model/model_params.h"
 #include "nsa/config.h"
 
@@ -13,7 +14,6 @@ namespace nsa::cuda {
 std::vector<float> logit_rows_cuda(const ModelConfig& cfg, const ModelParams<float>& params,
                                    const SeqLayout& layout, const std::vector<int32_t>& inputs,
                                    const std::vector<int32_t>& targets,
-                                   const std::vector<int64_t>& rows,
-                                   std::vector<std::vector<int32_t>>* sel_rows = nullptr);
+                                   const std::vector<int64_t>& rows, ProbeRows* probe = nullptr);
 
 }  // namespace nsa::cuda

@@ -458,8 +458,20 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
       Tensor<int32_t> sel({T, a.groups, a.n_sel});
       NSA_CUDA_CHECK(cudaMemcpyAsync(sel.ptr(), ws.nsa.sel_idx_out(), sel.numel() * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, st));
+      const int64_t H = a.heads;
+      std::vector<bf16> g(static_cast<size_t>(kNumBranches * T * H));
+      for (int c = 0; c < kNumBranches; ++c) {
+        NSA_CUDA_CHECK(cudaMemcpyAsync(g.data() + c * T * H, ws.nsa.gate_in(c),
+                                       T * H * sizeof(bf16), cudaMemcpyDeviceToHost, st));
+      }
       NSA_CUDA_CHECK(cudaStreamSynchronize(st));
       stats->sel_idx.push_back(std::move(sel));
+      Tensor<float> gates({T, H, kNumBranches});  // the gates NSA took: [T, H] bf16 per branch
+      for (int64_t i = 0; i < T * H; ++i) {
+        for (int c = 0; c < kNumBranches; ++c)
+          gates[i * kNumBranches + c] = __bfloat162float(g[c * T * H + i]);
+      }
+      stats->gates.push_back(std::move(gates));
     }
   }
   launch_rmsnorm_forward(layer_inputs_[L].get(), params_.weight(params_.norm_slot()),
