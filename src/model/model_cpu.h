@@ -31,7 +31,7 @@ struct ModelStats {
   // forward), and the bytes its saved activations hold until the backward.
   std::vector<double> layer_forward_ms, layer_backward_ms;
   std::vector<int64_t> layer_bytes;
-  bool keep_outputs = false;             // set to also keep the two below (tests, tools)
+  bool keep_outputs = false;             // set to also keep the three below (tests, tools)
   Tensor<float> logits;                  // [T, vocab]
   std::vector<Tensor<int32_t>> sel_idx;  // per layer [T, G, n_sel]
   std::vector<Tensor<float>> gates;      // per layer [T, H, 3]: each branch's gate as NSA took it

@@ -74,8 +74,8 @@ class ModelCuda {
   // them): gate means, the selection-distance histogram, per-layer times and bytes; with
   // check_finite the CPU model's anomaly checks (the same tensors in the same order, the same
   // message – where the GPU adds a product straight into the residual stream, the sum is
-  // checked); keep_outputs and keep_token_losses download the logits, every layer's selection
-  // and the token losses.
+  // checked); keep_outputs and keep_token_losses download the logits, every layer's selection and
+  // gates, and the token losses.
   double forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
                           bool backward, ModelStats* stats = nullptr);
   // The logits of token rows `rows` of the last forward_backward, [rows.size(), vocab] (fp32):
