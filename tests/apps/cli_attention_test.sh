@@ -96,6 +96,8 @@ expect_error "eval needle with a loss flag" "--batch belongs to the loss evaluat
   "$nsa" eval --task needle --run "$dir/needle" --batch 2
 expect_error "eval loss with a needle flag" "--samples belongs to --task needle" \
   "$nsa" eval --run "$dir/needle" --data synthetic --samples 2
+expect_error "eval loss with --probe" "--probe belongs to --task needle" \
+  "$nsa" eval --run "$dir/needle" --data synthetic --probe
 expect_error "eval needle depth" "--depths: 2 is outside \[0, 1\]" \
   "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --depths 0,2
 expect_ok "train needle-mix" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
