@@ -244,12 +244,12 @@ TEST(Needle, RepeatRowsCopyTheirFirstHalf) {
   }
 }
 
-TEST(Needle, EvaluationCountsEveryCell) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_needle";
+// Two steps of `tiny` on needle rows of 96 tokens into `dir` (emptied first): a checkpoint to
+// evaluate, ckpt_00000002.
+TrainOptions two_needle_steps(const std::filesystem::path& dir) {
   std::filesystem::remove_all(dir);
   TrainOptions o;
   o.config = std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml";
-  o.overrides = {{"dim", "32"}, {"n_layers", "1"}};
   o.data = "needle";
   o.seq_len = 96;
   o.out_dir = dir.string();
@@ -257,6 +257,13 @@ TEST(Needle, EvaluationCountsEveryCell) {
   o.batch = 2;
   o.val_every = 0;
   o.quiet = true;
+  return o;
+}
+
+TEST(Needle, EvaluationCountsEveryCell) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_needle";
+  TrainOptions o = two_needle_steps(dir);
+  o.overrides = {{"dim", "32"}, {"n_layers", "1"}};
   train(o);
   const std::vector<NeedleCell> cells =
       evaluate_needle((dir / "ckpt_00000002").string(), {96, 200}, {0.0, 1.0}, 3);
@@ -277,16 +284,7 @@ TEST(Needle, EvaluationCountsEveryCell) {
 // retrieved with and without it.
 TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_probe";
-  std::filesystem::remove_all(dir);
-  TrainOptions o;
-  o.config = std::string(NSA_SOURCE_DIR) + "/configs/tiny.yaml";
-  o.data = "needle";
-  o.seq_len = 96;
-  o.out_dir = dir.string();
-  o.steps = 2;
-  o.batch = 2;
-  o.val_every = 0;
-  o.quiet = true;
+  TrainOptions o = two_needle_steps(dir);
   train(o);
   const std::string ckpt = (dir / "ckpt_00000002").string();
   const std::vector<double> depths = {0.0, 0.5, 1.0};
