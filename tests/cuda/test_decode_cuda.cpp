@@ -289,7 +289,7 @@ INSTANTIATE_TEST_SUITE_P(
         // tiles; a part's tile takes 135 KiB of shared memory).
         LayerCase{"deep", layer_config(4, 2, 192, 256, 16, 8, 32, 4, 64), 1, 700},
         // One picks CTA (a single late part, n_sel = 3) for a group of 16 heads with dv = 64: the
-        // combine's 256 outputs take two passes of the CTA, so its early half stays off.
+        // combine's 256 outputs take two passes of the CTA (one split, a thread per output).
         LayerCase{"one_cta", layer_config(16, 1, 16, 64, 16, 8, 32, 3, 32), 2, 500}),
     [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 
