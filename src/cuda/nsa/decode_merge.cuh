@@ -215,10 +215,13 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
         fold_batch(st[0], 0, rr, ml, ov);
       } else {
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-#pragma unroll
-          for (int r = 0; r < kNumBranches; ++r)  // every branch folds: a part of another is empty
-            fold_running(st[r], ml[u].x, rr[u] == r ? ml[u].y : 0.0f, ov[u]);
+        for (int u = 0; u < kBatch; ++u) {  // the slot's branch, picked by selects: one fold
+          if (rr[u] < 0) continue;
+          Running cur = rr[u] == 0 ? st[0] : rr[u] == 1 ? st[1] : st[2];
+          fold_running(cur, ml[u].x, ml[u].y, ov[u]);
+          st[0] = rr[u] == 0 ? cur : st[0];
+          st[1] = rr[u] == 1 ? cur : st[1];
+          st[2] = rr[u] == 2 ? cur : st[2];
         }
       }
     }

@@ -87,10 +87,11 @@ enum class PartKind { kCompressed, kWindow, kBlock0, kDense };
 // round trip. Then the rows past the position are cut off, the token's own row (position t, not
 // in the caches yet) is put in from the inputs, and a compressed token that completes at t is
 // averaged here. The CTA of part 0 also appends the token's K/V.
+template <bool kTrace>
 __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   extern __shared__ __align__(16) unsigned char smem[];
-  trace_mark(p, kTraceParts, 0);  // start
+  trace_mark<kTrace>(p, kTraceParts, 0);  // start
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
   const Tile tl = carve_tile(smem, m.dk, m.dv);
   // What the part reads: `avail` rows from row `first` on of a cache of `rows` rows per sequence.
@@ -123,9 +124,9 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   tile_issue_rows(m, tl, avail, row(kc, b, rows, first, g, m, m.dk),
                   row(vc, b, rows, first, g, m, m.dv), static_cast<int64_t>(m.G) * m.dk,
                   static_cast<int64_t>(m.G) * m.dv);
-  trace_mark(p, kTraceParts, 1);  // cache rows issued
+  trace_mark<kTrace>(p, kTraceParts, 1);  // cache rows issued
   wait_for_previous_kernel();
-  trace_mark(p, kTraceParts, 2);  // released: the previous kernel is done
+  trace_mark<kTrace>(p, kTraceParts, 2);  // released: the previous kernel is done
   tile_issue_q(m, p.q, b, g, tl);
   cp_async_commit();
   const int br = kind == PartKind::kWindow ? kWin : kind == PartKind::kCompressed ? kCmp : kSel;
@@ -156,8 +157,8 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
     if (kind == PartKind::kWindow || kind == PartKind::kBlock0) write_empty(m, ml);
     return;
   }
-  __syncthreads();                // every copy has landed
-  trace_mark(p, kTraceParts, 3);  // landed
+  __syncthreads();                        // every copy has landed
+  trace_mark<kTrace>(p, kTraceParts, 3);  // landed
   tile_fix_rows(m, tl, count, patch, piece);
   if (emit >= 0) compress_row(p, b, g, t, first + emit, tl.k + emit * tl.ks, tl.v + emit * tl.vs);
   __syncthreads();
@@ -165,23 +166,24 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
                      ? p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first
                      : nullptr;
   tile_attend(m, tl, count, s_out, m.max_cmp, ml, p.part_o + part_index(m, bg, slot) * m.dv);
-  trace_mark(p, kTraceParts, 4);  // attended
+  trace_mark<kTrace>(p, kTraceParts, 4);  // attended
 }
 
 // Grid (B·G, sel_chunks + cmp_groups): CTAs below sel_chunks score a chunk of blocks and keep its
 // candidates (decode_select.cuh); the others each pre-merge one group of kGroupParts compressed
 // parts for the final combine.
+template <bool kTrace>
 __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
-  trace_mark(p, kTraceTopk, 0);  // start
+  trace_mark<kTrace>(p, kTraceTopk, 0);  // start
   wait_for_previous_kernel();
-  trace_mark(p, kTraceTopk, 1);  // released
+  trace_mark<kTrace>(p, kTraceTopk, 1);  // released
   extern __shared__ float topk_smem[];
   const int bg = blockIdx.x, b = bg / m.G, y = blockIdx.y;
   if (y < m.sel_chunks) {
     block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem,
-               [&](int k) { trace_mark(p, kTraceTopk, 4 + k); });
-    trace_mark(p, kTraceTopk, 2);  // a chunk's candidates written
+               [&](int k) { trace_mark<kTrace>(p, kTraceTopk, 4 + k); });
+    trace_mark<kTrace>(p, kTraceTopk, 2);  // a chunk's candidates written
     return;
   }
   const int gi = y - m.sel_chunks;
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
   if (gi * kGroupParts >= parts) return;  // not merged this step
   merge_group(m, p.part_ml, p.part_o, bg, gi * kGroupParts, min(parts, (gi + 1) * kGroupParts),
               m.slot_group + gi);
-  trace_mark(p, kTraceTopk, 3);  // a compressed group merged
+  trace_mark<kTrace>(p, kTraceTopk, 3);  // a compressed group merged
 }
 
 // Grid (cluster, B·G), one cluster of CTAs per (sequence, group): each CTA merges the chunks'
@@ -197,11 +199,12 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
 // position) and attends its parts k = rank, rank + cluster, … of the forced blocks c − 1, c (k <
 // late_parts), then of the picked blocks. After the cluster's barrier every CTA merges every
 // branch for its share of the group's heads and gates them into o.
+template <bool kTrace>
 __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
-  trace_mark(p, kTracePicks, 0);  // start
+  trace_mark<kTrace>(p, kTracePicks, 0);  // start
   wait_for_previous_kernel();
-  trace_mark(p, kTracePicks, 1);  // released
+  trace_mark<kTrace>(p, kTracePicks, 1);  // released
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ KeyRows rows;
   __shared__ int slot[kMaxSel], picks[kMaxSel];
@@ -214,9 +217,9 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   const int t = p.pos[b];
   cp_async_wait<0>();
   __syncthreads();
-  trace_mark(p, kTracePicks, 2);  // candidates landed
+  trace_mark<kTrace>(p, kTracePicks, 2);  // candidates landed
   const int npicks = select_blocks(m, t, scratch, slot, picks);
-  trace_mark(p, kTracePicks, 3);  // selected
+  trace_mark<kTrace>(p, kTracePicks, 3);  // selected
   if (rank == 0) {
     for (int j = threadIdx.x; j < m.n_sel; j += blockDim.x)
       p.sel[static_cast<int64_t>(bg) * m.n_sel + j] = slot[j];
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    if (y == rank) trace_mark(p, kTracePicks, 4);  // the first part's rows landed
+    if (y == rank) trace_mark<kTrace>(p, kTracePicks, 4);  // the first part's rows landed
     const int64_t pi = part_index(m, bg, (late ? m.slot_late : m.slot_pick) + k);
     if (sp.count > 0) {
       tile_attend(m, tl, sp.count, nullptr, 0, p.part_ml + 2 * pi, p.part_o + pi * m.dv);
@@ -247,9 +250,9 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     }
     __syncthreads();  // the tile and the rows are the next part's
   }
-  trace_mark(p, kTracePicks, 5);  // parts attended
-  cluster_sync();                 // every part's partials are written and visible to the cluster
-  trace_mark(p, kTracePicks, 6);  // the cluster met
+  trace_mark<kTrace>(p, kTracePicks, 5);  // parts attended
+  cluster_sync();  // every part's partials are written and visible to the cluster
+  trace_mark<kTrace>(p, kTracePicks, 6);  // the cluster met
   const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
   if (h0 >= m.hpg) return;
   const int parts = (num_cmp(m, t) + kPartKeys - 1) / kPartKeys;
@@ -262,7 +265,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   br.hi[kWin] = m.slot_win + m.win_parts;
   for (int r = 0; r < kNumBranches; ++r) br.gate[r] = p.gate[r];
   combine<false>(m, p.part_ml, p.part_o, b, g, h0, min(heads, m.hpg - h0), br, p.o);
-  trace_mark(p, kTracePicks, 7);  // combined
+  trace_mark<kTrace>(p, kTracePicks, 7);  // combined
 }
 
 // Dense decoding, grid (B, H): one head's parts over 0..t merged into o.
@@ -362,14 +365,16 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   // Dynamic shared memory beyond the default 48 KiB (the staged tile, and the picks' selection
   // scratch): raised, never lowered, so every decoder alive (of any shape) can still launch.
   const size_t tile = tile_bytes(static_cast<int>(dk), static_cast<int>(dv));
-  allow_dynamic_smem(parts_kernel, tile);
-  if (!dense) {
-    allow_dynamic_smem(topk_kernel, block_topk_smem_bytes());
-    allow_dynamic_smem(picks_kernel, picks_smem_bytes());
+  for (const bool traced : {false, true}) {  // the kernels with and without trace points
+    allow_dynamic_smem(traced ? parts_kernel<true> : parts_kernel<false>, tile);
+    if (!dense) {
+      allow_dynamic_smem(traced ? topk_kernel<true> : topk_kernel<false>, block_topk_smem_bytes());
+      allow_dynamic_smem(traced ? picks_kernel<true> : picks_kernel<false>, picks_smem_bytes());
+    }
+    prefer_shared_carveout(traced ? parts_kernel<true> : parts_kernel<false>);
+    prefer_shared_carveout(traced ? topk_kernel<true> : topk_kernel<false>);
+    prefer_shared_carveout(traced ? picks_kernel<true> : picks_kernel<false>);
   }
-  prefer_shared_carveout(parts_kernel);
-  prefer_shared_carveout(topk_kernel);
-  prefer_shared_carveout(picks_kernel);
   prefer_shared_carveout(dense_combine_kernel);
   part_ml_.resize(B_ * G * slots_ * hpg * 2);
   part_o_.resize(B_ * G * slots_ * hpg * dv);
@@ -432,18 +437,21 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   const unsigned BG = static_cast<unsigned>(B_ * m.G);
   const unsigned parts =
       static_cast<unsigned>(dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
-  launch_dependent(parts_kernel, dim3(BG, parts), dim3(kPartThreads), tile_bytes(m.dk, m.dv),
-                   stream, p);
+  const bool traced = p.trace != nullptr;
+  launch_dependent(traced ? parts_kernel<true> : parts_kernel<false>, dim3(BG, parts),
+                   dim3(kPartThreads), tile_bytes(m.dk, m.dv), stream, p);
   if (dense_) {
     launch_dependent(dense_combine_kernel,
                      dim3(static_cast<unsigned>(B_), static_cast<unsigned>(c.heads)),
                      dim3(kPartThreads), 0, stream, p);
     return;
   }
-  launch_dependent(topk_kernel, dim3(BG, static_cast<unsigned>(sel_chunks_ + cmp_groups_)),
-                   dim3(kTopkThreads), block_topk_smem_bytes(), stream, p);
-  launch_dependent_clusters(picks_kernel, dim3(picks_cluster_, BG), picks_cluster_,
-                            dim3(kPartThreads), picks_smem_bytes(), stream, p);
+  launch_dependent(traced ? topk_kernel<true> : topk_kernel<false>,
+                   dim3(BG, static_cast<unsigned>(sel_chunks_ + cmp_groups_)), dim3(kTopkThreads),
+                   block_topk_smem_bytes(), stream, p);
+  launch_dependent_clusters(traced ? picks_kernel<true> : picks_kernel<false>,
+                            dim3(picks_cluster_, BG), picks_cluster_, dim3(kPartThreads),
+                            picks_smem_bytes(), stream, p);
 }
 
 void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream) {
