@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-hotspots|copy|pytorch|hotspots|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -27,6 +27,10 @@
 # (the op's forward + backward from PyTorch against `nsa bench attention` and SDPA, at
 # PYTORCH_SEQ_LENS, default 16384, for m7c_125m and paper_attn). pytest if the image has it, else
 # python/tests/mini_pytest.py runs test_cuda.py.
+# `pytorch-compare` (not in `all`): the Python tests as `pytorch`, then bench/pytorch_op.py with the
+# build BASE (or BASE_DIR: its nsa and libnsa_capi.so; this tree's Python package) and with this
+# tree alternately, ROUNDS times (default 2), at PYTORCH_CONFIGS (default m7c_125m) and
+# PYTORCH_SEQ_LENS (default 16384): the op's overhead of both builds measured in one call.
 # `decode-compare` (not in `all`): the decode tests and compute-sanitizer on the decode layer (as
 # `decode`), then `nsa bench decode --device cuda --prefill none` of the build BASE (or BASE_DIR)
 # and of this tree alternately, ROUNDS times (default 2; PyTorch SDPA in the first run only), at
@@ -53,11 +57,13 @@ mkdir -p "$out"
 base=${BASE:-HEAD~1}
 workshop_base=0
 [ "$what" = workshop ] && { [ -n "${BASE:-}" ] || [ -n "${BASE_DIR:-}" ]; } && workshop_base=1
-if [ "$what" = compare ] || [ "$what" = final ] || [ "$what" = decode-compare ] || [ "$workshop_base" = 1 ]; then
+if [ "$what" = compare ] || [ "$what" = final ] || [ "$what" = decode-compare ] ||
+  [ "$what" = pytorch-compare ] || [ "$workshop_base" = 1 ]; then
+  base_targets=(nsa nsa_workshop); [ "$what" = pytorch-compare ] && base_targets=(nsa nsa_capi)
   (rm -rf /tmp/nsa_base &&
     if [ -n "${BASE_DIR:-}" ]; then cp -r "$BASE_DIR" /tmp/nsa_base; else git worktree add -f /tmp/nsa_base "$base"; fi &&
     cmake -S /tmp/nsa_base -B /tmp/nsa_base/build -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-    ninja -C /tmp/nsa_base/build -j8 nsa nsa_workshop) >"$out/build_base.log" 2>&1 &
+    ninja -C /tmp/nsa_base/build -j8 "${base_targets[@]}") >"$out/build_base.log" 2>&1 &
   base_pid=$!
 fi
 more_pids=()
@@ -218,7 +224,7 @@ if [ "$what" = hotspots ]; then
     python3 bench/ncu_hotspots.py "/tmp/hot_$wk.csv" --top "${HOTSPOT_TOP:-22}"
   done 2>&1 | tee -a "$out/hotspots.txt"
 fi
-if [ "$what" = pytorch ]; then
+if [ "$what" = pytorch ] || [ "$what" = pytorch-compare ]; then
   export NSA_CAPI_LIB="$PWD/build/libnsa_capi.so" NSA_BINARY="$PWD/build/nsa" NSA_REQUIRE_CUDA=1
   export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
   python3 -c 'import sys, torch, nsa; print("python", sys.version.split()[0], "torch", torch.__version__,
@@ -234,8 +240,21 @@ if [ "$what" = pytorch ]; then
     python3 python/tests/mini_pytest.py python/tests/test_cuda.py >"$out/pytorch_cuda_tests.log" 2>&1
     echo "python CUDA tests rc=$?"; grep -E "^(FAILED|SKIPPED)|passed" "$out/pytorch_cuda_tests.log" | tail -20
   fi
-  python3 bench/pytorch_op.py --nsa-binary build/nsa --configs "${PYTORCH_CONFIGS:-m7c_125m,paper_attn}" \
-    --seq-lens "${PYTORCH_SEQ_LENS:-16384}" --json "$out/pytorch_op.jsonl" 2>&1 | tee "$out/pytorch_op.txt"
+  if [ "$what" = pytorch ]; then
+    python3 bench/pytorch_op.py --nsa-binary build/nsa --configs "${PYTORCH_CONFIGS:-m7c_125m,paper_attn}" \
+      --seq-lens "${PYTORCH_SEQ_LENS:-16384}" --json "$out/pytorch_op.jsonl" 2>&1 | tee "$out/pytorch_op.txt"
+  fi
+fi
+if [ "$what" = pytorch-compare ]; then
+  wait "$base_pid" || { echo "base did not build"; tail -5 "$out/build_base.log"; exit 1; }
+  for round in $(seq "${ROUNDS:-2}"); do
+    for b in /tmp/nsa_base/build "$PWD/build"; do
+      echo "== $b round $round"
+      NSA_CAPI_LIB="$b/libnsa_capi.so" python3 bench/pytorch_op.py --nsa-binary "$b/nsa" \
+        --configs "${PYTORCH_CONFIGS:-m7c_125m}" --seq-lens "${PYTORCH_SEQ_LENS:-16384}" \
+        --json "$out/pytorch_compare.jsonl"
+    done
+  done 2>&1 | tee "$out/pytorch_compare.txt"
 fi
 # copy: can training teach copying from beyond the window? Stage 1 as for the needle, then all
 # branches and the window only, side by side, on copy rows at S = 1024 (periods up to 512, w = 256),

@@ -20,6 +20,7 @@
 #include "cuda/common/device_buffer.h"
 #include "cuda/nsa/nsa_cuda_call.h"
 #include "cuda/nsa/nsa_cuda_layer.h"
+#include "cuda/nsa/sel_block_major.h"
 
 namespace nsa::test {
 namespace {
@@ -276,22 +277,34 @@ TEST_P(CudaCallVsLayer, BitIdenticalWithPhiAvg) {
   NSA_CUDA_CHECK(cudaStreamSynchronize(stream));
   expect_same_as_layer(cfg, layout, call, layer);
 
-  // bf16 gradients: the fp32 ones rounded to nearest even, bit for bit.
-  NsaTensors<float> want = call.grads(cfg);
-  const NsaTensors<float> got = call.grads_bf16(cfg, stream);
-  cudaStreamDestroy(stream);
-  round_bf16(want.q);
-  expect_equal(got.q, want.q, "dq (bf16)");
-  for (int b = 0; b < kNumBranches; ++b) {
-    const std::string name = kBranchNames[b];
-    if (cfg.kv_index(b) == b) {
-      round_bf16(want.k[b]), round_bf16(want.v[b]);
-      expect_equal(got.k[b], want.k[b], "dk_" + name + " (bf16)");
-      expect_equal(got.v[b], want.v[b], "dv_" + name + " (bf16)");
+  // bf16 gradients: the fp32 ones rounded to nearest even, bit for bit – with the selected rows
+  // in one pass (the block-major branch writes bf16 itself) and in passes of 7 rows (its fp32
+  // sums converted after the last pass; the fp32 run then uses the same passes).
+  const int64_t row_bytes =
+      cuda::sel_partial_bytes_per_row(cfg.heads, cfg.n_sel, cfg.l_sel, cfg.dk, cfg.dv);
+  for (const int64_t budget : {int64_t{0}, 7 * row_bytes}) {
+    SCOPED_TRACE(budget ? "selected rows in passes of 7" : "selected rows in one pass");
+    call.io.sel_partial_budget_bytes = budget;
+    if (budget) {
+      call.run(cfg, stream);
+      NSA_CUDA_CHECK(cudaStreamSynchronize(stream));
     }
-    round_bf16(want.gate[b]);
-    expect_equal(got.gate[b], want.gate[b], "dg_" + name + " (bf16)");
+    NsaTensors<float> want = call.grads(cfg);
+    const NsaTensors<float> got = call.grads_bf16(cfg, stream);
+    round_bf16(want.q);
+    expect_equal(got.q, want.q, "dq (bf16)");
+    for (int b = 0; b < kNumBranches; ++b) {
+      const std::string name = kBranchNames[b];
+      if (cfg.kv_index(b) == b) {
+        round_bf16(want.k[b]), round_bf16(want.v[b]);
+        expect_equal(got.k[b], want.k[b], "dk_" + name + " (bf16)");
+        expect_equal(got.v[b], want.v[b], "dv_" + name + " (bf16)");
+      }
+      round_bf16(want.gate[b]);
+      expect_equal(got.gate[b], want.gate[b], "dg_" + name + " (bf16)");
+    }
   }
+  cudaStreamDestroy(stream);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -601,6 +601,7 @@ struct SelItems {
   int64_t per_item;
   float* part;         // [items, 64, dk + dv]: dK (scaled) / dV of the items of multi-item units
   SelItemDesc* items;  // [items]
+  SelGradOut out;      // where the pass's sums go
 };
 
 // Index entries of (unit, group) ug in the pass's rows.
@@ -655,18 +656,19 @@ __global__ void __launch_bounds__(dkdv_threads<DK, DV>(), dkdv_ctas_per_sm(DK))
   Grads grads;
   grads.run(p, unit, g, pairs, dq, sm);
   if (n_items == 1) {
-    const int64_t row0 = u.seq_start + unit.first;
-    grads.store(unit, p.d_k[1] + (row0 * p.G + g) * DK, p.d_v[1] + (row0 * p.G + g) * DV, p.G * DK,
-                p.G * DV, p.scale, true);
+    const int64_t k0 = (u.seq_start + unit.first) * p.G + g;
+    grads.store(unit, p.d_k[1] + k0 * DK, p.d_v[1] + k0 * DV, p.G * DK, p.G * DV, p.scale,
+                it.out.accumulate, it.out.k16 ? it.out.k16 + k0 * DK : nullptr,
+                it.out.v16 ? it.out.v16 + k0 * DV : nullptr);
   } else {
     float* dst = it.part + i * kDkdvUnitRows * (DK + DV);
     grads.store(unit, dst, dst + DK, DK + DV, DK + DV, p.scale, false);
   }
 }
 
-// d_k[1] / d_v[1] += Σ items of each multi-item (unit, group), in item order (four running sums
-// so that four loads are in flight, added in a fixed order): CTA (ug, y) takes unit rows
-// y·kReduceRows.. of ug.
+// d_k[1] / d_v[1] (=, or += with out.accumulate; in bf16 into out.k16 / out.v16 where given) Σ
+// items of each multi-item (unit, group), in item order (four running sums so that four loads are
+// in flight, added in a fixed order): CTA (ug, y) takes unit rows y·kReduceRows.. of ug.
 constexpr int kReduceRows = 8;
 template <int DK, int DV>
 __global__ void reduce_items_kernel(const NsaParams p, const SelItems it) {
@@ -688,10 +690,17 @@ __global__ void reduce_items_kernel(const NsaParams p, const SelItems it) {
       for (int u = 0; u < 4; ++u) a[u] += src[(k + u) * kItem];
     }
     for (; k < n_items; ++k) a[0] += src[k * kItem];
-    const float acc = (a[0] + a[1]) + (a[2] + a[3]);
-    float* dst = col < DK ? p.d_k[1] + ((row0 + jl) * p.G + g) * DK + col
-                          : p.d_v[1] + ((row0 + jl) * p.G + g) * DV + (col - DK);
-    *dst += acc;
+    float acc = (a[0] + a[1]) + (a[2] + a[3]);
+    const int64_t at =
+        col < DK ? ((row0 + jl) * p.G + g) * DK + col : ((row0 + jl) * p.G + g) * DV + (col - DK);
+    float* dst = (col < DK ? p.d_k[1] : p.d_v[1]) + at;
+    if (it.out.accumulate) acc = *dst + acc;
+    bf16* dst16 = col < DK ? it.out.k16 : it.out.v16;
+    if (dst16) {
+      dst16[at] = __float2bfloat16(acc);
+    } else {
+      *dst = acc;
+    }
   }
 }
 
@@ -785,10 +794,11 @@ int64_t sel_entries_per_item(const NsaParams& p) {
 }
 
 void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_units,
-                        const SelDqPass& pass, const SelItemScratch& s, cudaStream_t stream) {
+                        const SelDqPass& pass, const SelGradOut& out, const SelItemScratch& s,
+                        cudaStream_t stream) {
   const int64_t U = n_units * p.G;
   if (U == 0) return;
-  const SelItems it{units, n_units, s.item_end, sel_entries_per_item(p), s.part, s.items};
+  const SelItems it{units, n_units, s.item_end, sel_entries_per_item(p), s.part, s.items, out};
   count_items_kernel<<<static_cast<unsigned>((U + 255) / 256), 256, 0, stream>>>(p, it, pass,
                                                                                  s.counts);
   NSA_CUDA_LAUNCH_CHECK();

@@ -36,14 +36,23 @@ void launch_nsa_backward_dkdv(const NsaParams& p, Branch branch, const RowTile* 
 // passes over query rows [r0, r1) so that the dq partials stay bounded
 // (run_sel_block_major_backward). Work is cut into items of at most sel_entries_per_item index
 // entries of one (unit, group), so a hot block (block 0 is every query's) spreads over many CTAs
-// and a cold one takes one: a unit's only item adds its dK/dV to p.d_k[1] / p.d_v[1] directly,
-// several items write partials that a second kernel adds in item order. The gradient must be
-// initialised (zeroed) before the first pass. dq partials: unscaled Σ_j dS_j k_j per (row, head,
-// slot, 64-row unit ub of the block) at dq_part[(((row − r0)·H + head)·n_sel + slot)·⌈l_sel / 64⌉ +
-// ub], bf16, dk wide.
+// and a cold one takes one: a unit's only item writes its dK/dV to the gradient directly, several
+// items write partials that a second kernel sums in item order (SelGradOut: stored, or added to
+// p.d_k[1] / p.d_v[1]; in bf16 instead where given). Rows no item writes keep what the gradient
+// held: zero it (fp32 or bf16) before the first pass. dq partials: unscaled Σ_j dS_j k_j per (row,
+// head, slot, 64-row unit ub of the block) at dq_part[(((row − r0)·H + head)·n_sel + slot)·⌈l_sel /
+// 64⌉ + ub], bf16, dk wide.
 struct SelDqPass {
   int64_t r0, r1;
   bf16* dq_part;
+};
+// Where a pass's dK/dV go: added to p.d_k[1] / p.d_v[1] (accumulate) or stored there; with k16 /
+// v16 stored into those in bf16 instead (rounded from the fp32 value, which is then not written) –
+// only for a pass that is the gradient's last writer.
+struct SelGradOut {
+  bool accumulate = false;
+  bf16* k16 = nullptr;
+  bf16* v16 = nullptr;
 };
 // Pairs ((entry, head)) per work item.
 constexpr int64_t kSelItemPairs = 1024;
@@ -68,6 +77,7 @@ struct SelItemScratch {
 };
 size_t sel_scan_temp_bytes(int64_t n);
 void launch_sel_dkdv_dq(const NsaParams& p, const RowTile* units, int64_t n_units,
-                        const SelDqPass& pass, const SelItemScratch& scratch, cudaStream_t stream);
+                        const SelDqPass& pass, const SelGradOut& out, const SelItemScratch& scratch,
+                        cudaStream_t stream);
 
 }  // namespace nsa::cuda

@@ -71,7 +71,9 @@ void lay_out(Call& c, const NsaConfig& cfg, int64_t T, int64_t N, const NsaCudaI
   NsaScratch& s = c.scratch;
   s.sel_kernel = default_selected_kernel(cfg);
   if (s.sel_kernel == SelectedKernel::kBlockMajor) {
-    s.sel_block_major = carve_sel_block_major(p, kSelPartialBudgetBytes, caps.sel_units, ws);
+    const int64_t budget =
+        io.sel_partial_budget_bytes > 0 ? io.sel_partial_budget_bytes : kSelPartialBudgetBytes;
+    s.sel_block_major = carve_sel_block_major(p, budget, caps.sel_units, ws);
   }
   s.device_layout = &c.layout;
   if (backward) {

@@ -48,14 +48,18 @@ struct NsaCudaIo {
   float* d_phi_k[5] = {};
   float* d_phi_v[5] = {};
   // grads_bf16: the gradients of q, k, v and the gates in bf16 instead (the d_* above stay null
-  // but φ's): the kernels that finish d_q and d_gate write these directly, the K/V gradients are
-  // converted in one launch at the end; their fp32 sums live in the workspace (sized with
-  // grads_bf16 = true).
+  // but φ's): the kernels that finish them write these directly (a K/V gradient whose last
+  // writer has no bf16 path is converted right after it); their fp32 sums live in the workspace
+  // (sized with grads_bf16 = true).
   bool grads_bf16 = false;
   bf16* d_q_bf16 = nullptr;
   bf16* d_k_bf16[3] = {};
   bf16* d_v_bf16[3] = {};
   bf16* d_gate_bf16[3] = {};
+  // The block-major selected branch's partial results per pass (0: kSelPartialBudgetBytes). Tests
+  // set a few rows' worth to make its rows take several passes; a smaller budget never needs a
+  // larger workspace.
+  int64_t sel_partial_budget_bytes = 0;
 };
 
 // Rows of the compressed K/V buffers for T tokens in N sequences: T / d, a bound on the real count

@@ -43,9 +43,10 @@ void convert_compressed_kv(const NsaParams& p, cudaStream_t stream) {
 }
 
 // The bf16 copies of branch b's K/V gradient, where the caller wants them (p.d_k_bf16), once the
-// gradient's last writer is issued on `stream` – for the writers that only write fp32 (the
-// block-major selected branch, φ = mlp's GEMMs); the window's dK/dV, the query-major selected
-// branch's and φ = avg's backward write the bf16 gradient themselves. Each copy overlaps the rest
+// gradient's last writer is issued on `stream` – for the writers that only write fp32 (φ = mlp's
+// GEMMs, the block-major selected branch when its rows take several passes); the window's dK/dV,
+// the query-major selected branch's, the one-pass block-major one and φ = avg's backward write the
+// bf16 gradient themselves. Each copy overlaps the rest
 // of the backward instead of following it.
 void convert_kv_grads(const NsaParams& p, int b, cudaStream_t stream) {
   convert_kv(p.d_k[b], p.d_k_bf16[b], p.T * p.G * p.dk, p.d_v[b], p.d_v_bf16[b], p.T * p.G * p.dv,
@@ -140,7 +141,10 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
     launch_nsa_backward_dkdv(p, Branch::kSel, t.sel_units, t.n_sel_units, kSelChunks, shared,
                              s.partial, stream);
   }
-  if (block_major && !shared && !fork) convert_kv_grads(p, 1, stream);
+  // The block-major pass writes the bf16 gradient itself where it can (one pass over the rows).
+  const bool sel_bf16_done =
+      block_major && sel_block_major_writes_bf16(p, s.sel_block_major, shared);
+  if (block_major && !shared && !fork && !sel_bf16_done) convert_kv_grads(p, 1, stream);
   launch_nsa_backward_dkdv(p, Branch::kCmp, t.cmp_units, t.n_cmp_units, kCmpChunks, false,
                            s.partial, stream);
   if (s.mlp_k) {
@@ -156,7 +160,7 @@ void launch_nsa_backward(const NsaConfig& cfg, NsaParams& p, const NsaTables& t,
   // φ = avg's backward wrote the compressed branch's raw K/V (or the shared) gradient in bf16.
   if (s.mlp_k) convert_kv_grads(p, 0, stream);
   if (fork) {
-    if (p.T > 0 && (p.d_k_bf16[1] || p.d_v_bf16[1])) {  // event 3 is recorded when T > 0
+    if (p.T > 0 && (p.d_k_bf16[1] || p.d_v_bf16[1]) && !sel_bf16_done) {  // event 3: T > 0
       fork->wait(stream, 3), convert_kv_grads(p, 1, stream);
     }
     fork->record(2, sel_stream), fork->wait(stream, 2);

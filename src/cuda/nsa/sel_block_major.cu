@@ -580,6 +580,10 @@ void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
   });
 }
 
+bool sel_block_major_writes_bf16(const NsaParams& p, const SelBlockMajorView& v, bool accumulate) {
+  return !accumulate && v.rows >= p.T && p.d_k_bf16[1] && p.d_v_bf16[1];
+}
+
 void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
                                   const RowTile* units, int64_t n_units, bool accumulate,
                                   cudaStream_t stream, cudaEvent_t merge_after,
@@ -587,16 +591,26 @@ void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v
   if (p.T == 0) return;
   NSA_CHECK(n_units <= v.n_units, "selected branch (block-major): ", n_units,
             " units, the scratch was carved for ", v.n_units);
-  if (!accumulate) {
-    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_k[1], 0, p.T * p.G * p.dk * sizeof(float), stream));
-    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_v[1], 0, p.T * p.G * p.dv * sizeof(float), stream));
+  // Rows no item writes are zeros: in the bf16 gradient where the one pass writes that, else in
+  // the fp32 sums (which later passes then add to).
+  const bool bf16_out = sel_block_major_writes_bf16(p, v, accumulate);
+  const int64_t nk = p.T * p.G * p.dk, nv = p.T * p.G * p.dv;
+  if (bf16_out) {
+    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_k_bf16[1], 0, nk * sizeof(bf16), stream));
+    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_v_bf16[1], 0, nv * sizeof(bf16), stream));
+  } else if (!accumulate) {
+    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_k[1], 0, nk * sizeof(float), stream));
+    NSA_CUDA_CHECK(cudaMemsetAsync(p.d_v[1], 0, nv * sizeof(float), stream));
   }
   const SelItemScratch scratch{v.counts,          v.item_end,  v.scan_temp,
                                v.scan_temp_bytes, v.item_part, v.items};
   dispatch_head_dims(p.dk, p.dv, [&](auto DK, auto) {
     for (int64_t r0 = 0; r0 < p.T; r0 += v.rows) {
       const int64_t nr = std::min(v.rows, p.T - r0);
-      launch_sel_dkdv_dq(p, units, n_units, SelDqPass{r0, r0 + nr, v.part}, scratch, stream);
+      SelGradOut out;
+      out.accumulate = accumulate || r0 > 0;
+      if (bf16_out) out.k16 = p.d_k_bf16[1], out.v16 = p.d_v_bf16[1];
+      launch_sel_dkdv_dq(p, units, n_units, SelDqPass{r0, r0 + nr, v.part}, out, scratch, stream);
       if (dkdv_done && r0 + nr >= p.T) NSA_CUDA_CHECK(cudaEventRecord(dkdv_done, stream));
       NSA_CHECK(nr * p.H < (int64_t{1} << 31), "selected branch (block-major): ", nr * p.H,
                 " (row, head) pairs in a chunk do not fit the merge's 32-bit indices");
