@@ -27,8 +27,8 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
 
 namespace {
 
-// The probe of sample `seq` (needle_eval.h): its selections at row `row` of sel (the row that
-// predicts the first value token, value_at − 1 of the sequence).
+// The probe of sample `seq` (needle_eval.h): its selections and gates at row `row` of probe (the
+// row that predicts the first value token, value_at − 1 of the sequence).
 void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows& probe,
                   int64_t row, bool retrieved, NeedleCell& cell) {
   const std::vector<std::vector<int32_t>>& sel = probe.sel;
