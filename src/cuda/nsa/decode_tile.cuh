@@ -17,25 +17,20 @@ __host__ __device__ constexpr int round16(int x) {
   return (x + 15) / 16 * 16;
 }
 
-// The staged tile: q [16, dk], keys [kPartKeys, dk], values [kPartKeys, dv] (bf16), scores
-// [16, kPartKeys] (fp32) and probabilities [16, kPartKeys] (bf16), rows padded (mma.cuh's
-// tile_stride) so that the fragment loads are free of bank conflicts. The scores and the
-// probabilities share the keys' space (the keys are dead once S = Q·Kᵀ is in registers): 39 KiB
-// instead of 52 at dk = dv = 64, five part CTAs per SM instead of four.
+// The staged tile: q [16, dk], keys [kPartKeys, dk], values [kPartKeys, dv] and probabilities
+// [16, kPartKeys] (bf16), rows padded (mma.cuh's tile_stride) so that the fragment loads are free
+// of bank conflicts. The probabilities take the keys' space (the keys are dead once S = Q·Kᵀ is in
+// registers, where the softmax runs): 38 KiB at dk = dv = 64, five part CTAs per SM.
 struct Tile {
   bf16 *q, *k, *v, *p;
-  float* s;
-  int qs, ks, vs, ps, ss;  // row strides in elements
+  int qs, ks, vs, ps;  // row strides in elements
 };
 
-constexpr int kScoreStride = kPartKeys + 4;
-
-// Bytes of the keys' space: the keys, or the scores and probabilities if they take more.
+// Bytes of the keys' space: the keys, or the probabilities if they take more.
 __host__ __device__ constexpr size_t tile_key_bytes(int dk) {
   const size_t keys = sizeof(bf16) * static_cast<size_t>(kPartKeys) * tile_stride(dk);
-  const size_t sp = sizeof(float) * kMaxHeadsPerGroup * kScoreStride +
-                    sizeof(bf16) * static_cast<size_t>(kMaxHeadsPerGroup) * tile_stride(kPartKeys);
-  return keys > sp ? keys : sp;
+  const size_t p = sizeof(bf16) * static_cast<size_t>(kMaxHeadsPerGroup) * tile_stride(kPartKeys);
+  return keys > p ? keys : p;
 }
 
 __host__ __device__ constexpr size_t tile_bytes(int dk, int dv) {
@@ -48,12 +43,11 @@ __host__ __device__ constexpr size_t tile_bytes(int dk, int dv) {
 __device__ __forceinline__ Tile carve_tile(unsigned char* base, int dk, int dv) {
   Tile t;
   t.qs = tile_stride(dk), t.ks = tile_stride(dk), t.vs = tile_stride(dv);
-  t.ps = tile_stride(kPartKeys), t.ss = kScoreStride;
+  t.ps = tile_stride(kPartKeys);
   t.q = reinterpret_cast<bf16*>(base);
   unsigned char* keys = base + sizeof(bf16) * kMaxHeadsPerGroup * t.qs;
   t.k = reinterpret_cast<bf16*>(keys);
-  t.s = reinterpret_cast<float*>(keys);  // scores, then probabilities, over the keys
-  t.p = reinterpret_cast<bf16*>(t.s + kMaxHeadsPerGroup * t.ss);
+  t.p = reinterpret_cast<bf16*>(keys);  // the probabilities over the dead keys
   t.v = reinterpret_cast<bf16*>(keys + tile_key_bytes(dk));
   return t;
 }
@@ -152,6 +146,80 @@ __device__ __forceinline__ void tile_issue_kv(const DecodeDims& m, const Tile& t
   tile_fix_rows(m, tl, count, -1, make_uint4(0, 0, 0, 0));
 }
 
+// The part's softmax where S lies, in registers: this thread holds rows gid (e & 2 == 0) and
+// gid + 8 at columns n0 + 2·tq + (e & 1) + 8·(e ≥ 4). Each row's max and sum of exp over the
+// warp's keys meet in its quad (two shuffles), then over the warps in shared memory (two
+// barriers) – instead of staging S there and a warp per head folding its keys over 32 lanes
+// (docs/perf.md, seventeenth session: the NSA attention 3–7 % faster; P is stored in pairs –
+// single bf16 stores cost our dense decoding 7–9 % in a candidate). The max is exact, so P
+// is the same bf16 as the staged form's; only the fp32 sum's order differs.
+template <int kTilesPerWarp>
+__device__ __forceinline__ void softmax_registers(const DecodeDims& m, const Tile& tl, int count,
+                                                  float* s_out, int64_t s_stride, float* ml,
+                                                  float (&acc)[kTilesPerWarp][8]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gid = lane / 4, tq = lane % 4, kc = round16(count);
+  constexpr int kWarps = kPartThreads / 32;
+  __shared__ float warp_max[kWarps][kMaxHeadsPerGroup], warp_sum[kWarps][kMaxHeadsPerGroup];
+  const auto col_of = [&](int i, int e) {
+    return 16 * (warp + i * kWarps) + 2 * tq + (e & 1) + (e >= 4 ? 8 : 0);
+  };
+  float mx[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+  for (int i = 0; i < kTilesPerWarp; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      acc[i][e] = col_of(i, e) < count ? acc[i][e] * m.scale : -FLT_MAX;  // scaled, masked
+      mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], acc[i][e]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    if (tq == 0) warp_max[warp][gid + 8 * r] = mx[r];
+  }
+  __syncthreads();  // the keys are read (P takes their space) and every warp's maxes are in
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = warp_max[0][gid + 8 * r];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) mx[r] = fmaxf(mx[r], warp_max[w][gid + 8 * r]);
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kTilesPerWarp; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {  // columns c, c + 1 of one row: one 4-byte store
+      const int r = (e >> 1) & 1, h = gid + 8 * r, c = col_of(i, e);
+      // Rows ≥ hpg (no head) are left as they are: an MMA row only feeds its own output row,
+      // which is not written. Keys count .. kc − 1 get p = 0 (the MMAs read them).
+      if (c >= kc || h >= m.hpg) continue;
+      const float p0 = c < count ? __expf(acc[i][e] - mx[r]) : 0.0f;
+      const float p1 = c + 1 < count ? __expf(acc[i][e + 1] - mx[r]) : 0.0f;
+      *reinterpret_cast<__nv_bfloat162*>(tl.p + h * tl.ps + c) = __floats2bfloat162_rn(p0, p1);
+      sum[r] += p0;
+      sum[r] += p1;
+      if (s_out && c < count) s_out[h * s_stride + c] = acc[i][e];
+      if (s_out && c + 1 < count) s_out[h * s_stride + c + 1] = acc[i][e + 1];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    if (tq == 0) warp_sum[warp][gid + 8 * r] = sum[r];
+  }
+  __syncthreads();            // P and every warp's sums are in
+  if (threadIdx.x < m.hpg) {  // the warps' sums in warp order
+    const int h = threadIdx.x;
+    float total = warp_sum[0][h], top = warp_max[0][h];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) total += warp_sum[w][h], top = fmaxf(top, warp_max[w][h]);
+    *reinterpret_cast<float2*>(ml + 2 * h) = make_float2(top, total);
+  }
+}
+
 // The attention of the staged part (its loads landed and a barrier passed): per head h < hpg the
 // part's max and sum of exp (ml[2h], ml[2h + 1], fp32) and its unnormalised output o[h·dv + e],
 // written to global memory; with s_out, also the scaled scores s_out[h·s_stride + c]. count ≥ 1.
@@ -160,8 +228,7 @@ __device__ void tile_attend(const DecodeDims& m, const Tile& tl, int count, floa
                             int64_t s_stride, float* ml, float* o) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
   const int gid = lane / 4, tq = lane % 4, kc = round16(count);
-  // S = Q·Kᵀ, the 16-key tiles n0 = 16·warp, + 16·kWarps, … in registers; once every warp has
-  // read its keys, scaled and masked into tl.s (over the keys).
+  // S = Q·Kᵀ, the 16-key tiles n0 = 16·warp, + 16·kWarps, … in registers.
   constexpr int kWarps = kPartThreads / 32, kTilesPerWarp = kPartKeys / (16 * kWarps);
   float acc[kTilesPerWarp][8];
 #pragma unroll
@@ -178,41 +245,7 @@ __device__ void tile_attend(const DecodeDims& m, const Tile& tl, int count, floa
       mma_16816(acc[i] + 4, a, bb + 2);
     }
   }
-  __syncthreads();  // the keys are read
-#pragma unroll
-  for (int i = 0; i < kTilesPerWarp; ++i) {
-    const int n0 = 16 * (warp + i * kWarps);
-    if (n0 >= kc) continue;
-    const auto put = [&](int r, int col, float x) {
-      tl.s[r * tl.ss + col] = col < count ? x * m.scale : -FLT_MAX;
-    };
-    const float* c0 = acc[i];
-    const float* c1 = acc[i] + 4;
-    const int col = n0 + 2 * tq;
-    put(gid, col, c0[0]), put(gid, col + 1, c0[1]);
-    put(gid + 8, col, c0[2]), put(gid + 8, col + 1, c0[3]);
-    put(gid, col + 8, c1[0]), put(gid, col + 9, c1[1]);
-    put(gid + 8, col + 8, c1[2]), put(gid + 8, col + 9, c1[3]);
-  }
-  __syncthreads();
-  // Per head (a warp each): max, then p = exp(s − max) (bf16 into tl.p) and its sum in fp32.
-  for (int h = warp; h < m.hpg; h += nw) {
-    const float* sh = tl.s + h * tl.ss;
-    float mx = -FLT_MAX;
-    for (int c = lane; c < count; c += 32) mx = fmaxf(mx, sh[c]);
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float sum = 0.0f;
-    for (int c = lane; c < kc; c += 32) {
-      const float x = sh[c];
-      if (s_out && c < count) s_out[h * s_stride + c] = x;
-      const float p = c < count ? __expf(x - mx) : 0.0f;
-      tl.p[h * tl.ps + c] = __float2bfloat16(p);
-      sum += p;
-    }
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) *reinterpret_cast<float2*>(ml + 2 * h) = make_float2(mx, sum);
-  }
-  __syncthreads();
+  softmax_registers(m, tl, count, s_out, s_stride, ml, acc);
   // O = P·V, one 16-column tile per warp at a time; rows < hpg go out.
   for (int n0 = 16 * warp; n0 < m.dv; n0 += 16 * nw) {
     float c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
