@@ -3,7 +3,8 @@
 # trained in five stages on recall rows (periodic copy rows and needle rows in the random and the
 # cycle filler, taking turns), a window-only ablation of the first stage, and the retrieval tables
 # of every run in both fillers.
-#   bash scripts/needle_run.sh recipe        everything in order (about 28 minutes on an H100)
+#   bash scripts/needle_run.sh recipe        everything in order (on an H100 the five stages trained
+#                                            in about 14 minutes without the ablation, 2026-11-27)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
 # between calls while the machine is held; its --init-from run must be there):
@@ -12,6 +13,16 @@
 #   bash scripts/needle_run.sh save          the newest weights of RUNS to $OUT
 #   bash scripts/needle_run.sh eval          stop the runs; the retrieval tables of RUNS to $OUT
 #   bash scripts/needle_run.sh all SEC       start, train SEC seconds, save the weights, eval
+#   bash scripts/needle_run.sh recipe-start [SEC]   build, then the recipe's five stages one after
+#                                            another in the background; SEC s later, progress
+#   bash scripts/needle_run.sh recipe-wait SEC      wait until the recipe's training ends (at
+#                                            most SEC s), then progress
+#   (then `SAVE_RUNS=edge16 RUNS=edge16 … save` and `PROBE=1 RUNS=edge16 … eval`)
+# SAMPLES (eval, default 20), EVAL_LENS, EVAL_S (eval, default 120 s for each run and filler):
+# with 100 samples per cell one filler at 32k alone took about 50 s on an H100, at 64k over 60.
+# ABLATION=0 (recipe, recipe-start): without the window-only run short-win.
+# SAVE_RUNS (watch, save, all): the runs whose newest weights go to $OUT (default RUNS; $OUT takes
+# eight files back, three a run).
 # PROBE=1 (eval, recipe): the retrieval tables with `nsa eval --probe` – per layer, whether the
 # selection held the needle where the answer starts (docs/quality.md, "Why a needle is missed").
 # The runs (RUNS, default "short short-win"; each stage starts from the previous one's weights):
@@ -78,7 +89,7 @@ train() {  # run $1 in the foreground, its log in runs/needle/$1.log
 }
 
 save() {  # the newest weights travel back to $OUT: a machine given back loses runs/
-  for r in $runs; do
+  for r in ${SAVE_RUNS:-$runs}; do
     c=$(ls -d "$dir/$r"/ckpt_* 2>/dev/null | tail -1)
     [ -n "$c" ] && mkdir -p "$out/$r" && cp "$c"/COMPLETE "$c"/*.json "$c"/model.safetensors "$out/$r/" 2>/dev/null
   done
@@ -106,6 +117,8 @@ evaluate() {  # the retrieval tables of the runs $@, both fillers
   done
 }
 
+recipe_runs="short mid long far edge16"
+[ "${ABLATION:-1}" = 1 ] && recipe_runs="short short-win mid long far edge16"
 phase=${1:-}
 if [ "$phase" = all ]; then  # one device call: start, train, then stop and evaluate
   bash "$0" start 30 || exit 1
@@ -116,10 +129,28 @@ fi
 case $phase in
   recipe)
     build || exit 1
-    train short & train short-win & wait
+    bash "$0" recipe-train || exit 1
+    runs="$recipe_runs" progress | tee "$out/needle_progress.txt"
+    # shellcheck disable=SC2086
+    evaluate $recipe_runs
+    ;;
+  recipe-train)  # the five stages (and the ablation beside the first), nsa built
+    if [ "${ABLATION:-1}" = 1 ]; then train short & train short-win & wait; else train short; fi
     for r in mid long far edge16; do train "$r" || { tail -5 "$dir/$r.log"; exit 1; }; done
-    runs="short short-win mid long far edge16" progress | tee "$out/needle_progress.txt"
-    evaluate short short-win mid long far edge16
+    ;;
+  recipe-start)
+    build || exit 1
+    setsid nohup bash "$0" recipe-train >"$dir/recipe.log" 2>&1 </dev/null &
+    echo $! >"$dir/recipe.pid"
+    sleep "${2:-60}"
+    runs="$recipe_runs" progress
+    ;;
+  recipe-wait)  # by the pid recipe-start wrote (a pgrep for the script's name finds its caller too)
+    pid=$(cat "$dir/recipe.pid" 2>/dev/null) || { echo "needle_run.sh: no recipe started here" >&2; exit 1; }
+    end=$((SECONDS + ${2:-540}))
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 5; done
+    kill -0 "$pid" 2>/dev/null && echo "the recipe's training still runs"
+    runs="$recipe_runs" progress
     ;;
   run)  # one run in the foreground (nsa built)
     train "${2:?run name}"
@@ -147,7 +178,7 @@ case $phase in
     evaluate $runs
     ;;
   *)
-    echo "usage: bash scripts/needle_run.sh recipe|run NAME|start [SEC]|watch SEC|save|eval|all SEC" >&2
+    echo "usage: bash scripts/needle_run.sh recipe|recipe-start [SEC]|recipe-wait SEC|run NAME|start [SEC]|watch SEC|save|eval|all SEC" >&2
     exit 2
     ;;
 esac
