@@ -86,11 +86,32 @@ void print_needle_probe(const std::vector<NeedleCell>& cells) {
   for (size_t l = 0; l < layers; ++l) std::printf("   layer %-9zu", l);
   std::printf("\n");
   for (const NeedleCell& c : cells) {
-    const double n = static_cast<double>(c.samples);
+    std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
+    for (size_t l = 0; l < layers; ++l)
+      std::printf("   %4.2f/%4.2f/%4.2f", c.gate(l, 0), c.gate(l, 1), c.gate(l, 2));
+    std::printf("\n");
+  }
+  // A head mean can hide one head that uses its selection fully: the selected branch's gate of
+  // each head.
+  std::printf(
+      "the selected branch's gate per head there (mean over the samples), layer by layer\n");
+  for (const NeedleCell& c : cells) {
     std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
     for (size_t l = 0; l < layers; ++l) {
-      std::printf("   %4.2f/%4.2f/%4.2f", c.gate_sum[l * kNumBranches] / n,
-                  c.gate_sum[l * kNumBranches + 1] / n, c.gate_sum[l * kNumBranches + 2] / n);
+      std::printf("  ");
+      for (int64_t h = 0; h < c.heads; ++h) std::printf(" %4.2f", c.head_gate(l, h, 1));
+    }
+    std::printf("\n");
+  }
+  if (cells.empty() || cells[0].weight_sum.empty()) return;  // a GPU model: no attention mass
+  std::printf(
+      "the needle's value tokens' weight in each head's output there, the sum over the branches of "
+      "gate · attention mass (mean over the samples), layer by layer\n");
+  for (const NeedleCell& c : cells) {
+    std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
+    for (size_t l = 0; l < layers; ++l) {
+      std::printf("  ");
+      for (int64_t h = 0; h < c.heads; ++h) std::printf(" %4.2f", c.needle_weight(l, h));
     }
     std::printf("\n");
   }
@@ -102,23 +123,70 @@ std::string needle_probe_json(const NeedleCell& c) {
     for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
     return s + "]";
   };
-  // Mean gates per layer, [[cmp, sel, win], …], over all samples and over the missed ones.
-  const auto gates = [](const std::vector<double>& sum, int64_t n) {
-    if (n == 0) return std::string("null");
+  const size_t layers = c.selected_any.size();
+  const auto triple = [](double a, double b, double d) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "[%.4f,%.4f,%.4f]", a, b, d);
+    return std::string(buf);
+  };
+  // Mean gates per layer, [[cmp, sel, win], …] over the heads (head_gates: per layer, per head),
+  // over all samples and over the missed ones (null without misses).
+  const auto gates = [&](bool missed) {
+    if (missed && c.samples == c.retrieved) return std::string("null");
     std::string s = "[";
-    for (size_t i = 0; i + 2 < sum.size(); i += kNumBranches) {
-      char buf[96];
-      std::snprintf(buf, sizeof(buf), "%s[%.4f,%.4f,%.4f]", i ? "," : "", sum[i] / n,
-                    sum[i + 1] / n, sum[i + 2] / n);
-      s += buf;
+    for (size_t l = 0; l < layers; ++l)
+      s +=
+          (l ? "," : "") + triple(c.gate(l, 0, missed), c.gate(l, 1, missed), c.gate(l, 2, missed));
+    return s + "]";
+  };
+  const auto head_gates = [&](bool missed) {
+    if (missed && c.samples == c.retrieved) return std::string("null");
+    std::string s = "[";
+    for (size_t l = 0; l < layers; ++l) {
+      s += l ? ",[" : "[";
+      for (int64_t h = 0; h < c.heads; ++h) {
+        s += (h ? "," : "") + triple(c.head_gate(l, h, 0, missed), c.head_gate(l, h, 1, missed),
+                                     c.head_gate(l, h, 2, missed));
+      }
+      s += "]";
     }
     return s + "]";
   };
+  // The CPU model's attention mass on the needle: per layer, per head [cmp, sel, win]; the needle's
+  // weight per layer and head over all samples and over the missed ones.
+  const auto per_head = [&](const auto& value) {
+    std::string s = "[";
+    for (size_t l = 0; l < layers; ++l) {
+      s += l ? ",[" : "[";
+      for (int64_t h = 0; h < c.heads; ++h) s += (h ? "," : "") + value(l, h);
+      s += "]";
+    }
+    return s + "]";
+  };
+  const auto number = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.4f", x);
+    return std::string(buf);
+  };
+  std::string mass;
+  if (!c.weight_sum.empty()) {
+    mass = ",\"needle_mass\":" + per_head([&](size_t l, int64_t h) {
+             return "[" + number(c.head_mass(l, h, 0)) + "," + number(c.head_mass(l, h, 1)) + "," +
+                    number(c.head_mass(l, h, 2)) + "]";
+           }) +
+           ",\"needle_weight\":" +
+           per_head([&](size_t l, int64_t h) { return number(c.needle_weight(l, h)); }) +
+           ",\"needle_weight_missed\":" +
+           (c.samples == c.retrieved ? std::string("null") : per_head([&](size_t l, int64_t h) {
+             return number(c.needle_weight(l, h, true));
+           }));
+  }
   return ",\"selected_any\":" + list(c.selected_any) + ",\"selected_all\":" + list(c.selected_all) +
          ",\"in_window\":" + std::to_string(c.in_window) +
          ",\"missed_unselected\":" + std::to_string(c.missed_unselected) +
-         ",\"gates\":" + gates(c.gate_sum, c.samples) +
-         ",\"gates_missed\":" + gates(c.gate_sum_missed, c.samples - c.retrieved);
+         ",\"gates\":" + gates(false) + ",\"gates_missed\":" + gates(true) +
+         ",\"head_gates\":" + head_gates(false) + ",\"head_gates_missed\":" + head_gates(true) +
+         mass;
 }
 
 }  // namespace

@@ -41,10 +41,12 @@ double model_loss_cpu(const ModelConfig& cfg, const ModelParams<Real>& P, const 
   if (stats) {
     const bool keep = stats->keep_outputs, check = stats->check_finite;
     const bool keep_losses = stats->keep_token_losses;
+    std::vector<MassQuery> mass_queries = std::move(stats->mass_queries);
     *stats = ModelStats{};
     stats->keep_outputs = keep;
     stats->check_finite = check;
     stats->keep_token_losses = keep_losses;
+    stats->mass_queries = std::move(mass_queries);
   }
   const FiniteCheck<Real> check{stats};
   const int64_t T = layout.total_tokens();
@@ -124,8 +126,12 @@ std::vector<std::vector<T>> gather_rows(const std::vector<Tensor<T>>& per_layer,
 }  // namespace
 
 ProbeRows gather_probe_rows(const ModelStats& stats, const std::vector<int64_t>& rows) {
-  return ProbeRows{gather_rows(stats.sel_idx, rows, "selection"),
-                   gather_rows(stats.gates, rows, "gates")};
+  ProbeRows out;
+  out.sel = gather_rows(stats.sel_idx, rows, "selection");
+  out.gates = gather_rows(stats.gates, rows, "gates");
+  out.mass_queries = stats.mass_queries;
+  out.mass = stats.attention_mass;
+  return out;
 }
 
 }  // namespace nsa

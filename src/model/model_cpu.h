@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_mass.h"
 #include "model_params.h"
 #include "nsa/tensor.h"
 
@@ -37,6 +38,10 @@ struct ModelStats {
   std::vector<Tensor<float>> gates;      // per layer [T, H, 3]: each branch's gate as NSA took it
   bool keep_token_losses = false;        // set to keep the one below (loss by position)
   std::vector<double> token_loss;        // [T]: each token's cross-entropy, the loss's terms
+  // Set to have each layer's attention mass of these rows on these spans (the CPU model only;
+  // the needle probe): per layer [queries, H, 2], (sel, win), attention_mass.h.
+  std::vector<MassQuery> mass_queries;
+  std::vector<std::vector<float>> attention_mass;
 };
 
 // ModelStats::sel_distance_hist's rule, for one layer: adds the freely chosen blocks of its
@@ -49,6 +54,10 @@ void add_sel_distance_hist(const SeqLayout& layout, int64_t l_sel, const Tensor<
 struct ProbeRows {
   std::vector<std::vector<int32_t>> sel;
   std::vector<std::vector<float>> gates;
+  // Asked by the caller and answered by the CPU model only (empty from a GPU one): each layer's
+  // attention mass of mass_queries, as ModelStats::attention_mass.
+  std::vector<MassQuery> mass_queries;
+  std::vector<std::vector<float>> mass;
 };
 ProbeRows gather_probe_rows(const ModelStats& stats, const std::vector<int64_t>& rows);
 

@@ -92,6 +92,10 @@ void layer_forward_cpu(const ModelConfig& cfg, const LayerParams<Real>& L, const
     }
     stats->gates.push_back(std::move(g));
   }
+  if (stats && !stats->mass_queries.empty()) {
+    stats->attention_mass.push_back(
+        attention_mass(a, layout, A.attn_in, A.attn, stats->mass_queries));
+  }
   if (stats) add_sel_distance_hist(layout, a.l_sel, A.attn.sel_idx, stats->sel_distance_hist);
   check(A.attn_in.q, layer + "queries");
   check(A.attn.o, layer + "NSA attention output");

@@ -16,6 +16,7 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
                                   const std::vector<int64_t>& rows, ProbeRows* probe) {
   ModelStats stats;
   stats.keep_outputs = true;
+  if (probe) stats.mass_queries = probe->mass_queries;
   model_loss_cpu<float>(cfg, params, layout, inputs, targets, nullptr, &stats);
   const int64_t V = cfg.vocab_size;
   std::vector<float> out(rows.size() * static_cast<size_t>(V));
@@ -27,10 +28,18 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
 
 namespace {
 
-// The probe of sample `seq` (needle_eval.h): its selections and gates at row `row` of probe (the
-// row that predicts the first value token, value_at − 1 of the sequence).
+// The value tokens of sample i of a chunk (sequences of T tokens, needle_eval.h) as the keys of
+// an attention-mass query from the row that predicts the first of them.
+MassQuery needle_mass_query(const NeedleSequence& seq, int64_t i, int64_t T) {
+  const int64_t first = seq.needle_at + 1 + kNeedleKeyLen;
+  return MassQuery{i * T + seq.value_at - 1, i * T + first, i * T + first + kNeedleValueLen};
+}
+
+// The probe of sample `seq`, the chunk's sample `sample` (needle_eval.h): its selections and
+// gates at row `row` of probe (the row that predicts the first value token, value_at − 1 of the
+// sequence), and where the model answered them, its attention mass on the value tokens there.
 void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows& probe,
-                  int64_t row, bool retrieved, NeedleCell& cell) {
+                  int64_t row, int64_t sample, bool retrieved, NeedleCell& cell) {
   const std::vector<std::vector<int32_t>>& sel = probe.sel;
   NSA_CHECK(sel.size() == cell.selected_any.size(), "needle probe: ", sel.size(),
             " layers' selections for a model of ", cell.selected_any.size(), " layers");
@@ -61,17 +70,66 @@ void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows
   for (size_t l = 0; l < probe.gates.size(); ++l) {
     NSA_CHECK(static_cast<int64_t>(probe.gates[l].size()) >= (row + 1) * per_gate_row,
               "needle probe: layer ", l, "'s gates are too short");
-    for (int c = 0; c < kNumBranches; ++c) {
-      double mean = 0;
-      for (int64_t h = 0; h < a.heads; ++h)
-        mean += probe.gates[l][row * per_gate_row + h * kNumBranches + c] / a.heads;
-      cell.gate_sum[l * kNumBranches + c] += mean;
-      if (!retrieved) cell.gate_sum_missed[l * kNumBranches + c] += mean;
+    for (int64_t i = 0; i < per_gate_row; ++i) {  // head i / 3, branch i % 3
+      const double g = probe.gates[l][row * per_gate_row + i];
+      cell.gate_sum[l * per_gate_row + i] += g;
+      if (!retrieved) cell.gate_sum_missed[l * per_gate_row + i] += g;
+    }
+  }
+  if (probe.mass.empty()) return;  // a GPU model: no attention mass
+  NSA_CHECK(probe.mass.size() == sel.size(), "needle probe: ", probe.mass.size(),
+            " layers' attention mass for ", sel.size(), " layers");
+  if (cell.mass_sum.empty()) {
+    cell.mass_sum.assign(sel.size() * static_cast<size_t>(a.heads) * kNumBranches, 0.0);
+    cell.weight_sum.assign(sel.size() * static_cast<size_t>(a.heads), 0.0);
+    cell.weight_sum_missed.assign(cell.weight_sum.size(), 0.0);
+  }
+  for (size_t l = 0; l < probe.mass.size(); ++l) {
+    NSA_CHECK(static_cast<int64_t>(probe.mass[l].size()) >= (sample + 1) * per_gate_row,
+              "needle probe: layer ", l, "'s attention mass is too short");
+    for (int64_t h = 0; h < a.heads; ++h) {
+      const float* m = probe.mass[l].data() + sample * per_gate_row + h * kNumBranches;
+      const float* g = probe.gates[l].data() + row * per_gate_row + h * kNumBranches;
+      const size_t lh = l * static_cast<size_t>(a.heads) + static_cast<size_t>(h);
+      double weight = 0;
+      for (int c = 0; c < kNumBranches; ++c) {
+        cell.mass_sum[lh * kNumBranches + c] += m[c];
+        weight += static_cast<double>(g[c]) * m[c];
+      }
+      cell.weight_sum[lh] += weight;
+      if (!retrieved) cell.weight_sum_missed[lh] += weight;
     }
   }
 }
 
 }  // namespace
+
+double NeedleCell::head_gate(size_t layer, int64_t head, int branch, bool missed) const {
+  const int64_t n = missed ? samples - retrieved : samples;
+  const std::vector<double>& sum = missed ? gate_sum_missed : gate_sum;
+  const size_t i = (layer * static_cast<size_t>(heads) + static_cast<size_t>(head)) * kNumBranches +
+                   static_cast<size_t>(branch);
+  return n > 0 && i < sum.size() ? sum[i] / static_cast<double>(n) : 0.0;
+}
+
+double NeedleCell::head_mass(size_t layer, int64_t head, int branch) const {
+  const size_t i = (layer * static_cast<size_t>(heads) + static_cast<size_t>(head)) * kNumBranches +
+                   static_cast<size_t>(branch);
+  return samples > 0 && i < mass_sum.size() ? mass_sum[i] / static_cast<double>(samples) : 0.0;
+}
+
+double NeedleCell::needle_weight(size_t layer, int64_t head, bool missed) const {
+  const int64_t n = missed ? samples - retrieved : samples;
+  const std::vector<double>& sum = missed ? weight_sum_missed : weight_sum;
+  const size_t i = layer * static_cast<size_t>(heads) + static_cast<size_t>(head);
+  return n > 0 && i < sum.size() ? sum[i] / static_cast<double>(n) : 0.0;
+}
+
+double NeedleCell::gate(size_t layer, int branch, bool missed) const {
+  double mean = 0;
+  for (int64_t h = 0; h < heads; ++h) mean += head_gate(layer, h, branch, missed);
+  return heads > 0 ? mean / static_cast<double>(heads) : 0.0;
+}
 
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
@@ -96,12 +154,14 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
     for (const double depth : depths) {
       const int64_t T = S - 1;  // inputs: tokens [0, S − 1), targets: [1, S)
       const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / T);
-      NeedleCell cell{S, depth, samples, 0, 0, {}, {}, 0, 0, {}, {}};
+      NeedleCell cell{S, depth, samples, 0, 0, {}, {}, 0, 0, 0, {}, {}, {}, {}, {}};
       if (probe) {
+        const auto gates = static_cast<size_t>(m.cfg.n_layers * m.cfg.attn.heads * kNumBranches);
         cell.selected_any.assign(static_cast<size_t>(m.cfg.n_layers), 0);
         cell.selected_all.assign(static_cast<size_t>(m.cfg.n_layers), 0);
-        cell.gate_sum.assign(static_cast<size_t>(m.cfg.n_layers * kNumBranches), 0.0);
-        cell.gate_sum_missed.assign(static_cast<size_t>(m.cfg.n_layers * kNumBranches), 0.0);
+        cell.heads = m.cfg.attn.heads;
+        cell.gate_sum.assign(gates, 0.0);
+        cell.gate_sum_missed.assign(gates, 0.0);
       }
       for (int64_t first = 0; first < samples; first += chunk) {
         const int64_t n = std::min(chunk, samples - first);
@@ -118,6 +178,10 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
             rows.push_back(i * T + seqs.back().value_at - 1 + j);
         }
         ProbeRows probed;
+        if (probe) {
+          for (int64_t i = 0; i < n; ++i)
+            probed.mass_queries.push_back(needle_mass_query(seqs[i], i, T));
+        }
         const std::vector<float> logits =
             logit_rows(m.cfg, m.params, SeqLayout::batch(n, T), inputs, targets, rows,
                        probe ? &probed : nullptr);
@@ -131,7 +195,7 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
             all = all && right;
           }
           cell.retrieved += all ? 1 : 0;
-          if (probe) probe_sample(m.cfg.attn, seqs[i], probed, i * kNeedleValueLen, all, cell);
+          if (probe) probe_sample(m.cfg.attn, seqs[i], probed, i * kNeedleValueLen, i, all, cell);
         }
       }
       cells.push_back(cell);

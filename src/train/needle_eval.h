@@ -11,7 +11,8 @@
 // one group (every group) include a block of the needle's value tokens – the tokens the answer
 // copies – and whether those tokens lie in the window there anyway. A miss whose needle no layer
 // selected failed at the selection; a miss whose needle was selected failed after it (the
-// attention over the selected blocks, the gates, or what the layers above make of it).
+// attention over the selected blocks, the gates, or what the layers above make of it). The CPU
+// model also tells, per head, how much of its attention fell on the needle's value tokens there.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +34,30 @@ struct NeedleCell {
   int64_t value_tokens_right = 0;  // of samples · 4: partial credit, for watching training
   // The probe (empty without it): per layer, the samples whose needle was selected by at least
   // one group / by every group; the samples whose needle lay in the window at the probed row; the
-  // misses whose needle no group of any layer selected; per layer and branch [layers · 3], the
-  // sums over samples (and over the missed ones) of the heads' mean gate at the probed row.
+  // misses whose needle no group of any layer selected; per layer, head and branch
+  // [layers · heads · 3], the sums over samples (and over the missed ones) of each head's gate at
+  // the probed row.
   std::vector<int64_t> selected_any, selected_all;
   int64_t in_window = 0, missed_unselected = 0;
+  int64_t heads = 0;
   std::vector<double> gate_sum, gate_sum_missed;
+  // Did the head look at the needle? Answered by the CPU model only (empty from a GPU one): per
+  // layer, head and branch [layers · heads · 3], the sums over the samples of the branch's softmax
+  // mass on the needle's value tokens at the probed row (the compressed branch: on the compressed
+  // tokens covering them; attention_mass.h); per layer and head [layers · heads], the sums over
+  // the samples (the missed ones) of the weight they get in the head's output, Σ_c gate_c · mass_c.
+  std::vector<double> mass_sum, weight_sum, weight_sum_missed;
   double accuracy() const { return samples ? static_cast<double>(retrieved) / samples : 0.0; }
+  // The mean over the samples of head `head`'s mass on the needle in branch `branch`.
+  double head_mass(size_t layer, int64_t head, int branch) const;
+  // The mean over the samples (the missed ones) of the needle's weight in head `head`'s output;
+  // 0 where there are none.
+  double needle_weight(size_t layer, int64_t head, bool missed = false) const;
+  // Head `head`'s gate of `branch` at layer `layer`, the mean over the samples (the missed ones);
+  // 0 where there are none.
+  double head_gate(size_t layer, int64_t head, int branch, bool missed = false) const;
+  // The same, the mean over the heads too.
+  double gate(size_t layer, int branch, bool missed = false) const;
 };
 
 // The logits [rows.size(), vocab] at token rows `rows` of one forward over `inputs` (targets only

@@ -90,6 +90,10 @@ expect_ok "eval needle probe" "$nsa" eval --task needle --run "$dir/needle" --se
   --samples 2 --probe
 grep -q '"depth":0.0000,.*"selected_any":\[2,2\],"selected_all":\[2,2\]' "$dir/out.txt" &&
   grep -q "^probe at the query's last key token" "$dir/out.txt" &&
+  grep -q "^the selected branch's gate per head there" "$dir/out.txt" &&
+  grep -q '"head_gates":\[\[\[0\.[0-9]*,0\.[0-9]*,0\.[0-9]*\],' "$dir/out.txt" &&
+  grep -q "^the needle's value tokens' weight in each head's output there" "$dir/out.txt" &&
+  grep -q '"needle_mass":\[\[\[[01]\.[0-9]*,[01]\.[0-9]*,0\.0000\],' "$dir/out.txt" &&
   pass "needle probe" || fail "needle probe"
 # Each task's options are refused with the other; the needle arguments are checked before any cell.
 expect_error "eval needle with a loss flag" "--batch belongs to the loss evaluation" \

@@ -305,12 +305,53 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
       }
     }
     EXPECT_LE(c.missed_unselected, c.samples - c.retrieved);
-    ASSERT_EQ(c.gate_sum.size(), 6u);  // two layers × three branches
-    ASSERT_EQ(c.gate_sum_missed.size(), 6u);
-    for (size_t i = 0; i < 6; ++i) {  // sigmoid gates: each head's in (0, 1)
+    ASSERT_EQ(c.heads, 4);              // tiny: four heads
+    ASSERT_EQ(c.gate_sum.size(), 24u);  // two layers × four heads × three branches
+    ASSERT_EQ(c.gate_sum_missed.size(), 24u);
+    for (size_t i = 0; i < 24; ++i) {  // sigmoid gates: each head's in (0, 1)
       EXPECT_GT(c.gate_sum[i], 0.0);
       EXPECT_LT(c.gate_sum[i], static_cast<double>(c.samples));
       EXPECT_LE(c.gate_sum_missed[i], c.gate_sum[i] + 1e-12);
+    }
+    for (size_t l = 0; l < 2; ++l) {
+      for (int b = 0; b < 3; ++b) {  // the head mean is the mean of the heads' means
+        double mean = 0;
+        for (int64_t h = 0; h < c.heads; ++h) mean += c.head_gate(l, h, b) / c.heads;
+        EXPECT_NEAR(c.gate(l, b), mean, 1e-12);
+        EXPECT_NEAR(c.head_gate(l, 1, b), c.gate_sum[(l * 4 + 1) * 3 + b] / c.samples, 1e-12);
+        if (c.retrieved == c.samples) {
+          EXPECT_EQ(c.gate(l, b, true), 0.0);
+        }
+      }
+    }
+  }
+  // The CPU model's attention mass on the value tokens: within [0, 1] per branch; at depth 0 they
+  // lie in the forced block 0 (every head's selected branch sees them) and not in the window; at
+  // depth 1 in the window as well.
+  for (const NeedleCell& c : cells) {
+    ASSERT_EQ(c.mass_sum.size(), 24u);  // two layers × four heads × three branches
+    ASSERT_EQ(c.weight_sum.size(), 8u);
+    for (size_t l = 0; l < 2; ++l) {
+      for (int64_t h = 0; h < c.heads; ++h) {
+        for (int b = 0; b < 3; ++b) {
+          EXPECT_GE(c.head_mass(l, h, b), 0.0);
+          EXPECT_LE(c.head_mass(l, h, b), 1.0 + 1e-6);
+        }
+        EXPECT_GT(c.head_mass(l, h, kCmp), 0.0);  // a compressed token covers them at every depth
+        if (c.depth == 0.0) {
+          EXPECT_GT(c.head_mass(l, h, kSel), 0.0) << "layer " << l << " head " << h;
+        }
+        if (c.depth != 1.0) {
+          EXPECT_EQ(c.head_mass(l, h, kWin), 0.0) << "layer " << l << " head " << h;
+        }
+        if (c.depth == 1.0) {
+          EXPECT_GT(c.head_mass(l, h, kWin), 0.0) << "layer " << l << " head " << h;
+        }
+        EXPECT_GE(c.needle_weight(l, h), 0.0);  // Σ_c gate_c · mass_c
+        EXPECT_LE(c.needle_weight(l, h), 3.0);
+        EXPECT_LE(c.weight_sum_missed[l * 4 + static_cast<size_t>(h)],
+                  c.weight_sum[l * 4 + static_cast<size_t>(h)] + 1e-12);
+      }
     }
   }
   EXPECT_EQ(cells[0].in_window, 0);  // value tokens at 5..8, the probed row at 295, w = 64
@@ -325,8 +366,10 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
       evaluate_needle((dir / "no_cmp" / "ckpt_00000002").string(), {300}, {0.5}, 2, logit_rows_cpu,
                       NeedleFiller::kCycle, true);
   for (size_t l = 0; l < 2; ++l) {
-    EXPECT_EQ(no_cmp[0].gate_sum[l * 3], 0.0);
-    EXPECT_GT(no_cmp[0].gate_sum[l * 3 + 1], 0.0);
+    for (int64_t h = 0; h < no_cmp[0].heads; ++h) {  // every head's, not just their mean
+      EXPECT_EQ(no_cmp[0].head_gate(l, h, 0), 0.0);
+      EXPECT_GT(no_cmp[0].head_gate(l, h, 1), 0.0);
+    }
   }
   // A model whose attention selects nothing has nothing to probe: an error naming --probe.
   o.overrides = {{"branches", "win"}};
