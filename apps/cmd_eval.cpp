@@ -139,21 +139,7 @@ std::string needle_probe_json(const NeedleCell& c) {
           (l ? "," : "") + triple(c.gate(l, 0, missed), c.gate(l, 1, missed), c.gate(l, 2, missed));
     return s + "]";
   };
-  const auto head_gates = [&](bool missed) {
-    if (missed && c.samples == c.retrieved) return std::string("null");
-    std::string s = "[";
-    for (size_t l = 0; l < layers; ++l) {
-      s += l ? ",[" : "[";
-      for (int64_t h = 0; h < c.heads; ++h) {
-        s += (h ? "," : "") + triple(c.head_gate(l, h, 0, missed), c.head_gate(l, h, 1, missed),
-                                     c.head_gate(l, h, 2, missed));
-      }
-      s += "]";
-    }
-    return s + "]";
-  };
-  // The CPU model's attention mass on the needle: per layer, per head [cmp, sel, win]; the needle's
-  // weight per layer and head over all samples and over the missed ones.
+  // Per layer, per head: value(layer, head), a JSON text.
   const auto per_head = [&](const auto& value) {
     std::string s = "[";
     for (size_t l = 0; l < layers; ++l) {
@@ -163,16 +149,24 @@ std::string needle_probe_json(const NeedleCell& c) {
     }
     return s + "]";
   };
+  const auto head_gates = [&](bool missed) {
+    if (missed && c.samples == c.retrieved) return std::string("null");
+    return per_head([&](size_t l, int64_t h) {
+      return triple(c.head_gate(l, h, 0, missed), c.head_gate(l, h, 1, missed),
+                    c.head_gate(l, h, 2, missed));
+    });
+  };
   const auto number = [](double x) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%.4f", x);
     return std::string(buf);
   };
+  // The CPU model's attention mass on the needle: per layer, per head [cmp, sel, win]; the needle's
+  // weight per layer and head over all samples and over the missed ones.
   std::string mass;
   if (!c.weight_sum.empty()) {
     mass = ",\"needle_mass\":" + per_head([&](size_t l, int64_t h) {
-             return "[" + number(c.head_mass(l, h, 0)) + "," + number(c.head_mass(l, h, 1)) + "," +
-                    number(c.head_mass(l, h, 2)) + "]";
+             return triple(c.head_mass(l, h, 0), c.head_mass(l, h, 1), c.head_mass(l, h, 2));
            }) +
            ",\"needle_weight\":" +
            per_head([&](size_t l, int64_t h) { return number(c.needle_weight(l, h)); }) +

@@ -39,7 +39,7 @@ struct ModelStats {
   bool keep_token_losses = false;        // set to keep the one below (loss by position)
   std::vector<double> token_loss;        // [T]: each token's cross-entropy, the loss's terms
   // Set to have each layer's attention mass of these rows on these spans (the CPU model only;
-  // the needle probe): per layer [queries, H, 2], (sel, win), attention_mass.h.
+  // the needle probe): per layer [queries, H, 3] in branch order, attention_mass.h.
   std::vector<MassQuery> mass_queries;
   std::vector<std::vector<float>> attention_mass;
 };

@@ -104,25 +104,31 @@ void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows
 
 }  // namespace
 
-double NeedleCell::head_gate(size_t layer, int64_t head, int branch, bool missed) const {
-  const int64_t n = missed ? samples - retrieved : samples;
-  const std::vector<double>& sum = missed ? gate_sum_missed : gate_sum;
-  const size_t i = (layer * static_cast<size_t>(heads) + static_cast<size_t>(head)) * kNumBranches +
-                   static_cast<size_t>(branch);
+namespace {
+
+// sum[i] over n samples; 0 without samples or without the sum (a probe not run, a GPU model).
+double mean_of(const std::vector<double>& sum, size_t i, int64_t n) {
   return n > 0 && i < sum.size() ? sum[i] / static_cast<double>(n) : 0.0;
+}
+
+}  // namespace
+
+double NeedleCell::head_gate(size_t layer, int64_t head, int branch, bool missed) const {
+  const size_t lh = layer * static_cast<size_t>(heads) + static_cast<size_t>(head);
+  return mean_of(missed ? gate_sum_missed : gate_sum,
+                 lh * kNumBranches + static_cast<size_t>(branch),
+                 missed ? samples - retrieved : samples);
 }
 
 double NeedleCell::head_mass(size_t layer, int64_t head, int branch) const {
-  const size_t i = (layer * static_cast<size_t>(heads) + static_cast<size_t>(head)) * kNumBranches +
-                   static_cast<size_t>(branch);
-  return samples > 0 && i < mass_sum.size() ? mass_sum[i] / static_cast<double>(samples) : 0.0;
+  const size_t lh = layer * static_cast<size_t>(heads) + static_cast<size_t>(head);
+  return mean_of(mass_sum, lh * kNumBranches + static_cast<size_t>(branch), samples);
 }
 
 double NeedleCell::needle_weight(size_t layer, int64_t head, bool missed) const {
-  const int64_t n = missed ? samples - retrieved : samples;
-  const std::vector<double>& sum = missed ? weight_sum_missed : weight_sum;
-  const size_t i = layer * static_cast<size_t>(heads) + static_cast<size_t>(head);
-  return n > 0 && i < sum.size() ? sum[i] / static_cast<double>(n) : 0.0;
+  return mean_of(missed ? weight_sum_missed : weight_sum,
+                 layer * static_cast<size_t>(heads) + static_cast<size_t>(head),
+                 missed ? samples - retrieved : samples);
 }
 
 double NeedleCell::gate(size_t layer, int branch, bool missed) const {
