@@ -104,16 +104,20 @@ void print_needle_probe(const std::vector<NeedleCell>& cells) {
     std::printf("\n");
   }
   if (cells.empty() || cells[0].weight_sum.empty()) return;  // a GPU model: no attention mass
-  std::printf(
-      "the needle's value tokens' weight in each head's output there, the sum over the branches of "
-      "gate · attention mass (mean over the samples), layer by layer\n");
-  for (const NeedleCell& c : cells) {
-    std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
-    for (size_t l = 0; l < layers; ++l) {
-      std::printf("  ");
-      for (int64_t h = 0; h < c.heads; ++h) std::printf(" %4.2f", c.needle_weight(l, h));
+  for (int span = 0; span < kNeedleSpans; ++span) {
+    std::printf(
+        "the needle's %s weight in each head's output there, the sum over the branches of gate · "
+        "attention mass (mean over the samples), layer by layer\n",
+        span == kValueTokens ? "value tokens'" : "blocks' (those of its value tokens)");
+    for (const NeedleCell& c : cells) {
+      std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
+      for (size_t l = 0; l < layers; ++l) {
+        std::printf("  ");
+        for (int64_t h = 0; h < c.heads; ++h)
+          std::printf(" %4.2f", c.needle_weight(l, h, false, span));
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
   }
 }
 
@@ -161,19 +165,23 @@ std::string needle_probe_json(const NeedleCell& c) {
     std::snprintf(buf, sizeof(buf), "%.4f", x);
     return std::string(buf);
   };
-  // The CPU model's attention mass on the needle: per layer, per head [cmp, sel, win]; the needle's
-  // weight per layer and head over all samples and over the missed ones.
+  // The CPU model's attention mass on the needle's value tokens (needle_…) and on their blocks
+  // (needle_block_…): per layer, per head [cmp, sel, win]; the weight per layer and head over all
+  // samples and over the missed ones.
   std::string mass;
-  if (!c.weight_sum.empty()) {
-    mass = ",\"needle_mass\":" + per_head([&](size_t l, int64_t h) {
-             return triple(c.head_mass(l, h, 0), c.head_mass(l, h, 1), c.head_mass(l, h, 2));
-           }) +
-           ",\"needle_weight\":" +
-           per_head([&](size_t l, int64_t h) { return number(c.needle_weight(l, h)); }) +
-           ",\"needle_weight_missed\":" +
-           (c.samples == c.retrieved ? std::string("null") : per_head([&](size_t l, int64_t h) {
-             return number(c.needle_weight(l, h, true));
-           }));
+  for (int span = 0; span < kNeedleSpans && !c.weight_sum.empty(); ++span) {
+    const std::string name = span == kValueTokens ? "needle_" : "needle_block_";
+    mass += ",\"" + name + "mass\":" + per_head([&](size_t l, int64_t h) {
+              return triple(c.head_mass(l, h, 0, span), c.head_mass(l, h, 1, span),
+                            c.head_mass(l, h, 2, span));
+            });
+    mass += ",\"" + name + "weight\":" + per_head([&](size_t l, int64_t h) {
+              return number(c.needle_weight(l, h, false, span));
+            });
+    mass += ",\"" + name + "weight_missed\":" +
+            (c.samples == c.retrieved ? std::string("null") : per_head([&](size_t l, int64_t h) {
+              return number(c.needle_weight(l, h, true, span));
+            }));
   }
   return ",\"selected_any\":" + list(c.selected_any) + ",\"selected_all\":" + list(c.selected_all) +
          ",\"in_window\":" + std::to_string(c.in_window) +

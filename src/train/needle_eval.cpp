@@ -28,16 +28,23 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
 
 namespace {
 
-// The value tokens of sample i of a chunk (sequences of T tokens, needle_eval.h) as the keys of
-// an attention-mass query from the row that predicts the first of them.
-MassQuery needle_mass_query(const NeedleSequence& seq, int64_t i, int64_t T) {
-  const int64_t first = seq.needle_at + 1 + kNeedleKeyLen;
-  return MassQuery{i * T + seq.value_at - 1, i * T + first, i * T + first + kNeedleValueLen};
+// The attention-mass queries of sample i of a chunk (sequences of T tokens, needle_eval.h), from
+// the row that predicts the first value token, in NeedleSpan order: the value tokens, and their
+// selection blocks up to that row.
+void add_needle_mass_queries(const NeedleSequence& seq, int64_t i, int64_t T, int64_t l_sel,
+                             std::vector<MassQuery>& out) {
+  const int64_t first = seq.needle_at + 1 + kNeedleKeyLen, end = first + kNeedleValueLen;
+  const int64_t row = seq.value_at - 1;
+  out.push_back(MassQuery{i * T + row, i * T + first, i * T + end});
+  const int64_t b0 = first / l_sel, b1 = (end - 1) / l_sel;
+  out.push_back(
+      MassQuery{i * T + row, i * T + b0 * l_sel, i * T + std::min((b1 + 1) * l_sel, row + 1)});
 }
 
 // The probe of sample `seq`, the chunk's sample `sample` (needle_eval.h): its selections and
 // gates at row `row` of probe (the row that predicts the first value token, value_at − 1 of the
-// sequence), and where the model answered them, its attention mass on the value tokens there.
+// sequence), and where the model answered them, its attention mass on the value tokens and on
+// their blocks there.
 void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows& probe,
                   int64_t row, int64_t sample, bool retrieved, NeedleCell& cell) {
   const std::vector<std::vector<int32_t>>& sel = probe.sel;
@@ -79,25 +86,31 @@ void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows
   if (probe.mass.empty()) return;  // a GPU model: no attention mass
   NSA_CHECK(probe.mass.size() == sel.size(), "needle probe: ", probe.mass.size(),
             " layers' attention mass for ", sel.size(), " layers");
+  const size_t per_span = sel.size() * static_cast<size_t>(a.heads);  // layers · heads
   if (cell.mass_sum.empty()) {
-    cell.mass_sum.assign(sel.size() * static_cast<size_t>(a.heads) * kNumBranches, 0.0);
-    cell.weight_sum.assign(sel.size() * static_cast<size_t>(a.heads), 0.0);
+    cell.mass_sum.assign(kNeedleSpans * per_span * kNumBranches, 0.0);
+    cell.weight_sum.assign(kNeedleSpans * per_span, 0.0);
     cell.weight_sum_missed.assign(cell.weight_sum.size(), 0.0);
   }
   for (size_t l = 0; l < probe.mass.size(); ++l) {
-    NSA_CHECK(static_cast<int64_t>(probe.mass[l].size()) >= (sample + 1) * per_gate_row,
-              "needle probe: layer ", l, "'s attention mass is too short");
-    for (int64_t h = 0; h < a.heads; ++h) {
-      const float* m = probe.mass[l].data() + sample * per_gate_row + h * kNumBranches;
-      const float* g = probe.gates[l].data() + row * per_gate_row + h * kNumBranches;
-      const size_t lh = l * static_cast<size_t>(a.heads) + static_cast<size_t>(h);
-      double weight = 0;
-      for (int c = 0; c < kNumBranches; ++c) {
-        cell.mass_sum[lh * kNumBranches + c] += m[c];
-        weight += static_cast<double>(g[c]) * m[c];
+    NSA_CHECK(
+        static_cast<int64_t>(probe.mass[l].size()) >= (sample + 1) * kNeedleSpans * per_gate_row,
+        "needle probe: layer ", l, "'s attention mass is too short");
+    for (int span = 0; span < kNeedleSpans; ++span) {
+      for (int64_t h = 0; h < a.heads; ++h) {
+        const float* m =
+            probe.mass[l].data() + (sample * kNeedleSpans + span) * per_gate_row + h * kNumBranches;
+        const float* g = probe.gates[l].data() + row * per_gate_row + h * kNumBranches;
+        const size_t slh =
+            span * per_span + l * static_cast<size_t>(a.heads) + static_cast<size_t>(h);
+        double weight = 0;
+        for (int c = 0; c < kNumBranches; ++c) {
+          cell.mass_sum[slh * kNumBranches + c] += m[c];
+          weight += static_cast<double>(g[c]) * m[c];
+        }
+        cell.weight_sum[slh] += weight;
+        if (!retrieved) cell.weight_sum_missed[slh] += weight;
       }
-      cell.weight_sum[lh] += weight;
-      if (!retrieved) cell.weight_sum_missed[lh] += weight;
     }
   }
 }
@@ -120,14 +133,18 @@ double NeedleCell::head_gate(size_t layer, int64_t head, int branch, bool missed
                  missed ? samples - retrieved : samples);
 }
 
-double NeedleCell::head_mass(size_t layer, int64_t head, int branch) const {
-  const size_t lh = layer * static_cast<size_t>(heads) + static_cast<size_t>(head);
-  return mean_of(mass_sum, lh * kNumBranches + static_cast<size_t>(branch), samples);
+double NeedleCell::head_mass(size_t layer, int64_t head, int branch, int span) const {
+  const size_t slh =
+      (static_cast<size_t>(span) * selected_any.size() + layer) * static_cast<size_t>(heads) +
+      static_cast<size_t>(head);
+  return mean_of(mass_sum, slh * kNumBranches + static_cast<size_t>(branch), samples);
 }
 
-double NeedleCell::needle_weight(size_t layer, int64_t head, bool missed) const {
-  return mean_of(missed ? weight_sum_missed : weight_sum,
-                 layer * static_cast<size_t>(heads) + static_cast<size_t>(head),
+double NeedleCell::needle_weight(size_t layer, int64_t head, bool missed, int span) const {
+  const size_t slh =
+      (static_cast<size_t>(span) * selected_any.size() + layer) * static_cast<size_t>(heads) +
+      static_cast<size_t>(head);
+  return mean_of(missed ? weight_sum_missed : weight_sum, slh,
                  missed ? samples - retrieved : samples);
 }
 
@@ -186,7 +203,7 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
         ProbeRows probed;
         if (probe) {
           for (int64_t i = 0; i < n; ++i)
-            probed.mass_queries.push_back(needle_mass_query(seqs[i], i, T));
+            add_needle_mass_queries(seqs[i], i, T, m.cfg.attn.l_sel, probed.mass_queries);
         }
         const std::vector<float> logits =
             logit_rows(m.cfg, m.params, SeqLayout::batch(n, T), inputs, targets, rows,

@@ -27,6 +27,11 @@
 
 namespace nsa {
 
+// What the probe's attention mass is measured on: the needle's value tokens (the tokens the
+// answer copies), and the selection blocks that hold them, up to the probed row (a layer may have
+// copied a value into the tokens after it, within its block).
+enum NeedleSpan { kValueTokens = 0, kValueBlocks = 1, kNeedleSpans = 2 };
+
 struct NeedleCell {
   int64_t seq_len = 0;
   double depth = 0;
@@ -42,17 +47,18 @@ struct NeedleCell {
   int64_t heads = 0;
   std::vector<double> gate_sum, gate_sum_missed;
   // Did the head look at the needle? Answered by the CPU model only (empty from a GPU one): per
-  // layer, head and branch [layers · heads · 3], the sums over the samples of the branch's softmax
-  // mass on the needle's value tokens at the probed row (the compressed branch: on the compressed
-  // tokens covering them; attention_mass.h); per layer and head [layers · heads], the sums over
-  // the samples (the missed ones) of the weight they get in the head's output, Σ_c gate_c · mass_c.
+  // span (NeedleSpan), layer, head and branch [2 · layers · heads · 3], the sums over the samples
+  // of the branch's softmax mass on the span at the probed row (the compressed branch: on the
+  // compressed tokens covering it; attention_mass.h); per span, layer and head
+  // [2 · layers · heads], the sums over the samples (the missed ones) of the weight the span gets
+  // in the head's output, Σ_c gate_c · mass_c.
   std::vector<double> mass_sum, weight_sum, weight_sum_missed;
   double accuracy() const { return samples ? static_cast<double>(retrieved) / samples : 0.0; }
-  // The mean over the samples of head `head`'s mass on the needle in branch `branch`.
-  double head_mass(size_t layer, int64_t head, int branch) const;
-  // The mean over the samples (the missed ones) of the needle's weight in head `head`'s output;
+  // The mean over the samples of head `head`'s mass on span `span` in branch `branch`.
+  double head_mass(size_t layer, int64_t head, int branch, int span = 0) const;
+  // The mean over the samples (the missed ones) of span `span`'s weight in head `head`'s output;
   // 0 where there are none.
-  double needle_weight(size_t layer, int64_t head, bool missed = false) const;
+  double needle_weight(size_t layer, int64_t head, bool missed = false, int span = 0) const;
   // Head `head`'s gate of `branch` at layer `layer`, the mean over the samples (the missed ones);
   // 0 where there are none.
   double head_gate(size_t layer, int64_t head, int branch, bool missed = false) const;

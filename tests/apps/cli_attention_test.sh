@@ -93,6 +93,8 @@ grep -q '"depth":0.0000,.*"selected_any":\[2,2\],"selected_all":\[2,2\]' "$dir/o
   grep -q "^the selected branch's gate per head there" "$dir/out.txt" &&
   grep -q '"head_gates":\[\[\[0\.[0-9]*,0\.[0-9]*,0\.[0-9]*\],' "$dir/out.txt" &&
   grep -q "^the needle's value tokens' weight in each head's output there" "$dir/out.txt" &&
+  grep -q "^the needle's blocks' (those of its value tokens) weight" "$dir/out.txt" &&
+  grep -q '"needle_block_weight":\[\[' "$dir/out.txt" &&
   grep -q '"needle_mass":\[\[\[[01]\.[0-9]*,[01]\.[0-9]*,0\.0000\],' "$dir/out.txt" &&
   pass "needle probe" || fail "needle probe"
 # Each task's options are refused with the other; the needle arguments are checked before any cell.

@@ -329,13 +329,16 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
   // lie in the forced block 0 (every head's selected branch sees them) and not in the window; at
   // depth 1 in the window as well.
   for (const NeedleCell& c : cells) {
-    ASSERT_EQ(c.mass_sum.size(), 24u);  // two layers × four heads × three branches
-    ASSERT_EQ(c.weight_sum.size(), 8u);
+    ASSERT_EQ(c.mass_sum.size(), 48u);  // two spans × two layers × four heads × three branches
+    ASSERT_EQ(c.weight_sum.size(), 16u);
     for (size_t l = 0; l < 2; ++l) {
       for (int64_t h = 0; h < c.heads; ++h) {
         for (int b = 0; b < 3; ++b) {
           EXPECT_GE(c.head_mass(l, h, b), 0.0);
-          EXPECT_LE(c.head_mass(l, h, b), 1.0 + 1e-6);
+          EXPECT_LE(c.head_mass(l, h, b, kValueBlocks), 1.0 + 1e-6);
+          // The blocks hold the value tokens: at least their mass, in every branch.
+          EXPECT_GE(c.head_mass(l, h, b, kValueBlocks), c.head_mass(l, h, b) - 1e-7)
+              << "layer " << l << " head " << h << " branch " << b;
         }
         EXPECT_GT(c.head_mass(l, h, kCmp), 0.0);  // a compressed token covers them at every depth
         if (c.depth == 0.0) {
@@ -349,8 +352,10 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
         }
         EXPECT_GE(c.needle_weight(l, h), 0.0);  // Σ_c gate_c · mass_c
         EXPECT_LE(c.needle_weight(l, h), 3.0);
-        EXPECT_LE(c.weight_sum_missed[l * 4 + static_cast<size_t>(h)],
-                  c.weight_sum[l * 4 + static_cast<size_t>(h)] + 1e-12);
+        for (size_t span = 0; span < 2; ++span) {
+          const size_t i = (span * 2 + l) * 4 + static_cast<size_t>(h);
+          EXPECT_LE(c.weight_sum_missed[i], c.weight_sum[i] + 1e-12);
+        }
       }
     }
   }
