@@ -62,6 +62,21 @@ void eval_by_position(const std::string& ckpt, const std::string& data, int64_t 
   std::printf("wrote %s and %s\n", json.c_str(), svg.c_str());
 }
 
+// A table with a row per cell and, per layer, one number per head: value(cell, layer, head).
+template <typename Value>
+void print_per_head(const std::vector<NeedleCell>& cells, size_t layers, const char* title,
+                    const Value& value) {
+  std::printf("%s\n", title);
+  for (const NeedleCell& c : cells) {
+    std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
+    for (size_t l = 0; l < layers; ++l) {
+      std::printf("  ");
+      for (int64_t h = 0; h < c.heads; ++h) std::printf(" %4.2f", value(c, l, h));
+    }
+    std::printf("\n");
+  }
+}
+
 // --probe: per cell, the fraction of samples whose needle each layer selected (any group / every
 // group), in the window, and the misses whose needle no layer selected.
 void print_needle_probe(const std::vector<NeedleCell>& cells) {
@@ -93,32 +108,24 @@ void print_needle_probe(const std::vector<NeedleCell>& cells) {
   }
   // A head mean can hide one head that uses its selection fully: the selected branch's gate of
   // each head.
-  std::printf(
-      "the selected branch's gate per head there (mean over the samples), layer by layer\n");
-  for (const NeedleCell& c : cells) {
-    std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
-    for (size_t l = 0; l < layers; ++l) {
-      std::printf("  ");
-      for (int64_t h = 0; h < c.heads; ++h) std::printf(" %4.2f", c.head_gate(l, h, 1));
-    }
-    std::printf("\n");
-  }
+  print_per_head(
+      cells, layers,
+      "the selected branch's gate per head there (mean over the samples), layer by layer",
+      [](const NeedleCell& c, size_t l, int64_t h) { return c.head_gate(l, h, 1); });
   if (cells.empty() || cells[0].weight_sum.empty()) return;  // a GPU model: no attention mass
-  for (int span = 0; span < kNeedleSpans; ++span) {
-    std::printf(
-        "the needle's %s weight in each head's output there, the sum over the branches of gate · "
-        "attention mass (mean over the samples), layer by layer\n",
-        span == kValueTokens ? "value tokens'" : "blocks' (those of its value tokens)");
-    for (const NeedleCell& c : cells) {
-      std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
-      for (size_t l = 0; l < layers; ++l) {
-        std::printf("  ");
-        for (int64_t h = 0; h < c.heads; ++h)
-          std::printf(" %4.2f", c.needle_weight(l, h, false, span));
-      }
-      std::printf("\n");
-    }
-  }
+  print_per_head(cells, layers,
+                 "the needle's value tokens' weight in each head's output there, the sum over the "
+                 "branches of gate · attention mass (mean over the samples), layer by layer",
+                 [](const NeedleCell& c, size_t l, int64_t h) {
+                   return c.needle_weight(l, h, false, kValueTokens);
+                 });
+  print_per_head(cells, layers,
+                 "the needle's blocks' (those of its value tokens) weight in each head's output "
+                 "there, the sum over the branches of gate · attention mass (mean over the "
+                 "samples), layer by layer",
+                 [](const NeedleCell& c, size_t l, int64_t h) {
+                   return c.needle_weight(l, h, false, kValueBlocks);
+                 });
 }
 
 std::string needle_probe_json(const NeedleCell& c) {

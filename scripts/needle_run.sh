@@ -4,7 +4,8 @@
 # cycle filler, taking turns), a window-only ablation of the first stage, and the retrieval tables
 # of every run in both fillers.
 #   bash scripts/needle_run.sh recipe        everything in order (on an H100 the five stages trained
-#                                            in about 14 minutes without the ablation, 2026-11-27)
+#                                            in about 14 minutes without the ablation, 2026-11-27,
+#                                            by the logged step times)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
 # between calls while the machine is held; its --init-from run must be there):

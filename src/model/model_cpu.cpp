@@ -129,7 +129,6 @@ ProbeRows gather_probe_rows(const ModelStats& stats, const std::vector<int64_t>&
   ProbeRows out;
   out.sel = gather_rows(stats.sel_idx, rows, "selection");
   out.gates = gather_rows(stats.gates, rows, "gates");
-  out.mass_queries = stats.mass_queries;
   out.mass = stats.attention_mass;
   return out;
 }

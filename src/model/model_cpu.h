@@ -54,8 +54,8 @@ void add_sel_distance_hist(const SeqLayout& layout, int64_t l_sel, const Tensor<
 struct ProbeRows {
   std::vector<std::vector<int32_t>> sel;
   std::vector<std::vector<float>> gates;
-  // Asked by the caller and answered by the CPU model only (empty from a GPU one): each layer's
-  // attention mass of mass_queries, as ModelStats::attention_mass.
+  // Asked by the caller (mass_queries, read by logit_rows_cpu) and answered by the CPU model only
+  // (mass empty from a GPU one): each layer's attention mass, as ModelStats::attention_mass.
   std::vector<MassQuery> mass_queries;
   std::vector<std::vector<float>> mass;
 };

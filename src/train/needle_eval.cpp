@@ -28,12 +28,17 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
 
 namespace {
 
+// The position of the needle's first value token (its value tokens: first .. first + 3).
+int64_t first_value_token(const NeedleSequence& seq) {
+  return seq.needle_at + 1 + kNeedleKeyLen;
+}
+
 // The attention-mass queries of sample i of a chunk (sequences of T tokens, needle_eval.h), from
 // the row that predicts the first value token, in NeedleSpan order: the value tokens, and their
 // selection blocks up to that row.
 void add_needle_mass_queries(const NeedleSequence& seq, int64_t i, int64_t T, int64_t l_sel,
                              std::vector<MassQuery>& out) {
-  const int64_t first = seq.needle_at + 1 + kNeedleKeyLen, end = first + kNeedleValueLen;
+  const int64_t first = first_value_token(seq), end = first + kNeedleValueLen;
   const int64_t row = seq.value_at - 1;
   out.push_back(MassQuery{i * T + row, i * T + first, i * T + end});
   const int64_t b0 = first / l_sel, b1 = (end - 1) / l_sel;
@@ -51,7 +56,7 @@ void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows
   NSA_CHECK(sel.size() == cell.selected_any.size(), "needle probe: ", sel.size(),
             " layers' selections for a model of ", cell.selected_any.size(), " layers");
   const int64_t at = seq.value_at - 1;  // the probed position
-  const int64_t first = seq.needle_at + 1 + kNeedleKeyLen, last = first + kNeedleValueLen - 1;
+  const int64_t first = first_value_token(seq), last = first + kNeedleValueLen - 1;
   const int64_t b0 = first / a.l_sel, b1 = last / a.l_sel;  // the value tokens' blocks
   cell.in_window += first > at - a.w ? 1 : 0;
   const int64_t per_row = a.groups * a.n_sel;

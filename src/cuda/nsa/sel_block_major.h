@@ -69,14 +69,14 @@ SelBlockMajorView carve_sel_block_major(const NsaParams& p, int64_t partial_budg
 void run_sel_block_major_forward(const NsaParams& p, const SelBlockMajorView& v,
                                  cudaStream_t stream, bool combine = false,
                                  cudaEvent_t merge_after = nullptr);
+// Whether run_sel_block_major_backward writes the bf16 K/V gradient itself (so that no conversion
+// follows): both bf16 destinations given, nothing to add to, and the rows in one pass.
+bool sel_block_major_writes_bf16(const NsaParams& p, const SelBlockMajorView& v, bool accumulate);
 // The selected branch's dK/dV (= or, with `accumulate`, += into p.d_k[1] / p.d_v[1]; straight
 // into p.d_k_bf16[1] / p.d_v_bf16[1] where sel_block_major_writes_bf16) over the selection units,
 // and d_q += its dq. Needs the inverted selection index attached to p.
 // merge_after: an event the first d_q merge waits for (d_q written on another stream), or null;
 // dkdv_done: an event recorded once the last dK/dV pass is issued (before the last merge), or null.
-// Whether run_sel_block_major_backward writes the bf16 K/V gradient itself (so that no conversion
-// follows): both bf16 destinations given, nothing to add to, and the rows in one pass.
-bool sel_block_major_writes_bf16(const NsaParams& p, const SelBlockMajorView& v, bool accumulate);
 void run_sel_block_major_backward(const NsaParams& p, const SelBlockMajorView& v,
                                   const RowTile* units, int64_t n_units, bool accumulate,
                                   cudaStream_t stream, cudaEvent_t merge_after = nullptr,
