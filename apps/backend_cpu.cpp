@@ -84,8 +84,8 @@ Backend cpu_backend() {
     return "cpu (" + std::to_string(n) + (n == 1 ? " thread)" : " threads)");
   };
   b.train_model = make_train_model_cpu;
-  b.logit_rows = logit_rows_cpu;
-  b.token_losses = token_losses_cpu;
+  b.logit_rows = [] { return LogitRowsFn(logit_rows_cpu); };
+  b.token_losses = [] { return TokenLossesFn(token_losses_cpu); };
   b.decoder = decoder_cpu;
   b.attention = attention_cpu;
   return b;

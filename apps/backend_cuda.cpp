@@ -2,6 +2,7 @@
 // compiled only then, so no command tests a build flag (see backends.h).
 #include <chrono>
 #include <memory>
+#include <type_traits>
 
 #include "backends.h"
 #include "cuda/device.h"
@@ -13,6 +14,10 @@
 
 namespace nsa::app {
 namespace {
+
+// The model layer spells out the evaluators' types (it cannot include train/); they must be ours.
+static_assert(std::is_same_v<cuda::LogitRowsFn, LogitRowsFn>);
+static_assert(std::is_same_v<cuda::TokenLossesFn, TokenLossesFn>);
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -56,8 +61,8 @@ Backend gpu_backend() {
   b.device_count = cuda::device_count;
   b.describe = [] { return "cuda: " + cuda::device_description(cuda::select_local_device()); };
   b.train_model = cuda::make_train_model_cuda;
-  b.logit_rows = cuda::logit_rows_cuda;
-  b.token_losses = cuda::token_losses_cuda;
+  b.logit_rows = cuda::make_logit_rows_cuda;
+  b.token_losses = cuda::make_token_losses_cuda;
   b.decoder = decoder_cuda;
   b.attention = attention_cuda;
   b.time_attention = time_attention_cuda;

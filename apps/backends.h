@@ -45,8 +45,8 @@ struct Backend {
   std::function<int()> device_count;      // usable devices (0: none; the CPU has 1)
   std::function<std::string()> describe;  // "cpu (2 threads)", the GPU's name and memory
   TrainModelFactory train_model;          // nsa train, nsa diagnose --model
-  LogitRowsFn logit_rows;                 // nsa eval --task needle
-  TokenLossesFn token_losses;             // nsa eval --by-position
+  LogitRowsFactory logit_rows;            // nsa eval --task needle: one evaluator per command
+  TokenLossesFactory token_losses;        // nsa eval --by-position: one evaluator per command
   std::function<Decoder(const ModelConfig& cfg, const ModelParams<float>& params, int64_t batch,
                         int64_t max_len)>
       decoder;  // nsa generate

@@ -45,7 +45,7 @@ void eval_by_position(const std::string& ckpt, const std::string& data, int64_t 
   const fs::path svg = fs::path(json).replace_extension(".svg");
   const Backend b = backend(device, "nsa eval --by-position");
   const PositionLoss r = evaluate_loss_by_position(ckpt, data, batches, batch, seq_len, buckets,
-                                                   b.token_losses, device);
+                                                   b.token_losses(), device);
   std::printf(
       "%s (step %lld, attention %s, w = %lld): val loss %.4f over %lld tokens, by position\n",
       ckpt.c_str(), static_cast<long long>(r.step), r.attention.c_str(),
@@ -278,7 +278,7 @@ void register_eval_command(CLI::App& app) {
               a->task);
     const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
     if (a->task == "needle") {
-      const LogitRowsFn logit_rows = backend(a->device, "nsa eval").logit_rows;
+      const LogitRowsFn logit_rows = backend(a->device, "nsa eval").logit_rows();
       const NeedleFiller filler = parse_needle_filler(a->filler, "--filler");
       const std::vector<NeedleCell> cells =
           evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples, logit_rows, filler, a->probe);

@@ -2,8 +2,8 @@
 # Each links its own layer and the GPU rooms below it; included when NSA_HAVE_CUDA.
 set(nsa_cuda_flags $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
 
-# model/cuda: cuBLASLt GEMMs, one .cu per model op, the parameter state, ModelCuda, logit rows,
-# token losses, the step's phase timer.
+# model/cuda: cuBLASLt GEMMs, one .cu per model op, the parameter state, ModelCuda, the kept
+# model of the evaluations, logit rows, token losses, the step's phase timer.
 add_library(nsa_model_cuda STATIC
   src/model/cuda/gemm.cpp
   src/model/cuda/gemv.cu
@@ -21,6 +21,7 @@ add_library(nsa_model_cuda STATIC
   src/model/cuda/phase_timer.cpp
   src/model/cuda/model_params_cuda.cpp
   src/model/cuda/model_cuda.cpp
+  src/model/cuda/forward_model_cuda.cpp
   src/model/cuda/logit_rows_cuda.cpp
   src/model/cuda/token_losses_cuda.cpp)
 target_link_libraries(nsa_model_cuda PUBLIC nsa_model nsa_kernels_cuda PRIVATE nsa_warnings)

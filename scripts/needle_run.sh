@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The needle experiment of docs/inference.md#the-needle-task on one GPU: `configs/needle_small.yaml`
-# trained in five stages on recall rows (periodic copy rows and needle rows in the random and the
+# trained in seven stages on recall rows (periodic copy rows and needle rows in the random and the
 # cycle filler, taking turns), a window-only ablation of the first stage, and the retrieval tables
 # of every run in both fillers.
-#   bash scripts/needle_run.sh recipe        everything in order (on an H100 the five stages trained
-#                                            in about 14 minutes without the ablation, 2026-11-27,
-#                                            by the logged step times)
+#   bash scripts/needle_run.sh recipe        everything in order (on an H100 the first five stages
+#                                            trained in about 14 minutes without the ablation,
+#                                            2026-11-27, by the logged step times)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
 # between calls while the machine is held; its --init-from run must be there):
@@ -14,13 +14,14 @@
 #   bash scripts/needle_run.sh save          the newest weights of RUNS to $OUT
 #   bash scripts/needle_run.sh eval          stop the runs; the retrieval tables of RUNS to $OUT
 #   bash scripts/needle_run.sh all SEC       start, train SEC seconds, save the weights, eval
-#   bash scripts/needle_run.sh recipe-start [SEC]   build, then the recipe's five stages one after
+#   bash scripts/needle_run.sh recipe-start [SEC]   build, then the recipe's stages one after
 #                                            another in the background; SEC s later, progress
 #   bash scripts/needle_run.sh recipe-wait SEC      wait until the recipe's training ends (at
 #                                            most SEC s), then progress
-#   (then `SAVE_RUNS=edge16 RUNS=edge16 … save` and `PROBE=1 RUNS=edge16 … eval`)
+#   (then `SAVE_RUNS=edge64 RUNS=edge64 … save` and `PROBE=1 RUNS=edge64 … eval`)
 # SAMPLES (eval, default 20), EVAL_LENS, EVAL_S (eval, default 120 s for each run and filler):
-# with 100 samples per cell one filler at 32k alone took about 50 s on an H100, at 64k over 60.
+# the GPU evaluation builds its model once per length (it built one per sample chunk until the
+# eighteenth session, when one filler at 64k with 100 samples per cell ran past 60 s).
 # ABLATION=0 (recipe, recipe-start): without the window-only run short-win.
 # SAVE_RUNS (watch, save, all): the runs whose newest weights go to $OUT (default RUNS; $OUT takes
 # eight files back, three a run).
@@ -33,12 +34,13 @@
 #   long       S = 16384, B = 3,  64 needles per row,  6,000 steps from mid
 #   far        S = 16384, B = 3,  16 needles per row (farther apart), 6,500 steps from long
 #   edge16     S = 16384, B = 5,  adds single-needle rows (a quarter at depth 0, a quarter at 1),
-#              4,000 steps from far: the final model
+#              4,000 steps from far
+#   edge32     edge16's rows at S = 32768, B = 5, 1,500 steps from edge16
+#   edge64     edge16's rows at S = 65536, B = 2, 600 steps from edge32: the final model
 # Measured side branches (docs/inference.md), not part of the recipe:
 #   far32      S = 32768, B = 3,  16 needles per row, 900 steps from far
 #   edge       edge16's rows at S = 32768, 1,500 steps from far
 #   edge16r    a sixth of the rows more in the random filler, 3,000 steps from edge16
-#   edge32     edge16's rows at S = 32768, 1,500 steps from edge16
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out}
@@ -69,9 +71,10 @@ run_args() {  # the training flags of run $1
     edge) late 32768 5 1500 "$edge" 3e-4 3e-5 far ;;
     edge16) late 16384 5 4000 "$edge" 3e-4 3e-5 far ;;
     edge32) late 32768 5 1500 "$edge" 2e-4 2e-5 edge16 ;;
+    edge64) late 65536 2 600 "$edge" 1e-4 1e-5 edge32 ;;
     edge16r) late 16384 6 3000 copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
                2e-4 2e-5 edge16 ;;
-    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16; far32, edge, edge16r, edge32)" >&2
+    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r)" >&2
        return 1 ;;
   esac
 }
@@ -110,7 +113,7 @@ evaluate() {  # the retrieval tables of the runs $@, both fillers
     for f in cycle random; do
       timeout "${EVAL_S:-120}" ./build/nsa eval --task needle --device cuda --run "$dir/$r" \
         --filler "$f" --samples "${SAMPLES:-20}" --depths 0,0.25,0.5,0.75,1 \
-        --seq-lens "${EVAL_LENS:-2048,4096,8192,16384,32768}" ${PROBE:+--probe} 2>&1 |
+        --seq-lens "${EVAL_LENS:-4096,16384,32768,65536}" ${PROBE:+--probe} 2>&1 |
         tee -a "$out/needle_eval_$r.txt" |
         grep -v '^{'
     done
@@ -118,8 +121,9 @@ evaluate() {  # the retrieval tables of the runs $@, both fillers
   done
 }
 
-recipe_runs="short mid long far edge16"
-[ "${ABLATION:-1}" = 1 ] && recipe_runs="short short-win mid long far edge16"
+stages="mid long far edge16 edge32 edge64"  # after short, each from the one before
+recipe_runs="short $stages"
+[ "${ABLATION:-1}" = 1 ] && recipe_runs="short short-win $stages"
 phase=${1:-}
 if [ "$phase" = all ]; then  # one device call: start, train, then stop and evaluate
   bash "$0" start 30 || exit 1
@@ -135,9 +139,9 @@ case $phase in
     # shellcheck disable=SC2086
     evaluate $recipe_runs
     ;;
-  recipe-train)  # the five stages (and the ablation beside the first), nsa built
+  recipe-train)  # the stages (and the ablation beside the first), nsa built
     if [ "${ABLATION:-1}" = 1 ]; then train short & train short-win & wait; else train short; fi
-    for r in mid long far edge16; do train "$r" || { tail -5 "$dir/$r.log"; exit 1; }; done
+    for r in $stages; do train "$r" || { tail -5 "$dir/$r.log"; exit 1; }; done
     ;;
   recipe-start)
     build || exit 1

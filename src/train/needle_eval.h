@@ -75,6 +75,9 @@ using LogitRowsFn = std::function<std::vector<float>(
     const ModelConfig&, const ModelParams<float>&, const SeqLayout&,
     const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
     const std::vector<int64_t>& rows, ProbeRows* probe)>;
+// A fresh evaluator for one command (a backend's, apps/backends.h). A GPU one keeps its model
+// between calls, so the 500 one-sequence calls of a 64k evaluation build it once.
+using LogitRowsFactory = std::function<LogitRowsFn()>;
 
 std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
                                   const SeqLayout& layout, const std::vector<int32_t>& inputs,

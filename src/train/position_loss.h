@@ -22,6 +22,9 @@ namespace nsa {
 using TokenLossesFn = std::function<std::vector<double>(
     const ModelConfig&, const ModelParams<float>&, const SeqLayout&,
     const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets)>;
+// A fresh evaluator for one command (a backend's, apps/backends.h). A GPU one keeps its model
+// between calls, built again only when the batch's layout changes.
+using TokenLossesFactory = std::function<TokenLossesFn()>;
 
 std::vector<double> token_losses_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
                                      const SeqLayout& layout, const std::vector<int32_t>& inputs,

@@ -259,6 +259,65 @@ TEST(CudaModel, LogitRowsAndTheirSelectionsMatchTheCpu) {
   EXPECT_LT(worst_gate, 2e-2);
 }
 
+// One evaluator of a command (nsa eval --device cuda) keeps its model between calls and builds it
+// again when the layout changes: layout A, then B (more sequences, other lengths, none a multiple
+// of a block), then A again with other tokens – each call matches the CPU model as the one-shot
+// calls above do, so a model kept from the call before (or rebuilt for B) computes the right
+// layout with the right weights.
+struct EvalCall {
+  SeqLayout layout;
+  uint32_t seed;
+};
+std::vector<EvalCall> eval_calls() {
+  return {{SeqLayout::batch(2, 300), 31},
+          {SeqLayout::packed({0, 137, 250, 461}, 461), 37},
+          {SeqLayout::batch(2, 300), 41}};
+}
+
+TEST(CudaModel, OneLogitRowsEvaluatorServesChangingLayouts) {
+  const ModelConfig cfg = tiny({});
+  const ModelParams<float> params = init_model_params<float>(cfg);
+  const LogitRowsFn logit_rows = cuda::make_logit_rows_cuda();
+  for (const EvalCall& c : eval_calls()) {
+    std::vector<int32_t> tokens, targets;
+    random_tokens(c.layout.total_tokens(), cfg.vocab_size, c.seed, tokens, targets);
+    const int64_t T = c.layout.total_tokens();
+    const std::vector<int64_t> rows = {0, 5, 136, 137, T / 2, T - 1};
+    const std::vector<float> cpu =
+        logit_rows_cpu(cfg, params, c.layout, tokens, targets, rows, nullptr);
+    const std::vector<float> gpu =
+        logit_rows(cfg, params, c.layout, tokens, targets, rows, nullptr);
+    ASSERT_EQ(cpu.size(), rows.size() * static_cast<size_t>(cfg.vocab_size));
+    ASSERT_EQ(gpu.size(), cpu.size());
+    double worst = 0;
+    for (size_t i = 0; i < cpu.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(cpu[i] - gpu[i])));
+    std::printf("  %lld sequences, %lld tokens: worst |logit cpu - gpu| %.2e (limit 5e-2)\n",
+                static_cast<long long>(c.layout.num_seqs()), static_cast<long long>(T), worst);
+    EXPECT_LT(worst, 5e-2) << "seed " << c.seed;
+  }
+}
+
+TEST(CudaModel, OneTokenLossesEvaluatorServesChangingLayouts) {
+  const ModelConfig cfg = tiny({});
+  const ModelParams<float> params = init_model_params<float>(cfg);
+  const TokenLossesFn token_losses = cuda::make_token_losses_cuda();
+  const std::vector<EvalCall> calls = eval_calls();
+  for (const EvalCall& c : {calls[0], calls[1]}) {
+    std::vector<int32_t> tokens, targets;
+    random_tokens(c.layout.total_tokens(), cfg.vocab_size, c.seed, tokens, targets);
+    const std::vector<double> cpu = token_losses_cpu(cfg, params, c.layout, tokens, targets);
+    const std::vector<double> gpu = token_losses(cfg, params, c.layout, tokens, targets);
+    ASSERT_EQ(cpu.size(), static_cast<size_t>(c.layout.total_tokens()));
+    ASSERT_EQ(gpu.size(), cpu.size());
+    double worst = 0;
+    for (size_t t = 0; t < cpu.size(); ++t) worst = std::max(worst, std::abs(cpu[t] - gpu[t]));
+    std::printf("  %lld sequences: worst |token loss cpu - gpu| %.2e (limit 5e-2)\n",
+                static_cast<long long>(c.layout.num_seqs()), worst);
+    EXPECT_LT(worst, 5e-2) << "seed " << c.seed;
+  }
+}
+
 class CudaModelBitwise : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CudaModelBitwise, RecomputeEqualsStoredAndRunsAreBitIdentical) {
