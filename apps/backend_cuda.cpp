@@ -2,7 +2,6 @@
 // compiled only then, so no command tests a build flag (see backends.h).
 #include <chrono>
 #include <memory>
-#include <type_traits>
 
 #include "backends.h"
 #include "cuda/device.h"
@@ -14,10 +13,6 @@
 
 namespace nsa::app {
 namespace {
-
-// The model layer spells out the evaluators' types (it cannot include train/); they must be ours.
-static_assert(std::is_same_v<cuda::LogitRowsFn, LogitRowsFn>);
-static_assert(std::is_same_v<cuda::TokenLossesFn, TokenLossesFn>);
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -16,12 +16,12 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "data/needle.h"
 #include "model/model_cpu.h"
+#include "model/model_evaluators.h"
 #include "model/model_params.h"
 #include "nsa/config.h"
 
@@ -66,18 +66,7 @@ struct NeedleCell {
   double gate(size_t layer, int branch, bool missed = false) const;
 };
 
-// The logits [rows.size(), vocab] at token rows `rows` of one forward over `inputs` (targets only
-// feed the loss) laid out as `layout` – the CPU model (logit_rows_cpu) or a GPU one. With probe,
-// also each layer's selection and gates at those rows (model/model_cpu.h's ProbeRows: the
-// selected blocks of each group, −1 where fewer, as the model's sel_idx; each head's gate per
-// branch).
-using LogitRowsFn = std::function<std::vector<float>(
-    const ModelConfig&, const ModelParams<float>&, const SeqLayout&,
-    const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
-    const std::vector<int64_t>& rows, ProbeRows* probe)>;
-// A fresh evaluator for one command (a backend's, apps/backends.h). A GPU one keeps its model
-// between calls, so the 500 one-sequence calls of a 64k evaluation build it once.
-using LogitRowsFactory = std::function<LogitRowsFn()>;
+// The CPU model's LogitRowsFn (model/model_evaluators.h); the GPU one is model/cuda's.
 
 std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
                                   const SeqLayout& layout, const std::vector<int32_t>& inputs,

@@ -8,23 +8,16 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "model/model_evaluators.h"
 #include "model/model_params.h"
 #include "nsa/config.h"
 
 namespace nsa {
 
-// Each token's loss [T] of one forward over `inputs` and `targets` laid out as `layout`: the CPU
-// model (token_losses_cpu) or a GPU one.
-using TokenLossesFn = std::function<std::vector<double>(
-    const ModelConfig&, const ModelParams<float>&, const SeqLayout&,
-    const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets)>;
-// A fresh evaluator for one command (a backend's, apps/backends.h). A GPU one keeps its model
-// between calls, built again only when the batch's layout changes.
-using TokenLossesFactory = std::function<TokenLossesFn()>;
+// The CPU model's TokenLossesFn (model/model_evaluators.h); the GPU one is model/cuda's.
 
 std::vector<double> token_losses_cpu(const ModelConfig& cfg, const ModelParams<float>& params,
                                      const SeqLayout& layout, const std::vector<int32_t>& inputs,

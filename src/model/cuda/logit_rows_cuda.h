@@ -3,21 +3,14 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "model/model_cpu.h"
+#include "model/model_evaluators.h"
 #include "model/model_params.h"
 #include "nsa/config.h"
 
 namespace nsa::cuda {
-
-// The same type as nsa::LogitRowsFn (train/needle_eval.h), spelled out here because the model
-// layer cannot include the training layer's headers.
-using LogitRowsFn = std::function<std::vector<float>(
-    const ModelConfig&, const ModelParams<float>&, const SeqLayout&,
-    const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
-    const std::vector<int64_t>& rows, ProbeRows* probe)>;
 
 // One call: builds the model for `layout`, uploads `params`, runs one forward and frees it all.
 std::vector<float> logit_rows_cuda(const ModelConfig& cfg, const ModelParams<float>& params,

@@ -3,19 +3,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
+#include "model/model_evaluators.h"
 #include "model/model_params.h"
 #include "nsa/config.h"
 
 namespace nsa::cuda {
-
-// The same type as nsa::TokenLossesFn (train/position_loss.h), spelled out here because the model
-// layer cannot include the training layer's headers.
-using TokenLossesFn = std::function<std::vector<double>(
-    const ModelConfig&, const ModelParams<float>&, const SeqLayout&,
-    const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets)>;
 
 // [T] for inputs and targets laid out as `layout`; fp32 on the device, widened to double. One
 // call: builds the model for `layout`, uploads `params`, runs one forward and frees it all.
