@@ -106,8 +106,7 @@ void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows
         const float* m =
             probe.mass[l].data() + (sample * kNeedleSpans + span) * per_gate_row + h * kNumBranches;
         const float* g = probe.gates[l].data() + row * per_gate_row + h * kNumBranches;
-        const size_t slh =
-            span * per_span + l * static_cast<size_t>(a.heads) + static_cast<size_t>(h);
+        const size_t slh = cell.span_layer_head(span, l, h);
         double weight = 0;
         for (int c = 0; c < kNumBranches; ++c) {
           cell.mass_sum[slh * kNumBranches + c] += m[c];
@@ -119,10 +118,6 @@ void probe_sample(const NsaConfig& a, const NeedleSequence& seq, const ProbeRows
     }
   }
 }
-
-}  // namespace
-
-namespace {
 
 // sum[i] over n samples; 0 without samples or without the sum (a probe not run, a GPU model).
 double mean_of(const std::vector<double>& sum, size_t i, int64_t n) {
@@ -138,18 +133,19 @@ double NeedleCell::head_gate(size_t layer, int64_t head, int branch, bool missed
                  missed ? samples - retrieved : samples);
 }
 
+size_t NeedleCell::span_layer_head(int span, size_t layer, int64_t head) const {
+  return (static_cast<size_t>(span) * selected_any.size() + layer) * static_cast<size_t>(heads) +
+         static_cast<size_t>(head);
+}
+
 double NeedleCell::head_mass(size_t layer, int64_t head, int branch, int span) const {
-  const size_t slh =
-      (static_cast<size_t>(span) * selected_any.size() + layer) * static_cast<size_t>(heads) +
-      static_cast<size_t>(head);
-  return mean_of(mass_sum, slh * kNumBranches + static_cast<size_t>(branch), samples);
+  return mean_of(mass_sum,
+                 span_layer_head(span, layer, head) * kNumBranches + static_cast<size_t>(branch),
+                 samples);
 }
 
 double NeedleCell::needle_weight(size_t layer, int64_t head, bool missed, int span) const {
-  const size_t slh =
-      (static_cast<size_t>(span) * selected_any.size() + layer) * static_cast<size_t>(heads) +
-      static_cast<size_t>(head);
-  return mean_of(missed ? weight_sum_missed : weight_sum, slh,
+  return mean_of(missed ? weight_sum_missed : weight_sum, span_layer_head(span, layer, head),
                  missed ? samples - retrieved : samples);
 }
 

@@ -64,6 +64,8 @@ struct NeedleCell {
   double head_gate(size_t layer, int64_t head, int branch, bool missed = false) const;
   // The same, the mean over the heads too.
   double gate(size_t layer, int branch, bool missed = false) const;
+  // The index of (span, layer, head) in weight_sum (× 3 + branch: in mass_sum).
+  size_t span_layer_head(int span, size_t layer, int64_t head) const;
 };
 
 // The CPU model's LogitRowsFn (model/model_evaluators.h); the GPU one is model/cuda's.
