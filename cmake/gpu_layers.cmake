@@ -14,6 +14,7 @@ add_library(nsa_model_cuda STATIC
   src/model/cuda/gates.cu
   src/model/cuda/swiglu.cu
   src/model/cuda/decode_inputs.cu
+  src/model/cuda/decode_projection.cu
   src/model/cuda/cross_entropy.cu
   src/model/cuda/add_into.cu
   src/model/cuda/finite_check.cu

@@ -4,7 +4,8 @@
 // aligned addresses and at addresses one element off (forcing the scalar path) – with sizes that
 // leave a tail. Also: the GEMM's residual form equals a copy followed by the in-place GEMM, RoPE
 // rotates by the angles computed on the host, and the column sums equal the host's; the decoder's
-// few-row products (gemv.h) against host sums, and a row's bits whatever the batch around it.
+// few-row products (gemv.h) against host sums, and a row's bits whatever the batch around it; the
+// decoder's one-kernel attention inputs (decode_projection.h) against the product + decode_inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 
 #include "cuda/common/convert.h"
 #include "cuda/common/device_buffer.h"
+#include "model/cuda/decode_projection.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/gemv.h"
 #include "model/cuda/model_ops.h"
@@ -392,6 +394,109 @@ TEST(ModelOps, GemvRefusesWhatItDoesNotTake) {
   EXPECT_FALSE(gemv_fits(1, 8, gemv_normed_rows(xf.get() + 1, nw.get(), 1e-5f), w.get()));
   EXPECT_THROW(launch_gemv(gemv_rows(x.get()), w.get(), b16(x.get()), 1, 8, 1, 1.0f, nullptr),
                Error);
+}
+
+// The layout of a decode step's fused projection and its output buffers (as ModelDecoderCuda lays
+// it out): q, k of the branches with own K/V, their v, then the gate logits (gates: false – none).
+struct ProjectionLayout {
+  DecodeInputs in{};
+  std::vector<DeviceBuffer<bf16>> outs;
+  ProjectionLayout(int64_t B, int64_t H, int64_t G, int64_t dk, int64_t dv,
+                   const std::vector<int>& own_kv, bool gates, bool softmax,
+                   const std::vector<bool>& enabled) {
+    in.H = H, in.G = G, in.dk = dk, in.dv = dv, in.softmax = softmax;
+    int64_t width = H * dk;
+    for (int c = 0; c < 3; ++c) in.k_offset[c] = in.v_offset[c] = -1;
+    for (int c : own_kv) in.k_offset[c] = width, width += G * dk;
+    for (int c : own_kv) in.v_offset[c] = width, width += G * dv;
+    in.gate_offset = gates ? width : -1;
+    in.width = width + (gates ? 3 * H : 0);
+    const auto add = [&](int64_t n) {
+      outs.emplace_back(n);
+      outs.back().zero();
+      return outs.back().get();
+    };
+    outs.reserve(10);
+    in.q = add(B * H * dk);
+    for (int c = 0; c < 3; ++c) {
+      in.k[c] = in.k_offset[c] >= 0 ? add(B * G * dk) : nullptr;
+      in.v[c] = in.v_offset[c] >= 0 ? add(B * G * dv) : nullptr;
+      in.gate[c] = gates ? add(B * H) : nullptr;
+      in.enabled[c] = enabled[static_cast<size_t>(c)];
+    }
+  }
+  std::vector<std::vector<bf16>> host() {
+    NSA_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<std::vector<bf16>> out;
+    for (DeviceBuffer<bf16>& b : outs) {
+      out.emplace_back(b.size());
+      NSA_CUDA_CHECK(
+          cudaMemcpy(out.back().data(), b.get(), b.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    }
+    return out;
+  }
+};
+
+TEST(ModelOps, DecodeProjectionEqualsProductThenDecodeInputs) {
+  struct Case {
+    int64_t B, D, H, G, dk, dv;
+    std::vector<int> own_kv;
+    bool gates, softmax;
+    std::vector<bool> enabled;
+  };
+  // m7c_125m's layout (width 1572); a small one whose width (105) leaves a partial CTA, with
+  // shared K/V, sigmoid gates and a disabled branch; dense decoding's (no gates, one K/V).
+  const std::vector<Case> cases = {
+      {1, 768, 12, 2, 64, 64, {0, 1, 2}, true, true, {true, true, true}},
+      {3, 768, 12, 2, 64, 64, {0, 1, 2}, true, true, {true, true, true}},
+      {2, 40, 3, 1, 16, 8, {0, 2}, true, false, {true, false, true}},
+      {4, 2056, 3, 1, 16, 8, {0, 2}, true, false, {true, true, true}},
+      {2, 64, 4, 2, 32, 32, {1}, false, false, {true, true, true}}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << k.B << " D=" << k.D << " H=" << k.H << " dk=" << k.dk);
+    ProjectionLayout fused(k.B, k.H, k.G, k.dk, k.dv, k.own_kv, k.gates, k.softmax, k.enabled);
+    ProjectionLayout ref(k.B, k.H, k.G, k.dk, k.dv, k.own_kv, k.gates, k.softmax, k.enabled);
+    const int64_t width = fused.in.width;
+    const auto xf = random_floats(k.B * k.D, 50, 2.0f), nw = random_floats(k.D, 51);
+    const auto w = to_bf16(random_floats(width * k.D, 52, 0.05f));
+    const auto bias = random_floats(3 * k.H, 53);
+    const std::vector<int32_t> pos = {0, 65535, 7, 1000};
+    Placed<float> px(xf, 0), pn(nw, 0), pb(bias, 0), proj(k.B * width, 0);
+    Placed<bf16> pw(w, 0);
+    Placed<int32_t> ppos(std::vector<int32_t>(pos.begin(), pos.begin() + k.B), 0);
+    const GemvInput x = gemv_normed_rows(px.get(), pn.get(), 1e-5f);
+    ASSERT_TRUE(decode_projection_fits(x, pw.get(), fused.in, k.B, k.D));
+    launch_decode_projection(x, pw.get(), fused.in, ppos.get(), pb.get(), 10000.0, k.B, k.D,
+                             nullptr);
+    launch_gemv(x, pw.get(), f32(proj.get()), k.B, k.D, width, 0.0f, nullptr);
+    launch_decode_inputs(proj.get(), ref.in, ppos.get(), pb.get(), 10000.0, k.B, nullptr);
+    const auto got = fused.host(), want = ref.host();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) expect_same_bits(got[i], want[i], "an output buffer");
+    // Not a trivial pass: the outputs are not all zero.
+    bool nonzero = false;
+    for (const bf16 v : got[0]) nonzero = nonzero || __bfloat162float(v) != 0.0f;
+    EXPECT_TRUE(nonzero) << "q is all zeros";
+  }
+}
+
+TEST(ModelOps, DecodeProjectionRefusesMisalignedLayouts) {
+  // Gate logits at offset 28 (not a multiple of 3): a triple would straddle two CTAs.
+  ProjectionLayout odd(1, 2, 1, 8, 4, {0}, true, true, {true, true, true});
+  ASSERT_EQ(odd.in.gate_offset, 28);
+  DeviceBuffer<float> x(64), nw(64);
+  DeviceBuffer<bf16> w(odd.in.width * 64);
+  const GemvInput rows = gemv_normed_rows(x.get(), nw.get(), 1e-5f);
+  EXPECT_FALSE(decode_projection_fits(rows, w.get(), odd.in, 1, 64));
+  EXPECT_THROW(
+      launch_decode_projection(rows, w.get(), odd.in, nullptr, nullptr, 10000.0, 1, 64, nullptr),
+      Error);
+  ProjectionLayout fine(1, 2, 1, 8, 6, {0}, true, true, {true, true, true});
+  ASSERT_EQ(fine.in.gate_offset, 30);
+  EXPECT_TRUE(decode_projection_fits(rows, w.get(), fine.in, 1, 64));
+  EXPECT_FALSE(decode_projection_fits(gemv_rows(w.get()), w.get(), fine.in, 1, 64));
+  EXPECT_FALSE(decode_projection_fits(rows, w.get(), fine.in, kGemvMaxRows + 1, 64));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "cuda/common/convert.h"
 #include "cuda/nsa/nsa_decode.h"
+#include "model/cuda/decode_projection.h"
 #include "model/cuda/model_cuda.h"
 #include "nsa/error.h"
 
@@ -147,6 +148,19 @@ void ModelDecoderCuda::normed_linear(const float* norm_w, const bf16* w, GemmOut
   gemm_.linear_forward(h_.get(), w, y, B_, D, out, 0.0f, st);
 }
 
+void ModelDecoderCuda::attention_inputs(const LayerWeights& w, cudaStream_t st) {
+  const int64_t D = cfg_.dim;
+  const GemvInput x =
+      gemv_normed_rows(x_.get(), w.attn_norm.get(), static_cast<float>(cfg_.norm_eps));
+  if (few_rows(D, x, w.w_in.get()) && decode_projection_fits(x, w.w_in.get(), inputs_, B_, D)) {
+    launch_decode_projection(x, w.w_in.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base,
+                             B_, D, st);
+    return;
+  }
+  normed_linear(w.attn_norm.get(), w.w_in.get(), f32(proj_.get()), inputs_.width, st);
+  launch_decode_inputs(proj_.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base, B_, st);
+}
+
 void ModelDecoderCuda::residual_linear(const bf16* x, const bf16* w, int64_t in, cudaStream_t st) {
   const int64_t D = cfg_.dim;
   if (few_rows(in, gemv_rows(x), w)) {
@@ -178,8 +192,7 @@ void ModelDecoderCuda::record_step() {
   launch_embedding_forward(tokens_.get(), tok_emb_.get(), x_.get(), B, D, st);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const LayerWeights& w = layers_[li];
-    normed_linear(w.attn_norm.get(), w.w_in.get(), f32(proj_.get()), inputs_.width, st);
-    launch_decode_inputs(proj_.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base, B, st);
+    attention_inputs(w, st);
     const bf16* k[kNumBranches];
     const bf16* v[kNumBranches];
     const bf16* gates[kNumBranches];

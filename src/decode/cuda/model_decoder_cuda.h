@@ -81,6 +81,10 @@ class ModelDecoderCuda {
   bool few_rows(int64_t in, const GemvInput& x, const bf16* w, const bf16* w3 = nullptr) const;
   // y = RMSNorm(x_; norm_w)·Wᵀ.
   void normed_linear(const float* norm_w, const bf16* w, GemmOut y, int64_t out, cudaStream_t st);
+  // The attention inputs (q_, k_, v_, gates_) of RMSNorm(x_; attn_norm) at positions_: one kernel
+  // where the few-row path takes it (model/cuda/decode_projection.h), else the product into proj_
+  // and launch_decode_inputs.
+  void attention_inputs(const LayerWeights& w, cudaStream_t st);
   // x_ += x·Wᵀ.
   void residual_linear(const bf16* x, const bf16* w, int64_t in, cudaStream_t st);
   // m_ = the MLP's activation of RMSNorm(x_; ffn_norm).

@@ -9,6 +9,7 @@
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/dynamic_smem.h"
 #include "cuda/common/mma.cuh"
+#include "model/cuda/decode_inputs.cuh"
 #include "model/cuda/model_ops.h"
 #include "nsa/error.h"
 #include "pointwise.cuh"
@@ -59,10 +60,7 @@ __global__ void __launch_bounds__(kThreads)
     bf16* dst = (is_q ? in.q : in.k[part - 1]) + b * heads * in.dk;
     for (int64_t idx = threadIdx.x; idx < heads * in.dk / 2; idx += blockDim.x) {
       const int64_t h = idx / (in.dk / 2), i = idx % (in.dk / 2), off = h * in.dk + 2 * i;
-      const float fc = cos_of[i], fs = sin_of[i];
-      const float x0 = src[off], x1 = src[off + 1];
-      dst[off] = __float2bfloat16(x0 * fc - x1 * fs);
-      dst[off + 1] = __float2bfloat16(x0 * fs + x1 * fc);
+      store_rotated_pair(src[off], src[off + 1], cos_of[i], sin_of[i], dst + off);
     }
   }
   for (int c = 0; c < 3; ++c) {
@@ -74,9 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t h = threadIdx.x; h < in.H; h += blockDim.x) {
     float v[3];
     for (int c = 0; c < 3; ++c) v[c] = row[in.gate_offset + h * 3 + c] + bias[h * 3 + c];
-    gate_values(v, in.softmax);
-    for (int c = 0; c < 3; ++c)
-      in.gate[c][b * in.H + h] = __float2bfloat16(in.enabled[c] ? v[c] : 0.0f);
+    store_head_gates(v, in, b, h);
   }
 }
 

@@ -19,6 +19,13 @@ __device__ inline void rope_cos_sin(double pos, int64_t i, int64_t D, double bas
   fs = static_cast<float>(inverse ? -s : s);
 }
 
+// The pair (a, b) rotated by the angle whose cos and sin are fc, fs (the inverse rotation negates
+// sin: exact in float, as the CPU's negation in double then rounding) – one expression for every
+// kernel that rotates (rope.cu, decode_inputs.cuh), so all contract it the same way.
+__device__ inline float2 rope_rotate(float a, float b, float fc, float fs) {
+  return make_float2(a * fc - b * fs, a * fs + b * fc);
+}
+
 // Gate values of one head from its three logits (bias added): sigmoid each, or softmax over them.
 __device__ inline void gate_values(float v[3], bool softmax) {
   if (softmax) {

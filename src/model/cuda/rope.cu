@@ -25,11 +25,6 @@ __global__ void rope_table_kernel(int64_t n_pos, int64_t D, double base,
   table[e] = make_float2(fc, fs);
 }
 
-// The inverse rotation negates sin (exact in float, as the CPU's negation in double then rounding).
-__device__ inline float2 rotate(float a, float b, float fc, float fs) {
-  return make_float2(a * fc - b * fs, a * fs + b * fc);
-}
-
 // kPairs consecutive pairs of one (row, head) per thread (2: D % 4 == 0, out_ld % 4 == 0 and
 // aligned pointers); in is [T, heads·D], out's rows out_ld elements apart.
 template <int kPairs>
@@ -49,11 +44,12 @@ __global__ void rope_kernel(const float* __restrict__ in, bf16* __restrict__ out
   if constexpr (kPairs == 2) {
     const float4 x = *reinterpret_cast<const float4*>(in + off);
     const float4 c = *reinterpret_cast<const float4*>(cs);  // (cos, sin) of pairs i and i + 1
-    const float2 r0 = rotate(x.x, x.y, c.x, sign * c.y), r1 = rotate(x.z, x.w, c.z, sign * c.w);
+    const float2 r0 = rope_rotate(x.x, x.y, c.x, sign * c.y),
+                 r1 = rope_rotate(x.z, x.w, c.z, sign * c.w);
     store_bf16x4(o, r0.x, r0.y, r1.x, r1.y);
   } else {
     const float2 c = cs[0];
-    const float2 r = rotate(in[off], in[off + 1], c.x, sign * c.y);
+    const float2 r = rope_rotate(in[off], in[off + 1], c.x, sign * c.y);
     o[0] = __float2bfloat16(r.x);
     o[1] = __float2bfloat16(r.y);
   }
