@@ -53,12 +53,16 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
   upload_f32(norm_, params.norm);
   upload_bf16(head_, cfg.tie_embeddings ? params.tok_emb : params.output);
   // The fused input projection's rows: q, then k and v of every branch with its own K/V (dense:
-  // the selected branch's only), then the gate logits.
+  // the selected branch's only), then the gate logits – k at even rows and the gates at a
+  // multiple of 3 (zero rows between), so that the one-kernel inputs (decode_projection.h) take
+  // every layout.
   const auto needed = [&](int c) {
     return a.kv_index(c) == c && (!dense || c == a.kv_index(kSel));
   };
+  const auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
   int64_t width = H * a.dk;
   for (int c = 0; c < kNumBranches; ++c) {
+    if (needed(c)) width = round_up(width, 2);
     inputs_.k_offset[c] = needed(c) ? width : -1;
     width += needed(c) ? G * a.dk : 0;
   }
@@ -66,6 +70,7 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
     inputs_.v_offset[c] = needed(c) ? width : -1;
     width += needed(c) ? G * a.dv : 0;
   }
+  if (!dense) width = round_up(width, 3);
   inputs_.gate_offset = dense ? -1 : width;
   width += dense ? 0 : 3 * H;
   inputs_.width = width;
