@@ -23,6 +23,15 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
+// For a kernel that is not itself a dependent launch but is followed by one (the decode step's
+// first kernel): let the next kernel's CTAs be scheduled now, so that what they load before their
+// wait overlaps this kernel. The next kernel's wait still sees all of this one's writes.
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 // cluster_x > 1: the grid's x dimension is split into clusters of cluster_x CTAs (a multiple),
 // which can meet at a cluster barrier (cluster_sync).
 template <typename... Params, typename... Args>

@@ -467,6 +467,7 @@ void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream)
 
 namespace {
 __global__ void advance_kernel(int32_t* pos, int64_t n) {
+  wait_for_previous_kernel();  // a dependent launch: it starts while the step's last kernel runs
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) pos[i] += 1;
 }
@@ -479,8 +480,9 @@ void launch_fill_uniform(bf16* x, int64_t n, uint64_t seed, float half_range, cu
 }
 
 void launch_advance_positions(int32_t* pos, int64_t batch, cudaStream_t stream) {
-  advance_kernel<<<static_cast<unsigned>((batch + 255) / 256), 256, 0, stream>>>(pos, batch);
-  NSA_CUDA_LAUNCH_CHECK();
+  if (batch == 0) return;
+  launch_dependent(advance_kernel, dim3(static_cast<unsigned>((batch + 255) / 256)), dim3(256), 0,
+                   stream, pos, batch);
 }
 
 int64_t NsaDecodeCuda::kv_bytes_per_step(int64_t t) const {

@@ -1,5 +1,6 @@
 // Token embedding forward (a row gather) and its deterministic backward (see model_ops.h).
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/dependent_launch.cuh"
 #include "model/cuda/model_ops.h"
 
 namespace nsa::cuda {
@@ -8,6 +9,7 @@ namespace {
 __global__ void embedding_forward_kernel(const int32_t* __restrict__ tokens,
                                          const float* __restrict__ table, float* __restrict__ x,
                                          int64_t D) {
+  let_next_kernel_start();  // the decoder's next kernel prefetches its weights meanwhile
   const int64_t t = blockIdx.x;
   const float* src = table + static_cast<int64_t>(tokens[t]) * D;
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) x[t * D + j] = src[j];
