@@ -36,6 +36,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
   extern __shared__ __align__(16) float xs[];  // normalised input: rows [B, in], norm weight [in]
   if (kNorm) stage_norm_weight(a.ops, xs);
   wait_for_previous_kernel();  // x (and y) come from the kernels before
+  // The residual's old value (lane b holds row b's) is loaded first, so that its round trip
+  // overlaps the sums instead of following them.
+  float y_old = 0.0f;
+  if (!kSwiglu && a.accumulate && live && lane < a.ops.B)
+    y_old = static_cast<const float*>(a.y)[static_cast<int64_t>(lane) * a.out + n];
   if (kNorm) stage_rows(a.ops, xs);
   if (!live) return;  // warp-uniform
   float acc1[BM], acc3[BM];
@@ -51,8 +56,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const GemvArgs a) {
     } else if (a.y_bf16) {
       static_cast<bf16*>(a.y)[i] = __float2bfloat16(acc1[b]);
     } else {
-      float* y = static_cast<float*>(a.y);
-      y[i] = a.accumulate ? y[i] + acc1[b] : acc1[b];
+      static_cast<float*>(a.y)[i] = a.accumulate ? y_old + acc1[b] : acc1[b];
     }
   }
 }
