@@ -51,7 +51,16 @@ mkdir -p "$out" "$dir"
 run_args() {  # the training flags of run $1
   local common=(--config configs/needle_small.yaml --device cuda --val-every 500 --ckpt-every 500
                 --keep 2 --out "$dir/$1")
-  local short=(--seq-len 2048 --batch 16 --data copy+needle-random:32+needle:32 --steps 12000
+  # FIRST_ROWS=batch: short's and mid's rows as before the stream turn (279d211) – kind r mod 3 at
+  # row r of every batch: short 6 copy rows of 16, mid 2 of 4 – spelt as a turn as long as the
+  # batch, which the stream turn then draws row for row; the documented edge16 (2026-11-25) was
+  # trained so. The default gives each kind a third.
+  local short_rows=copy+needle-random:32+needle:32 mid_rows=copy+needle-random:64+needle:64
+  if [ "${FIRST_ROWS:-stream}" = batch ]; then
+    short_rows=$(printf 'copy+needle-random:32+needle:32+%.0s' 1 2 3 4 5)copy
+    mid_rows=copy+needle-random:64+needle:64+copy
+  fi
+  local short=(--seq-len 2048 --batch 16 --data "$short_rows" --steps 12000
                --lr 1.5e-3 --min-lr 1e-4 --warmup 200 --val-batches 4)
   late() {  # the stages after far: S B steps rows lr min-lr from
     echo "${common[@]}" --seq-len "$1" --batch "$2" --steps "$3" --data "$4" --lr "$5" --min-lr "$6" \
@@ -61,7 +70,7 @@ run_args() {  # the training flags of run $1
   case $1 in
     short) echo "${common[@]}" "${short[@]}" ;;
     short-win) echo "${common[@]}" "${short[@]}" --branches win ;;
-    mid) echo "${common[@]}" --seq-len 8192 --batch 4 --data copy+needle-random:64+needle:64 \
+    mid) echo "${common[@]}" --seq-len 8192 --batch 4 --data "$mid_rows" \
            --steps 5000 --lr 1e-3 --min-lr 1e-4 --warmup 100 --val-batches 4 --init-from "$dir/short" ;;
     long) echo "${common[@]}" --seq-len 16384 --batch 3 --data copy+needle-random:64+needle:64 \
             --steps 6000 --lr 7e-4 --min-lr 1e-4 --warmup 100 --val-batches 2 --init-from "$dir/mid" ;;
