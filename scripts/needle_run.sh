@@ -3,8 +3,8 @@
 # trained in seven stages on recall rows (periodic copy rows and needle rows in the random and the
 # cycle filler, taking turns), a window-only ablation of the first stage, and the retrieval tables
 # of every run in both fillers.
-#   bash scripts/needle_run.sh recipe        everything in order (on an H100 the first five stages
-#                                            trained in about 14 minutes without the ablation,
+#   bash scripts/needle_run.sh recipe        everything in order (on an H100 the seven stages
+#                                            trained in about 18.5 minutes without the ablation,
 #                                            2026-11-27, by the logged step times)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
@@ -28,15 +28,17 @@
 # PROBE=1 (eval, recipe): the retrieval tables with `nsa eval --probe` – per layer, whether the
 # selection held the needle where the answer starts (docs/quality.md, "Why a needle is missed").
 # The runs (RUNS, default "short short-win"; each stage starts from the previous one's weights):
-#   short      S = 2048,  B = 16, 32 needles per needle row, 12,000 steps from scratch
+#   short      S = 2048,  B = 16, 32 needles per needle row, 12,000 steps from scratch; rows 0, 3, …,
+#              15 of every batch copy rows, the others needle rows in the two fillers by turns
+#              (FIRST_ROWS=stream: a third of each kind over the stream instead)
 #   short-win  the same with the window only (--branches win): the ablation
-#   mid        S = 8192,  B = 4,  64 needles per row,  5,000 steps from short
+#   mid        S = 8192,  B = 4,  64 needles per row,  5,000 steps from short; rows 0 and 3 copy
 #   long       S = 16384, B = 3,  64 needles per row,  6,000 steps from mid
 #   far        S = 16384, B = 3,  16 needles per row (farther apart), 6,500 steps from long
 #   edge16     S = 16384, B = 5,  adds single-needle rows (a quarter at depth 0, a quarter at 1),
 #              4,000 steps from far
 #   edge32     edge16's rows at S = 32768, B = 5, 1,500 steps from edge16
-#   edge64     edge16's rows at S = 65536, B = 2, 600 steps from edge32: the final model
+#   edge64     edge16's rows at S = 65536, B = 2, 1,800 steps from edge32: the final model
 # Measured side branches (docs/inference.md), not part of the recipe:
 #   far32      S = 32768, B = 3,  16 needles per row, 900 steps from far
 #   edge       edge16's rows at S = 32768, 1,500 steps from far
@@ -51,14 +53,17 @@ mkdir -p "$out" "$dir"
 run_args() {  # the training flags of run $1
   local common=(--config configs/needle_small.yaml --device cuda --val-every 500 --ckpt-every 500
                 --keep 2 --out "$dir/$1")
-  # FIRST_ROWS=batch: short's and mid's rows as before the stream turn (279d211) – kind r mod 3 at
-  # row r of every batch: short 6 copy rows of 16, mid 2 of 4 – spelt as a turn as long as the
-  # batch, which the stream turn then draws row for row; the documented edge16 (2026-11-25) was
-  # trained so. The default gives each kind a third.
-  local short_rows=copy+needle-random:32+needle:32 mid_rows=copy+needle-random:64+needle:64
-  if [ "${FIRST_ROWS:-stream}" = batch ]; then
-    short_rows=$(printf 'copy+needle-random:32+needle:32+%.0s' 1 2 3 4 5)copy
-    mid_rows=copy+needle-random:64+needle:64+copy
+  # short's and mid's rows as before the stream turn (279d211) – kind r mod 3 at row r of every
+  # batch: short 6 copy rows of 16, mid 2 of 4 – spelt as a turn as long as the batch, which the
+  # stream turn then draws row for row. The documented edge16 (2026-11-25) was trained so, and the
+  # recipe retrieves far better so than with a third of each kind (FIRST_ROWS=stream; measured
+  # 2026-11-27, docs/quality.md "The first stages' rows").
+  local short_rows mid_rows
+  short_rows=$(printf 'copy+needle-random:32+needle:32+%.0s' 1 2 3 4 5)copy
+  mid_rows=copy+needle-random:64+needle:64+copy
+  if [ "${FIRST_ROWS:-batch}" = stream ]; then
+    short_rows=copy+needle-random:32+needle:32
+    mid_rows=copy+needle-random:64+needle:64
   fi
   local short=(--seq-len 2048 --batch 16 --data "$short_rows" --steps 12000
                --lr 1.5e-3 --min-lr 1e-4 --warmup 200 --val-batches 4)
@@ -80,7 +85,7 @@ run_args() {  # the training flags of run $1
     edge) late 32768 5 1500 "$edge" 3e-4 3e-5 far ;;
     edge16) late 16384 5 4000 "$edge" 3e-4 3e-5 far ;;
     edge32) late 32768 5 1500 "$edge" 2e-4 2e-5 edge16 ;;
-    edge64) late 65536 2 600 "$edge" 1e-4 1e-5 edge32 ;;
+    edge64) late 65536 2 1800 "$edge" 1e-4 1e-5 edge32 ;;
     edge16r) late 16384 6 3000 copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
                2e-4 2e-5 edge16 ;;
     *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r)" >&2
