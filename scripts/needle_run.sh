@@ -43,6 +43,7 @@
 #   far32      S = 32768, B = 3,  16 needles per row, 900 steps from far
 #   edge       edge16's rows at S = 32768, 1,500 steps from far
 #   edge16r    a sixth of the rows more in the random filler, 3,000 steps from edge16
+#   edge64m    edge64's rows, 1,800 more steps from edge64 at lr 5e-5 → 5e-6
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out}
@@ -86,9 +87,10 @@ run_args() {  # the training flags of run $1
     edge16) late 16384 5 4000 "$edge" 3e-4 3e-5 far ;;
     edge32) late 32768 5 1500 "$edge" 2e-4 2e-5 edge16 ;;
     edge64) late 65536 2 1800 "$edge" 1e-4 1e-5 edge32 ;;
+    edge64m) late 65536 2 1800 "$edge" 5e-5 5e-6 edge64 ;;
     edge16r) late 16384 6 3000 copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
                2e-4 2e-5 edge16 ;;
-    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r)" >&2
+    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r, edge64m)" >&2
        return 1 ;;
   esac
 }
