@@ -218,6 +218,28 @@ TEST(Needle, RowKindsJoinedByPlusTakeTurns) {
   }
 }
 
+// scripts/needle_run.sh spells the first stages' per-batch layout (row r of every batch kind r mod
+// 3) as a turn exactly as long as the batch: then the stream turn draws row r of every batch as
+// the turn's kind r, batch after batch, each row's content still a function of its stream index.
+TEST(Needle, ATurnAsLongAsTheBatchFixesEachBatchRowsKind) {
+  TokenLoader loader("copy+needle-random:2+needle:3+copy", "train", 256, 5);
+  const int64_t S = 300, B = 4;
+  for (int64_t batch = 0; batch < 3; ++batch) {
+    const Batch b = loader.next(B, S);
+    for (int64_t r = 0; r < B; ++r) {
+      std::vector<int32_t> t(b.inputs.begin() + r * S, b.inputs.begin() + (r + 1) * S);
+      t.push_back(b.targets[(r + 1) * S - 1]);
+      const uint64_t seed = 5 + static_cast<uint64_t>(batch * B + r) * 7919u;
+      const std::vector<int32_t> want =
+          r % 3 == 0 ? make_periodic_sequence(S + 1, 256, seed)
+          : r % 3 == 1
+              ? make_multi_needle_sequence(S + 1, 2, 256, seed, NeedleFiller::kRandom).tokens
+              : make_multi_needle_sequence(S + 1, 3, 256, seed).tokens;
+      EXPECT_EQ(t, want) << "batch " << batch << " row " << r;
+    }
+  }
+}
+
 TEST(Needle, CopyRowsAreAllPeriodic) {
   TokenLoader loader("copy", "train", 256, 3);
   const int64_t S = 200;
