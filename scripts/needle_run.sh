@@ -200,7 +200,8 @@ case $phase in
     save
     ;;
   eval)
-    pkill -f "build/nsa train --config configs/needle_small" && sleep 3
+    # Anchored: the runs only, not a shell whose command line names them.
+    pkill -f "^./build/nsa train --config configs/needle_small" && sleep 3
     progress | tee "$out/needle_progress.txt"
     # shellcheck disable=SC2086
     evaluate $runs
