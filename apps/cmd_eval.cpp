@@ -210,6 +210,7 @@ void register_eval_command(CLI::App& app) {
     int64_t samples = 20;
     std::string filler = "cycle";
     bool probe = false;
+    int64_t n_sel = 0;
     bool by_position = false;
     std::vector<int64_t> buckets;
     std::string out;
@@ -231,7 +232,10 @@ void register_eval_command(CLI::App& app) {
                       "needle: the haystack, cycle (16 tokens repeating) or random symbols"),
       cmd->add_flag("--probe", a->probe,
                     "needle: also whether each layer selected the needle where the answer starts "
-                    "(docs/quality.md)")};
+                    "(docs/quality.md)"),
+      cmd->add_option("--n-sel", a->n_sel,
+                      "needle: attend with this many selected blocks instead of the checkpoint's "
+                      "n_sel (no weight depends on it; docs/quality.md)")};
   CLI::Option* device =
       cmd->add_option("--device", a->device,
                       "needle and --by-position: cpu (the reference) or cuda (one GPU)")
@@ -263,7 +267,7 @@ void register_eval_command(CLI::App& app) {
       const std::string f = first_given(loss_only);
       NSA_CHECK(f.empty(), "nsa eval --task needle: ", f,
                 " belongs to the loss evaluation (--task loss); the needle task takes --seq-lens, "
-                "--depths, --samples and --filler");
+                "--depths, --samples, --filler, --probe and --n-sel");
     } else {
       const std::string f = first_given(needle_only);
       NSA_CHECK(f.empty(), "nsa eval: ", f, " belongs to --task needle");
@@ -280,10 +284,11 @@ void register_eval_command(CLI::App& app) {
     if (a->task == "needle") {
       const LogitRowsFn logit_rows = backend(a->device, "nsa eval").logit_rows();
       const NeedleFiller filler = parse_needle_filler(a->filler, "--filler");
-      const std::vector<NeedleCell> cells =
-          evaluate_needle(ckpt, a->seq_lens, a->depths, a->samples, logit_rows, filler, a->probe);
-      std::printf("needle retrieval of %s (%s filler, %lld samples per cell; accuracy)\n%8s",
+      const std::vector<NeedleCell> cells = evaluate_needle(
+          ckpt, a->seq_lens, a->depths, a->samples, logit_rows, filler, a->probe, a->n_sel);
+      std::printf("needle retrieval of %s (%s filler, %lld samples per cell%s; accuracy)\n%8s",
                   ckpt.c_str(), needle_filler_name(filler), static_cast<long long>(a->samples),
+                  a->n_sel > 0 ? (", n_sel " + std::to_string(a->n_sel)).c_str() : "",
                   "S \\ depth");
       for (double d : a->depths) std::printf(" %7.2f", d);
       for (size_t i = 0; i < cells.size(); ++i) {

@@ -159,7 +159,7 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
                                         const std::vector<double>& depths, int64_t samples,
                                         const LogitRowsFn& logit_rows, NeedleFiller filler,
-                                        bool probe) {
+                                        bool probe, int64_t n_sel) {
   // Every argument before any cell is computed (a cell takes minutes on the CPU at 16k).
   NSA_CHECK(samples > 0, "--samples must be positive");
   NSA_CHECK(!seq_lens.empty() && !depths.empty(), "--seq-lens and --depths must not be empty");
@@ -169,7 +169,15 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
     NSA_CHECK(S >= kNeedleMinLength && S <= 2147483647, "--seq-lens: ", S,
               " is outside the needle task's [", kNeedleMinLength, ", 2147483647] tokens");
   }
-  const LoadedModel m = load_model_checkpoint(checkpoint);
+  NSA_CHECK(n_sel == 0 || (n_sel >= 3 && n_sel <= 2147483647), "--n-sel = ", n_sel,
+            " must be at least 3 (blocks 0, c − 1 and c are always selected), or 0 for the "
+            "checkpoint's own");
+  LoadedModel m = load_model_checkpoint(checkpoint);
+  if (n_sel > 0) {
+    NSA_CHECK(m.cfg.branch_enabled(kSel), "--n-sel: ", checkpoint,
+              " has no selected branch (its attention selects no blocks)");
+    m.cfg.attn.n_sel = n_sel;
+  }
   NSA_CHECK(!probe || m.cfg.branch_enabled(kSel), "--probe: ", checkpoint,
             " has no selected branch (its attention selects no blocks to probe)");
   const int64_t V = m.cfg.vocab_size;

@@ -75,11 +75,14 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
                                   const std::vector<int32_t>& targets,
                                   const std::vector<int64_t>& rows, ProbeRows* probe = nullptr);
 
+// n_sel > 0: the model attends with n_sel selected blocks instead of its config's (`nsa eval
+// --n-sel`; no weight depends on it) – whether a needle missed at n_sel is one the selection would
+// hold with more blocks.
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
                                         const std::vector<int64_t>& seq_lens,
                                         const std::vector<double>& depths, int64_t samples,
                                         const LogitRowsFn& logit_rows = logit_rows_cpu,
                                         NeedleFiller filler = NeedleFiller::kCycle,
-                                        bool probe = false);
+                                        bool probe = false, int64_t n_sel = 0);
 
 }  // namespace nsa

@@ -106,6 +106,17 @@ expect_error "eval loss with --probe" "--probe belongs to --task needle" \
   "$nsa" eval --run "$dir/needle" --data synthetic --probe
 expect_error "eval needle depth" "--depths: 2 is outside \[0, 1\]" \
   "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --depths 0,2
+# --n-sel: the same weights with more selected blocks – at 160 tokens (5 blocks of 32) 8 hold every
+# block, so every layer selects the needle at depth 0.5 in every group; fewer than 3 is refused.
+expect_ok "eval needle n-sel" "$nsa" eval --task needle --run "$dir/needle" --seq-lens 160 --depths 0.5 \
+  --samples 2 --probe --n-sel 8
+grep -q "2 samples per cell, n_sel 8; accuracy" "$dir/out.txt" &&
+  grep -q '"depth":0.5000,.*"selected_any":\[2,2\],"selected_all":\[2,2\]' "$dir/out.txt" &&
+  pass "needle n-sel" || fail "needle n-sel"
+expect_error "eval needle n-sel below the forced blocks" "--n-sel = 2 must be at least 3" \
+  "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --n-sel 2
+expect_error "eval loss with --n-sel" "--n-sel belongs to --task needle" \
+  "$nsa" eval --run "$dir/needle" --data synthetic --n-sel 8
 expect_ok "train needle-mix" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
   --data needle-mix:2 --steps 1 --batch 2 --seq-len 96 --val-every 0 --out "$dir/needle_mix"
 expect_ok "train copy from a checkpoint" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \

@@ -411,5 +411,44 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
   }
 }
 
+// --n-sel: the same weights attending with more selected blocks. With at least as many as the
+// sequence has blocks (tiny: l_sel 32, 300 tokens: 10 blocks), every group of every layer holds
+// the needle at every depth; the checkpoint's own n_sel (4) is what 0 gives; fewer than the three
+// forced blocks is refused by name.
+TEST(Needle, MoreSelectedBlocksAtEvaluationHoldEveryBlock) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_n_sel";
+  TrainOptions o = two_needle_steps(dir);
+  train(o);
+  const std::string ckpt = (dir / "ckpt_00000002").string();
+  const std::vector<double> depths = {0.25, 0.5, 0.75};
+  const std::vector<NeedleCell> all =
+      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kRandom, true, 16);
+  for (const NeedleCell& c : all) {
+    ASSERT_EQ(c.selected_all.size(), 2u);
+    for (size_t l = 0; l < 2; ++l)
+      EXPECT_EQ(c.selected_all[l], c.samples) << "depth " << c.depth << " layer " << l;
+    EXPECT_EQ(c.missed_unselected, 0);
+  }
+  const std::vector<NeedleCell> own =
+      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kRandom, true, 0);
+  const std::vector<NeedleCell> four =
+      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kRandom, true, 4);
+  int64_t held_by_own = 0;
+  for (size_t i = 0; i < own.size(); ++i) {
+    EXPECT_EQ(own[i].retrieved, four[i].retrieved);
+    EXPECT_EQ(own[i].selected_all, four[i].selected_all);
+    for (int64_t n : own[i].selected_all) held_by_own += n;
+  }
+  // 4 of 10 blocks at the probed row (2 free picks of 7) cannot hold a middle needle in every
+  // group of both layers at all three depths by chance alone.
+  EXPECT_LT(held_by_own, 2 * 3 * 3);
+  try {
+    evaluate_needle(ckpt, {300}, {0.5}, 1, logit_rows_cpu, NeedleFiller::kCycle, false, 2);
+    ADD_FAILURE() << "n_sel 2 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--n-sel"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace nsa::test
