@@ -396,33 +396,35 @@ TEST(ModelOps, GemvRefusesWhatItDoesNotTake) {
                Error);
 }
 
-// The layout of a decode step's fused projection and its output buffers (as ModelDecoderCuda lays
-// it out): q, k of the branches with own K/V, their v, then the gate logits (gates: false – none).
+// A decode step's fused projection laid out as the decoder lays it out (decode_inputs_layout) and
+// its output buffers, zeroed: q, then per branch its k and v (own K/V) and its gate (gates), each
+// named, and whether the kernels leave it nonzero (all but a disabled branch's gates).
 struct ProjectionLayout {
   DecodeInputs in{};
   std::vector<DeviceBuffer<bf16>> outs;
+  std::vector<std::string> names;
+  std::vector<bool> nonzero;
   ProjectionLayout(int64_t B, int64_t H, int64_t G, int64_t dk, int64_t dv,
                    const std::vector<int>& own_kv, bool gates, bool softmax,
                    const std::vector<bool>& enabled) {
-    in.H = H, in.G = G, in.dk = dk, in.dv = dv, in.softmax = softmax;
-    int64_t width = H * dk;
-    for (int c = 0; c < 3; ++c) in.k_offset[c] = in.v_offset[c] = -1;
-    for (int c : own_kv) in.k_offset[c] = width, width += G * dk;
-    for (int c : own_kv) in.v_offset[c] = width, width += G * dv;
-    in.gate_offset = gates ? width : -1;
-    in.width = width + (gates ? 3 * H : 0);
-    const auto add = [&](int64_t n) {
+    bool kv[3] = {false, false, false};
+    for (int c : own_kv) kv[c] = true;
+    in = decode_inputs_layout(H, G, dk, dv, kv, gates, softmax);
+    const auto add = [&](int64_t n, const std::string& name, bool filled) {
       outs.emplace_back(n);
       outs.back().zero();
+      names.push_back(name);
+      nonzero.push_back(filled);
       return outs.back().get();
     };
     outs.reserve(10);
-    in.q = add(B * H * dk);
+    in.q = add(B * H * dk, "q", true);
     for (int c = 0; c < 3; ++c) {
-      in.k[c] = in.k_offset[c] >= 0 ? add(B * G * dk) : nullptr;
-      in.v[c] = in.v_offset[c] >= 0 ? add(B * G * dv) : nullptr;
-      in.gate[c] = gates ? add(B * H) : nullptr;
+      const std::string br = std::to_string(c);
       in.enabled[c] = enabled[static_cast<size_t>(c)];
+      in.k[c] = kv[c] ? add(B * G * dk, "k" + br, true) : nullptr;
+      in.v[c] = kv[c] ? add(B * G * dv, "v" + br, true) : nullptr;
+      in.gate[c] = gates ? add(B * H, "gate" + br, in.enabled[c]) : nullptr;
     }
   }
   std::vector<std::vector<bf16>> host() {
@@ -473,18 +475,22 @@ TEST(ModelOps, DecodeProjectionEqualsProductThenDecodeInputs) {
     launch_decode_inputs(proj.get(), ref.in, ppos.get(), pb.get(), 10000.0, k.B, nullptr);
     const auto got = fused.host(), want = ref.host();
     ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) expect_same_bits(got[i], want[i], "an output buffer");
-    // Not a trivial pass: the outputs are not all zero.
-    bool nonzero = false;
-    for (const bf16 v : got[0]) nonzero = nonzero || __bfloat162float(v) != 0.0f;
-    EXPECT_TRUE(nonzero) << "q is all zeros";
+    for (size_t i = 0; i < got.size(); ++i) {
+      expect_same_bits(got[i], want[i], fused.names[i].c_str());
+      // Not a trivial pass: every buffer the kernels fill is not left all zero.
+      bool nonzero = false;
+      for (const bf16 v : got[i]) nonzero = nonzero || __bfloat162float(v) != 0.0f;
+      EXPECT_EQ(nonzero, static_cast<bool>(fused.nonzero[i])) << fused.names[i];
+    }
   }
 }
 
 TEST(ModelOps, DecodeProjectionRefusesMisalignedLayouts) {
-  // Gate logits at offset 28 (not a multiple of 3): a triple would straddle two CTAs.
+  // Gate logits at offset 28 (not a multiple of 3; decode_inputs_layout pads them to 30): a
+  // triple would straddle two CTAs.
   ProjectionLayout odd(1, 2, 1, 8, 4, {0}, true, true, {true, true, true});
-  ASSERT_EQ(odd.in.gate_offset, 28);
+  ASSERT_EQ(odd.in.gate_offset, 30);
+  odd.in.gate_offset = 28, odd.in.width = 28 + 3 * 2;
   DeviceBuffer<float> x(64), nw(64);
   DeviceBuffer<bf16> w(odd.in.width * 64);
   const GemvInput rows = gemv_normed_rows(x.get(), nw.get(), 1e-5f);

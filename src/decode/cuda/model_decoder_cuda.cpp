@@ -52,28 +52,14 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
   upload_f32(tok_emb_, params.tok_emb);
   upload_f32(norm_, params.norm);
   upload_bf16(head_, cfg.tie_embeddings ? params.tok_emb : params.output);
-  // The fused input projection's rows: q, then k and v of every branch with its own K/V (dense:
-  // the selected branch's only), then the gate logits – k at even rows and the gates at a
-  // multiple of 3 (zero rows between), so that the one-kernel inputs (decode_projection.h) take
-  // every layout.
+  // The fused input projection's rows (decode_inputs_layout): q, then k and v of every branch
+  // with its own K/V (dense: the selected branch's only), then the gate logits (not dense).
   const auto needed = [&](int c) {
     return a.kv_index(c) == c && (!dense || c == a.kv_index(kSel));
   };
-  const auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
-  int64_t width = H * a.dk;
-  for (int c = 0; c < kNumBranches; ++c) {
-    if (needed(c)) width = round_up(width, 2);
-    inputs_.k_offset[c] = needed(c) ? width : -1;
-    width += needed(c) ? G * a.dk : 0;
-  }
-  for (int c = 0; c < kNumBranches; ++c) {
-    inputs_.v_offset[c] = needed(c) ? width : -1;
-    width += needed(c) ? G * a.dv : 0;
-  }
-  if (!dense) width = round_up(width, 3);
-  inputs_.gate_offset = dense ? -1 : width;
-  width += dense ? 0 : 3 * H;
-  inputs_.width = width;
+  const bool kv[kNumBranches] = {needed(0), needed(1), needed(2)};
+  inputs_ = decode_inputs_layout(H, G, a.dk, a.dv, kv, !dense, a.gate == GateActivation::kSoftmax);
+  const int64_t width = inputs_.width;
   for (const LayerParams<float>& p : params.layers) {
     LayerWeights w;
     upload_f32(w.attn_norm, p.attn_norm);
@@ -119,8 +105,6 @@ ModelDecoderCuda::ModelDecoderCuda(const ModelConfig& cfg, const ModelParams<flo
   u1_.resize(B * F_);
   u3_.resize(B * F_);
   m_.resize(B * F_);
-  inputs_.H = H, inputs_.G = G, inputs_.dk = a.dk, inputs_.dv = a.dv;
-  inputs_.softmax = a.gate == GateActivation::kSoftmax;
   inputs_.q = q_.get();
   for (int c = 0; c < kNumBranches; ++c) {
     inputs_.k[c] = needed(c) ? k_[c].get() : nullptr;
@@ -157,7 +141,8 @@ void ModelDecoderCuda::attention_inputs(const LayerWeights& w, cudaStream_t st) 
   const int64_t D = cfg_.dim;
   const GemvInput x =
       gemv_normed_rows(x_.get(), w.attn_norm.get(), static_cast<float>(cfg_.norm_eps));
-  if (few_rows(D, x, w.w_in.get()) && decode_projection_fits(x, w.w_in.get(), inputs_, B_, D)) {
+  // decode_projection_fits includes few_rows' gemv_fits.
+  if (B_ <= kGemvFasterRows && decode_projection_fits(x, w.w_in.get(), inputs_, B_, D)) {
     launch_decode_projection(x, w.w_in.get(), inputs_, positions_.get(), w.bg.get(), cfg_.rope_base,
                              B_, D, st);
     return;

@@ -95,4 +95,26 @@ void launch_decode_inputs(const float* proj, const DecodeInputs& in, const int32
                    stream, proj, in, positions, gate_bias, rope_base);
 }
 
+DecodeInputs decode_inputs_layout(int64_t H, int64_t G, int64_t dk, int64_t dv, const bool kv[3],
+                                  bool gates, bool softmax) {
+  const auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  DecodeInputs in{};
+  in.H = H, in.G = G, in.dk = dk, in.dv = dv, in.softmax = softmax;
+  int64_t width = H * dk;
+  for (int c = 0; c < 3; ++c) {
+    if (kv[c]) width = round_up(width, 2);
+    in.k_offset[c] = kv[c] ? width : -1;
+    width += kv[c] ? G * dk : 0;
+  }
+  for (int c = 0; c < 3; ++c) {
+    in.v_offset[c] = kv[c] ? width : -1;
+    width += kv[c] ? G * dv : 0;
+  }
+  if (gates) width = round_up(width, 3);
+  in.gate_offset = gates ? width : -1;
+  in.width = width + (gates ? 3 * H : 0);
+  for (int c = 0; c < 3; ++c) in.enabled[c] = true;
+  return in;
+}
+
 }  // namespace nsa::cuda

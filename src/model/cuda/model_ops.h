@@ -86,6 +86,12 @@ struct DecodeInputs {
 };
 void launch_decode_inputs(const float* proj, const DecodeInputs& in, const int32_t* positions,
                           const float* gate_bias, double rope_base, int64_t B, cudaStream_t stream);
+// The projection's row layout (no buffers: q, k, v and gate null, enabled all true): q, then k of
+// every branch c with kv[c] at an even row, their v, then the gate logits at a multiple of 3 (zero
+// rows between where that pads; gates false: none, gate_offset −1), so that the one-kernel
+// inputs (decode_projection.h) take every layout. The decoder's and its tests' one layout.
+DecodeInputs decode_inputs_layout(int64_t H, int64_t G, int64_t dk, int64_t dv, const bool kv[3],
+                                  bool gates, bool softmax);
 
 // swiglu.cu: m = silu(u1)·u3 (u3 == nullptr: m = silu(u1)); backward from bf16 dm (W2's
 // input-gradient GEMM writes it in bf16: half the bytes of fp32 both ways) into bf16 du1, du3 and,
