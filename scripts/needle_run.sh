@@ -27,6 +27,7 @@
 # eight files back, three a run).
 # PROBE=1 (eval, recipe): the retrieval tables with `nsa eval --probe` – per layer, whether the
 # selection held the needle where the answer starts (docs/quality.md, "Why a needle is missed").
+# N_SEL=N (eval): the same weights with N selected blocks (`nsa eval --n-sel`, docs/quality.md).
 # The runs (RUNS, default "short short-win"; each stage starts from the previous one's weights):
 #   short      S = 2048,  B = 16, 32 needles per needle row, 12,000 steps from scratch; rows 0, 3, …,
 #              15 of every batch copy rows, the others needle rows in the two fillers by turns
@@ -136,7 +137,7 @@ evaluate() {  # the retrieval tables of the runs $@, both fillers
     for f in cycle random; do
       timeout "${EVAL_S:-120}" ./build/nsa eval --task needle --device cuda --run "$dir/$r" \
         --filler "$f" --samples "${SAMPLES:-20}" --depths 0,0.25,0.5,0.75,1 \
-        --seq-lens "${EVAL_LENS:-4096,16384,32768,65536}" ${PROBE:+--probe} 2>&1 |
+        --seq-lens "${EVAL_LENS:-4096,16384,32768,65536}" ${PROBE:+--probe} ${N_SEL:+--n-sel "$N_SEL"} 2>&1 |
         tee -a "$out/needle_eval_$r.txt" |
         grep -v '^{'
     done
