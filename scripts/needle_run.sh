@@ -45,6 +45,7 @@
 #   edge       edge16's rows at S = 32768, 1,500 steps from far
 #   edge16r    a sixth of the rows more in the random filler, 3,000 steps from edge16
 #   edge64m    edge64's rows, 1,800 more steps from edge64 at lr 5e-5 → 5e-6
+#   edge64s    the same with single-needle rows only (both fillers by turns): needles far back
 #   polish16   edge64's rows at S = 16384, 1,000 steps from edge64, lr 3e-5 → 3e-6
 #   polish32   the same at S = 32768, 500 steps
 set -uo pipefail
@@ -91,6 +92,7 @@ run_args() {  # the training flags of run $1
     edge32) late 32768 5 1500 "$edge" 2e-4 2e-5 edge16 ;;
     edge64) late 65536 2 1800 "$edge" 1e-4 1e-5 edge32 ;;
     edge64m) late 65536 2 1800 "$edge" 5e-5 5e-6 edge64 ;;
+    edge64s) late 65536 2 1800 needle+needle-random 5e-5 5e-6 edge64 ;;
     polish16 | polish32)  # a short stage at 16k or 32k after edge64
       local s=16384 n=1000
       [ "$1" = polish32 ] && s=32768 n=500
@@ -98,7 +100,7 @@ run_args() {  # the training flags of run $1
         --min-lr 3e-6 --warmup 20 --val-batches 1 --init-from "$dir/edge64" ;;
     edge16r) late 16384 6 3000 copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
                2e-4 2e-5 edge16 ;;
-    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r, edge64m, polish16, polish32)" >&2
+    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r, edge64m, edge64s, polish16, polish32)" >&2
        return 1 ;;
   esac
 }
