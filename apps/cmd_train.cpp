@@ -32,7 +32,8 @@ void register_train_command(CLI::App& app) {
       "--data", o->data,
       "folder of train_*/val_*.bin shards, 'synthetic', 'repeat', or recall rows: "
       "'copy', 'needle[:N]', 'needle-random[:N]' (N needles per sequence, cycle or "
-      "random filler), 'needle-mix:N' (with copy rows); kinds joined by '+' take turns");
+      "random filler), 'needle-short', 'needle-random-short' (one needle task of a random length "
+      "at the row's start), 'needle-mix:N' (with copy rows); kinds joined by '+' take turns");
   cmd->add_option("--out", o->out_dir, "run folder: metrics.jsonl, heartbeat, checkpoints");
   cmd->add_option("--steps", o->steps, "optimizer steps");
   cmd->add_option("--batch", o->batch, "sequences per micro-batch");

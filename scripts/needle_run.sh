@@ -46,6 +46,10 @@
 #   edge16r    a sixth of the rows more in the random filler, 3,000 steps from edge16
 #   edge64m    edge64's rows, 1,800 more steps from edge64 at lr 5e-5 → 5e-6
 #   edge64s    the same with single-needle rows only (both fillers by turns): needles far back
+# Defined, not yet run (2026-11-28):
+#   edge64x    from edge64s, 1,800 steps at 64k: single-needle rows and rows that start with a whole
+#              needle task of a random length (needle-short: the short lengths' layouts, a needle
+#              at position 0 asked a few thousand tokens later) by turns
 #   polish16   edge64's rows at S = 16384, 1,000 steps from edge64, lr 3e-5 → 3e-6
 #   polish32   the same at S = 32768, 500 steps
 set -uo pipefail
@@ -93,6 +97,7 @@ run_args() {  # the training flags of run $1
     edge64) late 65536 2 1800 "$edge" 1e-4 1e-5 edge32 ;;
     edge64m) late 65536 2 1800 "$edge" 5e-5 5e-6 edge64 ;;
     edge64s) late 65536 2 1800 needle+needle-random 5e-5 5e-6 edge64 ;;
+    edge64x) late 65536 2 1800 needle-short+needle-random-short+needle+needle-random 5e-5 5e-6 edge64s ;;
     polish16 | polish32)  # a short stage at 16k or 32k after edge64
       local s=16384 n=1000
       [ "$1" = polish32 ] && s=32768 n=500
@@ -100,7 +105,7 @@ run_args() {  # the training flags of run $1
         --min-lr 3e-6 --warmup 20 --val-batches 1 --init-from "$dir/edge64" ;;
     edge16r) late 16384 6 3000 copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
                2e-4 2e-5 edge16 ;;
-    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r, edge64m, edge64s, polish16, polish32)" >&2
+    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r, edge64m, edge64s, edge64x, polish16, polish32)" >&2
        return 1 ;;
   esac
 }

@@ -144,6 +144,23 @@ NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64
   return s;
 }
 
+NeedleSequence make_short_needle_sequence(int64_t length, int64_t vocab, uint64_t seed,
+                                          NeedleFiller filler) {
+  check_needle_args(length, vocab, 1);
+  NeedleFill fill(seed ^ 0x5ea7ed5e9e3779b9ull);  // the length and the tail: apart from the task
+  const int64_t lo = std::min(length, std::max(kNeedleShortMin, kNeedleMinLength));
+  const double u = static_cast<double>(fill.next() % 1000001) / 1e6;
+  const auto L = std::clamp<int64_t>(
+      std::llround(static_cast<double>(lo) *
+                   std::pow(static_cast<double>(length) / static_cast<double>(lo), u)),
+      lo, length);
+  NeedleSequence s = make_needle_sequence(L, -1.0, vocab, seed, filler);
+  std::vector<int32_t> tail(static_cast<size_t>(length - L));
+  fill.filler(tail, filler, vocab);
+  s.tokens.insert(s.tokens.end(), tail.begin(), tail.end());
+  return s;
+}
+
 std::vector<int32_t> make_periodic_sequence(int64_t length, int64_t vocab, uint64_t seed) {
   check_needle_args(length, vocab, 1);
   NSA_CHECK(length >= 32, "periodic copy rows need at least 32 tokens, got ", length);

@@ -52,6 +52,16 @@ NeedleSequence make_multi_needle_sequence(int64_t length, int64_t needles, int64
                                           NeedleFiller filler = NeedleFiller::kCycle);
 constexpr int64_t kMaxNeedles = 64;
 
+// A single-needle sequence of a random length L at the start of a longer row ("needle-short"): the
+// first L tokens are make_needle_sequence(L, −1, vocab, seed, filler) – needle at a random depth
+// of them, its question ending at L – and the rest is filler. L is drawn log-uniformly from
+// [min(length, kNeedleShortMin), length], so a row of a long stage still holds the short lengths'
+// layouts: a needle at position 0 asked a few thousand tokens later, as the evaluation at 4k asks
+// it. needle_at and value_at are those of the first L tokens.
+constexpr int64_t kNeedleShortMin = 1024;
+NeedleSequence make_short_needle_sequence(int64_t length, int64_t vocab, uint64_t seed,
+                                          NeedleFiller filler = NeedleFiller::kCycle);
+
 // A copy row for training recall alongside needles ("needle-mix:N"): random symbols that repeat
 // with a period P drawn log-uniformly from [16, length / 2] – every token after the first P is
 // predictable by finding its earlier occurrence P back, near (inside the window) or far.

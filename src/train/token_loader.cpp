@@ -17,7 +17,8 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
 }
 
-// "needle", "needle:N", "needle-random", "needle-random:N" or "copy" (one row kind).
+// "needle", "needle:N", "needle-random", "needle-random:N", "needle-short", "needle-random-short"
+// or "copy" (one row kind).
 RecallRow parse_recall_row(const std::string& item, const std::string& source) {
   RecallRow row;
   if (item == "copy") {
@@ -27,10 +28,14 @@ RecallRow parse_recall_row(const std::string& item, const std::string& source) {
   const bool random = starts_with(item, "needle-random");
   const std::string name = random ? "needle-random" : "needle";
   NSA_CHECK(starts_with(item, name), "--data '", source, "': unknown row kind '", item,
-            "' (copy, needle[:N], needle-random[:N])");
+            "' (copy, needle[:N], needle-random[:N], needle-short, needle-random-short)");
   row.filler = random ? NeedleFiller::kRandom : NeedleFiller::kCycle;
   const std::string rest = item.substr(name.size());
   if (rest.empty()) return row;
+  if (rest == "-short") {
+    row.short_task = true;
+    return row;
+  }
   const std::string n = rest.substr(1);
   const bool digits = rest[0] == ':' && !n.empty() && n.size() <= 3 &&
                       n.find_first_not_of("0123456789") == std::string::npos;
@@ -117,8 +122,9 @@ Batch TokenLoader::next(int64_t batch, int64_t seq_len) {
       const uint64_t row_seed = seed_ + static_cast<uint64_t>(row) * 7919u;
       const RecallRow& kind = rows_[static_cast<size_t>(row) % rows_.size()];
       const std::vector<int32_t> t =
-          kind.copy
-              ? make_periodic_sequence(seq_len + 1, vocab_, row_seed)
+          kind.copy ? make_periodic_sequence(seq_len + 1, vocab_, row_seed)
+          : kind.short_task
+              ? make_short_needle_sequence(seq_len + 1, vocab_, row_seed, kind.filler).tokens
               : make_multi_needle_sequence(seq_len + 1, kind.needles, vocab_, row_seed, kind.filler)
                     .tokens;
       std::copy(t.begin(), t.end() - 1, b.inputs.begin() + r * seq_len);

@@ -28,6 +28,7 @@ namespace nsa {
 // One kind of synthetic recall row: a periodic copy row, or needles in a filler.
 struct RecallRow {
   bool copy = false;
+  bool short_task = false;  // "needle-short": make_short_needle_sequence
   int64_t needles = 1;
   NeedleFiller filler = NeedleFiller::kCycle;
 };
@@ -43,7 +44,8 @@ struct Batch {
 class TokenLoader {
  public:
   // source: a folder of shards, "synthetic", "repeat", or recall rows ("copy", "needle[:N]",
-  // "needle-random[:N]", "needle-mix:N", kinds joined by '+');
+  // "needle-random[:N]", "needle-short", "needle-random-short", "needle-mix:N", kinds joined by
+  // '+');
   // split: "train" or "val".
   TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
               uint64_t seed);

@@ -117,6 +117,9 @@ expect_error "eval needle n-sel below the forced blocks" "--n-sel = 2 must be at
   "$nsa" eval --task needle --run "$dir/needle" --seq-lens 96 --n-sel 2
 expect_error "eval loss with --n-sel" "--n-sel belongs to --task needle" \
   "$nsa" eval --run "$dir/needle" --data synthetic --n-sel 8
+expect_ok "train needle-short" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
+  --data needle-short+needle-random-short --steps 1 --batch 2 --seq-len 1100 --val-every 0 \
+  --out "$dir/needle_short"
 expect_ok "train needle-mix" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \
   --data needle-mix:2 --steps 1 --batch 2 --seq-len 96 --val-every 0 --out "$dir/needle_mix"
 expect_ok "train copy from a checkpoint" "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" \

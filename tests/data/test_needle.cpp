@@ -218,6 +218,49 @@ TEST(Needle, RowKindsJoinedByPlusTakeTurns) {
   }
 }
 
+// "needle-short": the row starts with a whole single-needle task of a random length L – the
+// evaluation's layout at L, its question ending at L – and filler follows; L is log-uniform over
+// [1024, S], so the short lengths come up in a long row, and a row no longer than 1024 is one task.
+TEST(Needle, ShortTaskRowsHoldAWholeTaskOfARandomLength) {
+  const int64_t S = 65537, V = 256;
+  int64_t below_4k = 0, above_32k = 0, at_start = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    for (const NeedleFiller f : {NeedleFiller::kCycle, NeedleFiller::kRandom}) {
+      const NeedleSequence s = make_short_needle_sequence(S, V, seed, f);
+      ASSERT_EQ(static_cast<int64_t>(s.tokens.size()), S);
+      const int64_t L = s.value_at + kNeedleValueLen;  // the task's question ends at L
+      ASSERT_GE(L, kNeedleShortMin);
+      ASSERT_LE(L, S);
+      const NeedleSequence task = make_needle_sequence(L, -1.0, V, seed, f);
+      ASSERT_TRUE(std::equal(task.tokens.begin(), task.tokens.end(), s.tokens.begin()));
+      EXPECT_EQ(s.needle_at, task.needle_at);
+      // After the task, filler only: no marker, no question.
+      for (int64_t i = L; i < S; ++i) {
+        ASSERT_NE(s.tokens[i], kNeedleMark);
+        ASSERT_NE(s.tokens[i], kNeedleQuery);
+      }
+      below_4k += L < 4096;
+      above_32k += L > 32768;
+      at_start += s.needle_at == 0;
+    }
+  }
+  // Log-uniform over [1024, 65537]: a third of the draws below 4k, a sixth above 32k (400 draws).
+  EXPECT_GT(below_4k, 90);
+  EXPECT_LT(below_4k, 180);
+  EXPECT_GT(above_32k, 40);
+  EXPECT_LT(above_32k, 100);
+  EXPECT_GT(at_start, 60);  // depth 0 a quarter of the time
+  const NeedleSequence one = make_short_needle_sequence(600, V, 9, NeedleFiller::kRandom);
+  EXPECT_EQ(one.value_at + kNeedleValueLen, 600);  // S ≤ 1024: the whole row is the task
+  TokenLoader loader("needle-short+needle-random-short", "train", V, 5);
+  const Batch b = loader.next(2, 2000);
+  std::vector<int32_t> row1(b.inputs.begin() + 2000, b.inputs.end());
+  row1.push_back(b.targets.back());
+  EXPECT_EQ(row1, make_short_needle_sequence(2001, V, 5 + 7919u, NeedleFiller::kRandom).tokens);
+  for (const char* bad : {"needle-short:4", "needle-shorter", "needle-random-short:2"})
+    EXPECT_THROW(TokenLoader(bad, "train", V, 3), Error) << bad;
+}
+
 // scripts/needle_run.sh spells the first stages' per-batch layout (row r of every batch kind r mod
 // 3) as a turn exactly as long as the batch: then the stream turn draws row r of every batch as
 // the turn's kind r, batch after batch, each row's content still a function of its stream index.
