@@ -46,12 +46,12 @@
 #   edge16r    a sixth of the rows more in the random filler, 3,000 steps from edge16
 #   edge64m    edge64's rows, 1,800 more steps from edge64 at lr 5e-5 → 5e-6
 #   edge64s    the same with single-needle rows only (both fillers by turns): needles far back
+#   polish16   edge64's rows at S = 16384, 1,000 steps from edge64, lr 3e-5 → 3e-6
+#   polish32   the same at S = 32768, 500 steps
 # Defined, not yet run (2026-11-28):
 #   edge64x    from edge64s, 1,800 steps at 64k: single-needle rows and rows that start with a whole
 #              needle task of a random length (needle-short: the short lengths' layouts, a needle
 #              at position 0 asked a few thousand tokens later) by turns
-#   polish16   edge64's rows at S = 16384, 1,000 steps from edge64, lr 3e-5 → 3e-6
-#   polish32   the same at S = 32768, 500 steps
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out}

@@ -482,8 +482,8 @@ TEST(Needle, MoreSelectedBlocksAtEvaluationHoldEveryBlock) {
     EXPECT_EQ(own[i].selected_all, four[i].selected_all);
     for (int64_t n : own[i].selected_all) held_by_own += n;
   }
-  // 4 of 10 blocks at the probed row (2 free picks of 7) cannot hold a middle needle in every
-  // group of both layers at all three depths by chance alone.
+  // 4 of 10 blocks at the probed row (the forced 0, 8, 9 and one free pick of blocks 1–7) cannot
+  // hold a middle needle in every group of both layers at all three depths by chance alone.
   EXPECT_LT(held_by_own, 2 * 3 * 3);
   try {
     evaluate_needle(ckpt, {300}, {0.5}, 1, logit_rows_cpu, NeedleFiller::kCycle, false, 2);
