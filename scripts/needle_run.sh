@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The needle experiment of docs/inference.md#the-needle-task on one GPU: `configs/needle_small.yaml`
-# trained in seven stages on recall rows (periodic copy rows and needle rows in the random and the
+# trained in eleven stages on recall rows (periodic copy rows and needle rows in the random and the
 # cycle filler, taking turns), a window-only ablation of the first stage, and the retrieval tables
 # of every run in both fillers.
-#   bash scripts/needle_run.sh recipe        everything in order (on an H100 the seven stages
-#                                            trained in about 18.5 minutes without the ablation,
-#                                            2026-11-27, by the logged step times)
+#   bash scripts/needle_run.sh recipe        everything in order (on an H100 the eleven stages
+#                                            train in about 34 minutes without the ablation: the
+#                                            first seven 18.5, 2026-11-27, the four 64k stages
+#                                            after edge64 15.3, 2026-11-28, by the logged clocks)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
 # between calls while the machine is held; its --init-from run must be there):
@@ -18,7 +19,7 @@
 #                                            another in the background; SEC s later, progress
 #   bash scripts/needle_run.sh recipe-wait SEC      wait until the recipe's training ends (at
 #                                            most SEC s), then progress
-#   (then `SAVE_RUNS=edge64 RUNS=edge64 … save` and `PROBE=1 RUNS=edge64 … eval`)
+#   (then `SAVE_RUNS=edge64z RUNS=edge64z … save` and `PROBE=1 RUNS=edge64z … eval`)
 # SAMPLES (eval, default 20), EVAL_LENS, EVAL_S (eval, default 120 s for each run and filler):
 # the GPU evaluation builds its model once per length (it built one per sample chunk until the
 # eighteenth session, when one filler at 64k with 100 samples per cell ran past 60 s).
@@ -39,19 +40,22 @@
 #   edge16     S = 16384, B = 5,  adds single-needle rows (a quarter at depth 0, a quarter at 1),
 #              4,000 steps from far
 #   edge32     edge16's rows at S = 32768, B = 5, 1,500 steps from edge16
-#   edge64     edge16's rows at S = 65536, B = 2, 1,800 steps from edge32: the final model
+#   edge64     edge16's rows at S = 65536, B = 2, 1,800 steps from edge32
+#   edge64s    S = 65536, B = 2, 1,800 steps from edge64, single-needle rows only (both fillers by
+#              turns): needles far back
+#   edge64x    1,800 steps from edge64s: single-needle rows and rows that start with a whole
+#              needle task of a random length (needle-short: the short lengths' layouts, a needle
+#              at position 0 asked a few thousand tokens later) by turns
+#   edge64y    1,800 steps from edge64x, two short-task rows to one single-needle row
+#   edge64z    2,400 steps from edge64y, three to one: the final model (>= 0.99 in every cell,
+#              4k to 64k, both fillers; docs/quality.md)
 # Measured side branches (docs/inference.md), not part of the recipe:
 #   far32      S = 32768, B = 3,  16 needles per row, 900 steps from far
 #   edge       edge16's rows at S = 32768, 1,500 steps from far
 #   edge16r    a sixth of the rows more in the random filler, 3,000 steps from edge16
 #   edge64m    edge64's rows, 1,800 more steps from edge64 at lr 5e-5 → 5e-6
-#   edge64s    the same with single-needle rows only (both fillers by turns): needles far back
 #   polish16   edge64's rows at S = 16384, 1,000 steps from edge64, lr 3e-5 → 3e-6
 #   polish32   the same at S = 32768, 500 steps
-# Defined, not yet run (2026-11-28):
-#   edge64x    from edge64s, 1,800 steps at 64k: single-needle rows and rows that start with a whole
-#              needle task of a random length (needle-short: the short lengths' layouts, a needle
-#              at position 0 asked a few thousand tokens later) by turns
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out}
@@ -98,6 +102,10 @@ run_args() {  # the training flags of run $1
     edge64m) late 65536 2 1800 "$edge" 5e-5 5e-6 edge64 ;;
     edge64s) late 65536 2 1800 needle+needle-random 5e-5 5e-6 edge64 ;;
     edge64x) late 65536 2 1800 needle-short+needle-random-short+needle+needle-random 5e-5 5e-6 edge64s ;;
+    edge64y) late 65536 2 1800 needle-short+needle-random-short+needle-short+needle-random-short+needle+needle-random \
+               3e-5 3e-6 edge64x ;;
+    edge64z) late 65536 2 2400 needle-short+needle-random-short+needle-short+needle-random-short+needle-short+needle-random-short+needle+needle-random \
+               3e-5 3e-6 edge64y ;;
     polish16 | polish32)  # a short stage at 16k or 32k after edge64
       local s=16384 n=1000
       [ "$1" = polish32 ] && s=32768 n=500
@@ -105,7 +113,7 @@ run_args() {  # the training flags of run $1
         --min-lr 3e-6 --warmup 20 --val-batches 1 --init-from "$dir/edge64" ;;
     edge16r) late 16384 6 3000 copy+needle:16+needle-random:16+needle+needle-random:16+needle-random \
                2e-4 2e-5 edge16 ;;
-    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64; far32, edge, edge16r, edge64m, edge64s, edge64x, polish16, polish32)" >&2
+    *) echo "needle_run.sh: unknown run '$1' (short, short-win, mid, long, far, edge16, edge32, edge64, edge64s, edge64x, edge64y, edge64z; far32, edge, edge16r, edge64m, polish16, polish32)" >&2
        return 1 ;;
   esac
 }
@@ -152,7 +160,7 @@ evaluate() {  # the retrieval tables of the runs $@, both fillers
   done
 }
 
-stages="mid long far edge16 edge32 edge64"  # after short, each from the one before
+stages="mid long far edge16 edge32 edge64 edge64s edge64x edge64y edge64z"  # after short, each from the one before
 recipe_runs="short $stages"
 [ "${ABLATION:-1}" = 1 ] && recipe_runs="short short-win $stages"
 phase=${1:-}
