@@ -18,17 +18,34 @@ __host__ __device__ constexpr int round16(int x) {
 }
 
 // The staged tile: q [16, dk], keys [kPartKeys, dk], values [kPartKeys, dv] and probabilities
-// [16, kPartKeys] (bf16), rows padded (mma.cuh's tile_stride) so that the fragment loads are free
-// of bank conflicts. The probabilities take the keys' space (the keys are dead once S = Q·Kᵀ is in
-// registers, where the softmax runs): 38 KiB at dk = dv = 64, five part CTAs per SM.
+// [16, kPartKeys] (bf16). q, the values and the probabilities have padded rows (mma.cuh's
+// tile_stride) so that the fragment loads are free of bank conflicts; the keys are packed and
+// swizzled instead (key_piece), which saves the 2 KiB of padding that decides the occupancy: 36.3
+// KiB at dk = dv = 64, six part CTAs per SM (five with padded keys). The probabilities take the
+// keys' space (the keys are dead once S = Q·Kᵀ is in registers, where the softmax runs).
 struct Tile {
   bf16 *q, *k, *v, *p;
-  int qs, ks, vs, ps;  // row strides in elements
+  int qs, vs, ps;  // row strides in elements
+  int nk;          // 16-byte pieces of a key row (dk / 8)
 };
+
+// Where piece j (8 bf16) of key row c lies among the packed keys' pieces, nk = dk / 8 to a row: the
+// piece's index i = c·nk + j with its low three bits XOR-ed by the key row's (nk a multiple of 8)
+// or else by its 128-byte line's (i / 8) – a permutation within each line, under which the eight
+// rows of a fragment load (the same j) fall on eight different 16-byte bank groups when nk is a
+// power of two (dk = 16, 32, 64, 128, 256). No division: this runs for every piece.
+__host__ __device__ __forceinline__ constexpr int key_piece(int c, int j, int nk) {
+  const int i = c * nk + j;
+  return i ^ (((nk & 7) == 0 ? c : i >> 3) & 7);
+}
+
+__device__ __forceinline__ bf16* key_at(const Tile& tl, int c, int j) {
+  return tl.k + 8 * key_piece(c, j, tl.nk);
+}
 
 // Bytes of the keys' space: the keys, or the probabilities if they take more.
 __host__ __device__ constexpr size_t tile_key_bytes(int dk) {
-  const size_t keys = sizeof(bf16) * static_cast<size_t>(kPartKeys) * tile_stride(dk);
+  const size_t keys = sizeof(bf16) * static_cast<size_t>(kPartKeys) * dk;
   const size_t p = sizeof(bf16) * static_cast<size_t>(kMaxHeadsPerGroup) * tile_stride(kPartKeys);
   return keys > p ? keys : p;
 }
@@ -42,7 +59,7 @@ __host__ __device__ constexpr size_t tile_bytes(int dk, int dv) {
 // multiple of 16 bytes).
 __device__ __forceinline__ Tile carve_tile(unsigned char* base, int dk, int dv) {
   Tile t;
-  t.qs = tile_stride(dk), t.ks = tile_stride(dk), t.vs = tile_stride(dv);
+  t.qs = tile_stride(dk), t.vs = tile_stride(dv), t.nk = dk / 8;
   t.ps = tile_stride(kPartKeys);
   t.q = reinterpret_cast<bf16*>(base);
   unsigned char* keys = base + sizeof(bf16) * kMaxHeadsPerGroup * t.qs;
@@ -91,7 +108,7 @@ __device__ __forceinline__ void tile_issue_rows(const DecodeDims& m, const Tile&
   const int nk = m.dk / 8, nv = m.dv / 8;
   for_each_piece(n, nk + nv, [&](int c, int j) {
     if (j < nk) {
-      cp_async16(tl.k + c * tl.ks + 8 * j, k_first + c * k_stride + 8 * j);
+      cp_async16(key_at(tl, c, j), k_first + c * k_stride + 8 * j);
     } else {
       cp_async16(tl.v + c * tl.vs + 8 * (j - nk), v_first + c * v_stride + 8 * (j - nk));
     }
@@ -116,7 +133,7 @@ __device__ __forceinline__ void tile_fix_rows(const DecodeDims& m, const Tile& t
                                               int patch, uint4 piece) {
   const int nk = m.dk / 8, nv = m.dv / 8, per = nk + nv;
   const auto at = [&](int c, int j) {
-    return reinterpret_cast<uint4*>(j < nk ? tl.k + c * tl.ks + 8 * j
+    return reinterpret_cast<uint4*>(j < nk ? key_at(tl, c, j)
                                            : tl.v + c * tl.vs + 8 * (j - nk));
   };
   for_each_piece(round16(count) - count, per,
@@ -138,7 +155,7 @@ __device__ __forceinline__ void tile_issue_kv(const DecodeDims& m, const Tile& t
   const int nk = m.dk / 8, nv = m.dv / 8;
   for_each_piece(count, nk + nv, [&](int c, int j) {
     if (j < nk) {
-      cp_async16(tl.k + c * tl.ks + 8 * j, rows.k[c] + 8 * j);
+      cp_async16(key_at(tl, c, j), rows.k[c] + 8 * j);
     } else {
       cp_async16(tl.v + c * tl.vs + 8 * (j - nk), rows.v[c] + 8 * (j - nk));
     }
@@ -220,6 +237,14 @@ __device__ __forceinline__ void softmax_registers(const DecodeDims& m, const Til
   }
 }
 
+// mma.cuh's load_b_rows_x2 on the swizzled keys: B fragments of the key tiles n0 and n0 + 8 at the
+// 16 columns from k0 (lanes 8m .. 8m + 7 give the rows of matrix m: keys n0 + 8·(m / 2) + r, piece
+// k0 / 8 + m mod 2).
+__device__ __forceinline__ void load_key_fragments(uint32_t b[4], const Tile& tl, int n0, int k0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  ldmatrix_x4(b, key_at(tl, n0 + (m >> 1) * 8 + r, (k0 >> 3) + (m & 1)));
+}
+
 // The attention of the staged part (its loads landed and a barrier passed): per head h < hpg the
 // part's max and sum of exp (ml[2h], ml[2h + 1], fp32) and its unnormalised output o[h·dv + e],
 // written to global memory; with s_out, also the scaled scores s_out[h·s_stride + c]. count ≥ 1.
@@ -240,7 +265,7 @@ __device__ void tile_attend(const DecodeDims& m, const Tile& tl, int count, floa
     for (int k0 = 0; k0 < m.dk; k0 += 16) {
       uint32_t a[4], bb[4];
       load_a(a, tl.q, tl.qs, 0, k0);
-      load_b_rows_x2(bb, tl.k, tl.ks, n0, k0);
+      load_key_fragments(bb, tl, n0, k0);
       mma_16816(acc[i], a, bb);
       mma_16816(acc[i] + 4, a, bb + 2);
     }

@@ -46,9 +46,9 @@ __device__ void append_rows(const DecodeParams& p, int b, int g, int t) {
 
 // Compressed token e, which completes at position t (φ = avg over positions t − l + 1 .. t, oldest
 // first, fp32 sum × 1/l rounded to bf16 – decode_prefill.cu's arithmetic, bit for bit), into the
-// tile's key and value rows and the compressed cache. Position t comes from the inputs.
-__device__ void compress_row(const DecodeParams& p, int b, int g, int t, int e, bf16* k_tile,
-                             bf16* v_tile) {
+// tile's key and value rows `c` and the compressed cache. Position t comes from the inputs.
+__device__ void compress_row(const DecodeParams& p, int b, int g, int t, int e, const Tile& tl,
+                             int c) {
   const DecodeDims& m = p.dims;
   const float inv_l = 1.0f / static_cast<float>(m.l);
   for (int i = threadIdx.x; i < m.dk + m.dv; i += blockDim.x) {
@@ -63,7 +63,7 @@ __device__ void compress_row(const DecodeParams& p, int b, int g, int t, int e, 
       s += __bfloat162float(pos == t ? latest : row(ring, b, m.l, m.div_l.mod(pos), g, m, dim)[el]);
     }
     const bf16 y = __float2bfloat16(s * inv_l);
-    (is_k ? k_tile : v_tile)[el] = y;
+    (is_k ? key_at(tl, c, el / 8) + el % 8 : tl.v + c * tl.vs + el)[0] = y;
     row(is_k ? p.k_cmp : p.v_cmp, b, m.max_cmp, e, g, m, dim)[el] = y;
   }
 }
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   __syncthreads();                        // every copy has landed
   trace_mark<kTrace>(p, kTraceParts, 3);  // landed
   tile_fix_rows(m, tl, count, patch, piece);
-  if (emit >= 0) compress_row(p, b, g, t, first + emit, tl.k + emit * tl.ks, tl.v + emit * tl.vs);
+  if (emit >= 0) compress_row(p, b, g, t, first + emit, tl, emit);
   __syncthreads();
   float* s_out = kind == PartKind::kCompressed
                      ? p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first
