@@ -285,7 +285,7 @@ void register_eval_command(CLI::App& app) {
       const LogitRowsFn logit_rows = backend(a->device, "nsa eval").logit_rows();
       const NeedleFiller filler = parse_needle_filler(a->filler, "--filler");
       const std::vector<NeedleCell> cells = evaluate_needle(
-          ckpt, a->seq_lens, a->depths, a->samples, logit_rows, filler, a->probe, a->n_sel);
+          ckpt, {a->seq_lens, a->depths, a->samples, filler, a->probe, a->n_sel}, logit_rows);
       std::printf("needle retrieval of %s (%s filler, %lld samples per cell%s; accuracy)\n%8s",
                   ckpt.c_str(), needle_filler_name(filler), static_cast<long long>(a->samples),
                   a->n_sel > 0 ? (", n_sel " + std::to_string(a->n_sel)).c_str() : "",

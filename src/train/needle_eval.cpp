@@ -155,11 +155,13 @@ double NeedleCell::gate(size_t layer, int branch, bool missed) const {
   return heads > 0 ? mean / static_cast<double>(heads) : 0.0;
 }
 
-std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
-                                        const std::vector<int64_t>& seq_lens,
-                                        const std::vector<double>& depths, int64_t samples,
-                                        const LogitRowsFn& logit_rows, NeedleFiller filler,
-                                        bool probe, int64_t n_sel) {
+std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint, const NeedleEvalOptions& opt,
+                                        const LogitRowsFn& logit_rows) {
+  const std::vector<int64_t>& seq_lens = opt.seq_lens;
+  const std::vector<double>& depths = opt.depths;
+  const int64_t samples = opt.samples, n_sel = opt.n_sel;
+  const NeedleFiller filler = opt.filler;
+  const bool probe = opt.probe;
   // Every argument before any cell is computed (a cell takes minutes on the CPU at 16k).
   NSA_CHECK(samples > 0, "--samples must be positive");
   NSA_CHECK(!seq_lens.empty() && !depths.empty(), "--seq-lens and --depths must not be empty");

@@ -75,14 +75,21 @@ std::vector<float> logit_rows_cpu(const ModelConfig& cfg, const ModelParams<floa
                                   const std::vector<int32_t>& targets,
                                   const std::vector<int64_t>& rows, ProbeRows* probe = nullptr);
 
-// n_sel > 0: the model attends with n_sel selected blocks instead of its config's (`nsa eval
-// --n-sel`; no weight depends on it) – whether a needle missed at n_sel is one the selection would
-// hold with more blocks.
-std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint,
-                                        const std::vector<int64_t>& seq_lens,
-                                        const std::vector<double>& depths, int64_t samples,
-                                        const LogitRowsFn& logit_rows = logit_rows_cpu,
-                                        NeedleFiller filler = NeedleFiller::kCycle,
-                                        bool probe = false, int64_t n_sel = 0);
+// What `nsa eval --task needle` measures: a cell per (length, depth), `samples` sequences each, in
+// `filler`; with `probe`, the selection's view of the needle (above). n_sel > 0: the model attends
+// with n_sel selected blocks instead of its config's (`--n-sel`; no weight depends on it) – whether
+// a needle missed at n_sel is one the selection would hold with more blocks.
+struct NeedleEvalOptions {
+  std::vector<int64_t> seq_lens;
+  std::vector<double> depths;
+  int64_t samples = 20;
+  NeedleFiller filler = NeedleFiller::kCycle;
+  bool probe = false;
+  int64_t n_sel = 0;
+};
+
+// The cells in order: lengths outer, depths inner.
+std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint, const NeedleEvalOptions& opt,
+                                        const LogitRowsFn& logit_rows = logit_rows_cpu);
 
 }  // namespace nsa

@@ -325,13 +325,26 @@ TrainOptions two_needle_steps(const std::filesystem::path& dir) {
   return o;
 }
 
+// two_needle_steps trained into a temporary directory `name`; its options (for further runs beside
+// it) and its checkpoint.
+struct TwoSteps {
+  TrainOptions options;
+  std::string checkpoint;
+};
+TwoSteps train_two_needle_steps(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
+  TwoSteps t{two_needle_steps(dir), (dir / "ckpt_00000002").string()};
+  train(t.options);
+  return t;
+}
+
 TEST(Needle, EvaluationCountsEveryCell) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_needle";
   TrainOptions o = two_needle_steps(dir);
   o.overrides = {{"dim", "32"}, {"n_layers", "1"}};
   train(o);
   const std::vector<NeedleCell> cells =
-      evaluate_needle((dir / "ckpt_00000002").string(), {96, 200}, {0.0, 1.0}, 3);
+      evaluate_needle((dir / "ckpt_00000002").string(), {{96, 200}, {0.0, 1.0}, 3});
   ASSERT_EQ(cells.size(), 4u);
   EXPECT_EQ(cells[0].seq_len, 96);
   EXPECT_EQ(cells[3].seq_len, 200);
@@ -348,16 +361,16 @@ TEST(Needle, EvaluationCountsEveryCell) {
 // layer whatever the weights; in between the counts obey their bounds. The same samples are
 // retrieved with and without it.
 TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_probe";
-  TrainOptions o = two_needle_steps(dir);
-  train(o);
-  const std::string ckpt = (dir / "ckpt_00000002").string();
+  TwoSteps two = train_two_needle_steps("nsa_test_probe");
+  TrainOptions& o = two.options;
+  const std::filesystem::path dir = o.out_dir;
+  const std::string& ckpt = two.checkpoint;
   const std::vector<double> depths = {0.0, 0.5, 1.0};
-  const std::vector<NeedleCell> plain = evaluate_needle(ckpt, {300}, depths, 3);
+  const std::vector<NeedleCell> plain = evaluate_needle(ckpt, {{300}, depths, 3});
   const std::vector<NeedleCell> cells =
-      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kRandom, true);
+      evaluate_needle(ckpt, {{300}, depths, 3, NeedleFiller::kRandom, true});
   const std::vector<NeedleCell> cycle =
-      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kCycle, true);
+      evaluate_needle(ckpt, {{300}, depths, 3, NeedleFiller::kCycle, true});
   ASSERT_EQ(cells.size(), 3u);
   for (size_t i = 0; i < cycle.size(); ++i) EXPECT_EQ(cycle[i].retrieved, plain[i].retrieved);
   for (const NeedleCell& c : cells) {
@@ -432,9 +445,8 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
   o.overrides = {{"branches", "sel,win"}};
   o.out_dir = (dir / "no_cmp").string();
   train(o);
-  const std::vector<NeedleCell> no_cmp =
-      evaluate_needle((dir / "no_cmp" / "ckpt_00000002").string(), {300}, {0.5}, 2, logit_rows_cpu,
-                      NeedleFiller::kCycle, true);
+  const std::vector<NeedleCell> no_cmp = evaluate_needle(
+      (dir / "no_cmp" / "ckpt_00000002").string(), {{300}, {0.5}, 2, NeedleFiller::kCycle, true});
   for (size_t l = 0; l < 2; ++l) {
     for (int64_t h = 0; h < no_cmp[0].heads; ++h) {  // every head's, not just their mean
       EXPECT_EQ(no_cmp[0].head_gate(l, h, 0), 0.0);
@@ -446,8 +458,8 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
   o.out_dir = (dir / "win").string();
   train(o);
   try {
-    evaluate_needle((dir / "win" / "ckpt_00000002").string(), {300}, {0.0}, 1, logit_rows_cpu,
-                    NeedleFiller::kCycle, true);
+    evaluate_needle((dir / "win" / "ckpt_00000002").string(),
+                    {{300}, {0.0}, 1, NeedleFiller::kCycle, true});
     ADD_FAILURE() << "a window-only model was probed";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--probe"), std::string::npos) << e.what();
@@ -459,13 +471,10 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
 // the needle at every depth; the checkpoint's own n_sel (4) is what 0 gives; fewer than the three
 // forced blocks is refused by name.
 TEST(Needle, MoreSelectedBlocksAtEvaluationHoldEveryBlock) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nsa_test_n_sel";
-  TrainOptions o = two_needle_steps(dir);
-  train(o);
-  const std::string ckpt = (dir / "ckpt_00000002").string();
+  const std::string ckpt = train_two_needle_steps("nsa_test_n_sel").checkpoint;
   const std::vector<double> depths = {0.25, 0.5, 0.75};
   const std::vector<NeedleCell> all =
-      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kRandom, true, 16);
+      evaluate_needle(ckpt, {{300}, depths, 3, NeedleFiller::kRandom, true, 16});
   for (const NeedleCell& c : all) {
     ASSERT_EQ(c.selected_all.size(), 2u);
     for (size_t l = 0; l < 2; ++l)
@@ -473,9 +482,9 @@ TEST(Needle, MoreSelectedBlocksAtEvaluationHoldEveryBlock) {
     EXPECT_EQ(c.missed_unselected, 0);
   }
   const std::vector<NeedleCell> own =
-      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kRandom, true, 0);
+      evaluate_needle(ckpt, {{300}, depths, 3, NeedleFiller::kRandom, true, 0});
   const std::vector<NeedleCell> four =
-      evaluate_needle(ckpt, {300}, depths, 3, logit_rows_cpu, NeedleFiller::kRandom, true, 4);
+      evaluate_needle(ckpt, {{300}, depths, 3, NeedleFiller::kRandom, true, 4});
   int64_t held_by_own = 0;
   for (size_t i = 0; i < own.size(); ++i) {
     EXPECT_EQ(own[i].retrieved, four[i].retrieved);
@@ -486,7 +495,7 @@ TEST(Needle, MoreSelectedBlocksAtEvaluationHoldEveryBlock) {
   // hold a middle needle in every group of both layers at all three depths by chance alone.
   EXPECT_LT(held_by_own, 2 * 3 * 3);
   try {
-    evaluate_needle(ckpt, {300}, {0.5}, 1, logit_rows_cpu, NeedleFiller::kCycle, false, 2);
+    evaluate_needle(ckpt, {{300}, {0.5}, 1, NeedleFiller::kCycle, false, 2});
     ADD_FAILURE() << "n_sel 2 was taken";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--n-sel"), std::string::npos) << e.what();
