@@ -71,7 +71,7 @@ void print_per_head(const std::vector<NeedleCell>& cells, size_t layers, const c
     std::printf("%8lld %6.2f", static_cast<long long>(c.seq_len), c.depth);
     for (size_t l = 0; l < layers; ++l) {
       std::printf("  ");
-      for (int64_t h = 0; h < c.heads; ++h) std::printf(" %4.2f", value(c, l, h));
+      for (int64_t h = 0; h < c.heads(); ++h) std::printf(" %4.2f", value(c, l, h));
     }
     std::printf("\n");
   }
@@ -155,7 +155,7 @@ std::string needle_probe_json(const NeedleCell& c) {
     std::string s = "[";
     for (size_t l = 0; l < layers; ++l) {
       s += l ? ",[" : "[";
-      for (int64_t h = 0; h < c.heads; ++h) s += (h ? "," : "") + value(l, h);
+      for (int64_t h = 0; h < c.heads(); ++h) s += (h ? "," : "") + value(l, h);
       s += "]";
     }
     return s + "]";

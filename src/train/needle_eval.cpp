@@ -127,14 +127,14 @@ double mean_of(const std::vector<double>& sum, size_t i, int64_t n) {
 }  // namespace
 
 double NeedleCell::head_gate(size_t layer, int64_t head, int branch, bool missed) const {
-  const size_t lh = layer * static_cast<size_t>(heads) + static_cast<size_t>(head);
+  const size_t lh = layer * static_cast<size_t>(heads()) + static_cast<size_t>(head);
   return mean_of(missed ? gate_sum_missed : gate_sum,
                  lh * kNumBranches + static_cast<size_t>(branch),
                  missed ? samples - retrieved : samples);
 }
 
 size_t NeedleCell::span_layer_head(int span, size_t layer, int64_t head) const {
-  return (static_cast<size_t>(span) * selected_any.size() + layer) * static_cast<size_t>(heads) +
+  return (static_cast<size_t>(span) * selected_any.size() + layer) * static_cast<size_t>(heads()) +
          static_cast<size_t>(head);
 }
 
@@ -151,8 +151,9 @@ double NeedleCell::needle_weight(size_t layer, int64_t head, bool missed, int sp
 
 double NeedleCell::gate(size_t layer, int branch, bool missed) const {
   double mean = 0;
-  for (int64_t h = 0; h < heads; ++h) mean += head_gate(layer, h, branch, missed);
-  return heads > 0 ? mean / static_cast<double>(heads) : 0.0;
+  const int64_t n = heads();
+  for (int64_t h = 0; h < n; ++h) mean += head_gate(layer, h, branch, missed);
+  return n > 0 ? mean / static_cast<double>(n) : 0.0;
 }
 
 std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint, const NeedleEvalOptions& opt,
@@ -188,12 +189,11 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint, const Nee
     for (const double depth : depths) {
       const int64_t T = S - 1;  // inputs: tokens [0, S − 1), targets: [1, S)
       const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / T);
-      NeedleCell cell{S, depth, samples, 0, 0, {}, {}, 0, 0, 0, {}, {}, {}, {}, {}};
+      NeedleCell cell{S, depth, samples, 0, 0, {}, {}, 0, 0, {}, {}, {}, {}, {}};
       if (probe) {
         const auto gates = static_cast<size_t>(m.cfg.n_layers * m.cfg.attn.heads * kNumBranches);
         cell.selected_any.assign(static_cast<size_t>(m.cfg.n_layers), 0);
         cell.selected_all.assign(static_cast<size_t>(m.cfg.n_layers), 0);
-        cell.heads = m.cfg.attn.heads;
         cell.gate_sum.assign(gates, 0.0);
         cell.gate_sum_missed.assign(gates, 0.0);
       }

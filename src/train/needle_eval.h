@@ -44,7 +44,6 @@ struct NeedleCell {
   // the probed row.
   std::vector<int64_t> selected_any, selected_all;
   int64_t in_window = 0, missed_unselected = 0;
-  int64_t heads = 0;
   std::vector<double> gate_sum, gate_sum_missed;
   // Did the head look at the needle? Answered by the CPU model only (empty from a GPU one): per
   // span (NeedleSpan), layer, head and branch [2 · layers · heads · 3], the sums over the samples
@@ -54,6 +53,12 @@ struct NeedleCell {
   // in the head's output, Σ_c gate_c · mass_c.
   std::vector<double> mass_sum, weight_sum, weight_sum_missed;
   double accuracy() const { return samples ? static_cast<double>(retrieved) / samples : 0.0; }
+  // Heads per layer, by the probe's gate sums (0 without the probe).
+  int64_t heads() const {
+    return selected_any.empty()
+               ? 0
+               : static_cast<int64_t>(gate_sum.size() / (selected_any.size() * kNumBranches));
+  }
   // The mean over the samples of head `head`'s mass on span `span` in branch `branch`.
   double head_mass(size_t layer, int64_t head, int branch, int span = 0) const;
   // The mean over the samples (the missed ones) of span `span`'s weight in head `head`'s output;

@@ -383,7 +383,7 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
       }
     }
     EXPECT_LE(c.missed_unselected, c.samples - c.retrieved);
-    ASSERT_EQ(c.heads, 4);              // tiny: four heads
+    ASSERT_EQ(c.heads(), 4);            // tiny: four heads
     ASSERT_EQ(c.gate_sum.size(), 24u);  // two layers × four heads × three branches
     ASSERT_EQ(c.gate_sum_missed.size(), 24u);
     for (size_t i = 0; i < 24; ++i) {  // sigmoid gates: each head's in (0, 1)
@@ -394,7 +394,7 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
     for (size_t l = 0; l < 2; ++l) {
       for (int b = 0; b < 3; ++b) {  // the head mean is the mean of the heads' means
         double mean = 0;
-        for (int64_t h = 0; h < c.heads; ++h) mean += c.head_gate(l, h, b) / c.heads;
+        for (int64_t h = 0; h < c.heads(); ++h) mean += c.head_gate(l, h, b) / c.heads();
         EXPECT_NEAR(c.gate(l, b), mean, 1e-12);
         EXPECT_NEAR(c.head_gate(l, 1, b), c.gate_sum[(l * 4 + 1) * 3 + b] / c.samples, 1e-12);
         if (c.retrieved == c.samples) {
@@ -410,7 +410,7 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
     ASSERT_EQ(c.mass_sum.size(), 48u);  // two spans × two layers × four heads × three branches
     ASSERT_EQ(c.weight_sum.size(), 16u);
     for (size_t l = 0; l < 2; ++l) {
-      for (int64_t h = 0; h < c.heads; ++h) {
+      for (int64_t h = 0; h < c.heads(); ++h) {
         for (int b = 0; b < 3; ++b) {
           EXPECT_GE(c.head_mass(l, h, b), 0.0);
           EXPECT_LE(c.head_mass(l, h, b, kValueBlocks), 1.0 + 1e-6);
@@ -448,7 +448,7 @@ TEST(Needle, ProbeSeesTheForcedBlocksAndKeepsItsBounds) {
   const std::vector<NeedleCell> no_cmp = evaluate_needle(
       (dir / "no_cmp" / "ckpt_00000002").string(), {{300}, {0.5}, 2, NeedleFiller::kCycle, true});
   for (size_t l = 0; l < 2; ++l) {
-    for (int64_t h = 0; h < no_cmp[0].heads; ++h) {  // every head's, not just their mean
+    for (int64_t h = 0; h < no_cmp[0].heads(); ++h) {  // every head's, not just their mean
       EXPECT_EQ(no_cmp[0].head_gate(l, h, 0), 0.0);
       EXPECT_GT(no_cmp[0].head_gate(l, h, 1), 0.0);
     }
