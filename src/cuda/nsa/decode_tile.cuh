@@ -39,6 +39,36 @@ __host__ __device__ __forceinline__ constexpr int key_piece(int c, int j, int nk
   return i ^ (((nk & 7) == 0 ? c : i >> 3) & 7);
 }
 
+// Checked at compile time for every dk the decoder takes (nk even, 2 .. 32): key_piece permutes the
+// tile's pieces, and for nk a power of two the eight rows c0 .. c0 + 7 (c0 a multiple of 8) of any
+// piece j lie in eight different bank groups (piece index mod 8).
+constexpr bool key_piece_checks(int nk) {
+  bool seen[kPartKeys * 32] = {};
+  for (int c = 0; c < kPartKeys; ++c) {
+    for (int j = 0; j < nk; ++j) {
+      const int i = key_piece(c, j, nk);
+      if (i < 0 || i >= kPartKeys * nk || seen[i]) return false;
+      seen[i] = true;
+    }
+  }
+  if ((nk & (nk - 1)) != 0) return true;
+  for (int c0 = 0; c0 < kPartKeys; c0 += 8) {
+    for (int j = 0; j < nk; ++j) {
+      int groups = 0;
+      for (int r = 0; r < 8; ++r) groups |= 1 << (key_piece(c0 + r, j, nk) & 7);
+      if (groups != 0xff) return false;
+    }
+  }
+  return true;
+}
+static_assert(
+    [] {
+      for (int nk = 2; nk <= 32; nk += 2)
+        if (!key_piece_checks(nk)) return false;
+      return true;
+    }(),
+    "key_piece must permute the keys' pieces, conflict-free for power-of-two dk / 8");
+
 __device__ __forceinline__ bf16* key_at(const Tile& tl, int c, int j) {
   return tl.k + 8 * key_piece(c, j, tl.nk);
 }
@@ -133,8 +163,7 @@ __device__ __forceinline__ void tile_fix_rows(const DecodeDims& m, const Tile& t
                                               int patch, uint4 piece) {
   const int nk = m.dk / 8, nv = m.dv / 8, per = nk + nv;
   const auto at = [&](int c, int j) {
-    return reinterpret_cast<uint4*>(j < nk ? key_at(tl, c, j)
-                                           : tl.v + c * tl.vs + 8 * (j - nk));
+    return reinterpret_cast<uint4*>(j < nk ? key_at(tl, c, j) : tl.v + c * tl.vs + 8 * (j - nk));
   };
   for_each_piece(round16(count) - count, per,
                  [&](int c, int j) { *at(count + c, j) = make_uint4(0, 0, 0, 0); });
