@@ -6,7 +6,7 @@
 #   bash scripts/needle_run.sh recipe        everything in order (on an H100 the eleven stages
 #                                            train in about 34 minutes without the ablation: the
 #                                            first seven 18.5, 2026-11-27, the four 64k stages
-#                                            after edge64 15.3, 2026-11-28, by the logged clocks)
+#                                            after edge64 15.4, 2026-11-28, by the logged clocks)
 #   bash scripts/needle_run.sh run NAME      one run in the foreground (after a build)
 # For machines lent in short slices, the same runs in phases (a run starts under setsid and goes on
 # between calls while the machine is held; its --init-from run must be there):
