@@ -60,6 +60,15 @@ int64_t put_pair(std::vector<int32_t>& t, int64_t p, int32_t marker,
   return p;
 }
 
+// An integer drawn log-uniformly from [lo, hi] (1 ≤ lo ≤ hi): one draw of `fill`, in a million
+// steps.
+int64_t log_uniform(NeedleFill& fill, int64_t lo, int64_t hi) {
+  const double u = static_cast<double>(fill.next() % 1000001) / 1e6;
+  const double x =
+      static_cast<double>(lo) * std::pow(static_cast<double>(hi) / static_cast<double>(lo), u);
+  return std::clamp<int64_t>(std::llround(x), lo, hi);
+}
+
 }  // namespace
 
 NeedleFiller parse_needle_filler(const std::string& name, const std::string& what) {
@@ -148,12 +157,8 @@ NeedleSequence make_short_needle_sequence(int64_t length, int64_t vocab, uint64_
                                           NeedleFiller filler) {
   check_needle_args(length, vocab, 1);
   NeedleFill fill(seed ^ 0x5ea7ed5e9e3779b9ull);  // the length and the tail: apart from the task
-  const int64_t lo = std::min(length, std::max(kNeedleShortMin, kNeedleMinLength));
-  const double u = static_cast<double>(fill.next() % 1000001) / 1e6;
-  const auto L = std::clamp<int64_t>(
-      std::llround(static_cast<double>(lo) *
-                   std::pow(static_cast<double>(length) / static_cast<double>(lo), u)),
-      lo, length);
+  const int64_t L =
+      log_uniform(fill, std::min(length, std::max(kNeedleShortMin, kNeedleMinLength)), length);
   NeedleSequence s = make_needle_sequence(L, -1.0, vocab, seed, filler);
   std::vector<int32_t> tail(static_cast<size_t>(length - L));
   fill.filler(tail, filler, vocab);
@@ -165,10 +170,7 @@ std::vector<int32_t> make_periodic_sequence(int64_t length, int64_t vocab, uint6
   check_needle_args(length, vocab, 1);
   NSA_CHECK(length >= 32, "periodic copy rows need at least 32 tokens, got ", length);
   NeedleFill fill(seed);
-  const double u = static_cast<double>(fill.next() % 1000001) / 1e6;
-  const double top = static_cast<double>(length / 2);
-  const auto period = std::max<int64_t>(
-      16, std::min<int64_t>(length / 2, std::llround(16.0 * std::pow(top / 16.0, u))));
+  const int64_t period = log_uniform(fill, 16, length / 2);
   std::vector<int32_t> t = fill.symbols(period, vocab);
   t.resize(static_cast<size_t>(length));
   for (int64_t i = period; i < length; ++i) t[i] = t[i - period];

@@ -189,7 +189,8 @@ std::vector<NeedleCell> evaluate_needle(const std::string& checkpoint, const Nee
     for (const double depth : depths) {
       const int64_t T = S - 1;  // inputs: tokens [0, S − 1), targets: [1, S)
       const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / T);
-      NeedleCell cell{S, depth, samples, 0, 0, {}, {}, 0, 0, {}, {}, {}, {}, {}};
+      NeedleCell cell;
+      cell.seq_len = S, cell.depth = depth, cell.samples = samples;
       if (probe) {
         const auto gates = static_cast<size_t>(m.cfg.n_layers * m.cfg.attn.heads * kNumBranches);
         cell.selected_any.assign(static_cast<size_t>(m.cfg.n_layers), 0);
