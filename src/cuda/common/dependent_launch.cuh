@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "cuda_check.h"
@@ -32,8 +33,9 @@ __device__ __forceinline__ void let_next_kernel_start() {
 #endif
 }
 
-// cluster_x > 1: the grid's x dimension is split into clusters of cluster_x CTAs (a multiple),
-// which can meet at a cluster barrier (cluster_sync).
+// cluster_x > 0: the grid's x dimension is split into clusters of cluster_x CTAs (a multiple),
+// which can meet at a cluster barrier (cluster_sync) and read each other's shared memory
+// (cluster_address; a cluster of one too). 0: no cluster.
 template <typename... Params, typename... Args>
 void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, unsigned cluster_x, dim3 block,
                                size_t smem, cudaStream_t stream, Args&&... args) {
@@ -50,7 +52,7 @@ void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, unsigned cl
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attrs;
-  config.numAttrs = cluster_x > 1 ? 2 : 1;
+  config.numAttrs = cluster_x > 0 ? 2 : 1;
   NSA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   NSA_CUDA_LAUNCH_CHECK();
 }
@@ -58,7 +60,7 @@ void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, unsigned cl
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, Args&&... args) {
-  launch_dependent_clusters(kernel, grid, 1, block, smem, stream, std::forward<Args>(args)...);
+  launch_dependent_clusters(kernel, grid, 0, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // Every thread of every CTA of the cluster arrives; the writes (global and shared) of each before
@@ -68,6 +70,33 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
                    : "memory");
 #endif
+}
+
+// The address of `p` (this CTA's shared memory) in the shared memory of CTA `rank` of the cluster
+// (distributed shared memory), for ld_cluster.
+__device__ __forceinline__ uint32_t cluster_address(const void* p, int rank) {
+  uint32_t out = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(local), "r"(rank));
+#endif
+  return out;
+}
+
+__device__ __forceinline__ float ld_cluster(uint32_t address) {
+  float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(address));
+#endif
+  return v;
+}
+
+__device__ __forceinline__ float2 ld_cluster2(uint32_t address) {
+  float2 v = make_float2(0.0f, 0.0f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(address));
+#endif
+  return v;
 }
 
 }  // namespace nsa::cuda

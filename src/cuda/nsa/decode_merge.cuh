@@ -1,6 +1,7 @@
 // Merging the decode parts' partial softmax results (decode_params.cuh): (max m, sum of exp l,
-// unnormalised o) per part and head. A group merge folds kGroupParts compressed parts into one
-// partial of the same kind; the combine merges each branch's slots and gates the branches into o.
+// unnormalised o) per part and head. The combine merges each branch's slots: for dense decoding
+// into o, for NSA into one partial per branch (the top-n kernel's pre-merge, which the picks
+// kernel's cluster gates into o with its own parts).
 // Every sum runs in a fixed order (parts ascending, fixed thread roles), with no atomics, so the
 // result is the same bits whichever CTA runs it and whatever else is in the batch. Partials are
 // read with ld.global.cg (L2): other CTAs of the kernel (or of the kernels before) wrote them.
@@ -8,6 +9,7 @@
 
 #include <cfloat>
 
+#include "common/dependent_launch.cuh"
 #include "decode_params.cuh"
 
 namespace nsa::cuda::decode {
@@ -51,51 +53,6 @@ __device__ __forceinline__ void lanes_fold(float& mx, float& sum, int width) {
   }
 }
 
-// Σ over slots first + start, first + start + stride, … < end of w_p · o_p[e4 .. e4 + 3] for head
-// h, w_p = exp(m_p − mx) · scale (0 for empty parts, whose o is junk: loaded, never multiplied).
-__device__ __forceinline__ float4 weighted_sum(const DecodeDims& m, const float* part_ml,
-                                               const float* part_o, int bg, int h, int e4,
-                                               int first, int end, int start, int stride, float mx,
-                                               float scale, float4 acc) {
-#pragma unroll 4
-  for (int p = first + start; p < end; p += stride) {
-    const int64_t pi = part_index(m, bg, p) + h;
-    const float2 ml = __ldcg(reinterpret_cast<const float2*>(part_ml + 2 * pi));
-    const float4 ov = __ldcg(reinterpret_cast<const float4*>(part_o + pi * m.dv + e4));
-    const bool live = ml.y > 0.0f;
-    const float wgt = live ? __expf(ml.x - mx) * scale : 0.0f;
-    acc.x += live ? wgt * ov.x : 0.0f;
-    acc.y += live ? wgt * ov.y : 0.0f;
-    acc.z += live ? wgt * ov.z : 0.0f;
-    acc.w += live ? wgt * ov.w : 0.0f;
-  }
-  return acc;
-}
-
-// Compressed parts [first, end) of group-row bg merged into slot `out`: per head M = their merged
-// max, L = their sum rescaled to it, o = Σ exp(m_p − M) · o_p in part order. Every thread of the
-// CTA calls it (a barrier inside).
-__device__ void merge_group(const DecodeDims& m, float* part_ml, float* part_o, int bg, int first,
-                            int end, int out) {
-  __shared__ float head_max[kMaxHeadsPerGroup];
-  const int h = threadIdx.x;
-  if (h < m.hpg) {
-    float mx = -FLT_MAX, sum = 0.0f;
-    fold_slots(m, part_ml, bg, h, first, end, 0, 1, mx, sum);
-    head_max[h] = mx;
-    *reinterpret_cast<float2*>(part_ml + 2 * (part_index(m, bg, out) + h)) = make_float2(mx, sum);
-  }
-  __syncthreads();
-  const int per_head = m.dv / 4;
-  for (int i = threadIdx.x; i < m.hpg * per_head; i += blockDim.x) {
-    const int hh = i / per_head, e4 = 4 * (i % per_head);
-    const float4 acc = weighted_sum(m, part_ml, part_o, bg, hh, e4, first, end, 0, 1, head_max[hh],
-                                    1.0f, make_float4(0, 0, 0, 0));
-    *reinterpret_cast<float4*>(part_o + (part_index(m, bg, out) + hh) * m.dv + e4) = acc;
-  }
-  __syncthreads();  // head_max is reused by the next call
-}
-
 // A running merge of parts for one output float4 of one head and branch: the max m, the sum of
 // exp l and the output acc, both rescaled to m. Starts at (−FLT_MAX, 0, 0); empty parts (sum 0,
 // their o junk: loaded, never multiplied) are skipped.
@@ -125,11 +82,10 @@ __device__ __forceinline__ void fold_running(Running& s, float m2, float l2, flo
   s.acc.w = s.acc.w * a + o2.w * c;
 }
 
-// The branches a combine merges: slots [lo[r], hi[r]) of branch r, each weighted by its gate
-// (gate[r] [B, H] bf16; nullptr: 1); a branch with lo = hi (dense decoding's 1 and 2) adds nothing.
+// The branches a combine merges: slots [lo[r], hi[r]) of branch r; a branch with lo = hi (dense
+// decoding's 1 and 2) adds nothing.
 struct Branches {
   int lo[kNumBranches], hi[kNumBranches];
-  const bf16* gate[kNumBranches];
 };
 
 // Folds the batch's slots u of branch r (rr[u] == r, live: sum > 0) into s at once: the batch's
@@ -165,38 +121,38 @@ __device__ __forceinline__ void fold_batch(Running& s, int r, const int (&rr)[K]
   }
 }
 
-// o [B, H, dv] (bf16) of heads h0 .. h0 + nh − 1 of group g of sequence b: o = Σ_r gate_r · A_r /
-// L_r over the branches, where (M_r, L_r, A_r) is the running merge of branch r's slots. Every
-// thread takes one output float4 (an item) and a share of all the branches' slots at once – the
-// slots in a flat order (branches in order, slots ascending), split s taking s, s + splits, … –
-// and loads a batch of them before it folds any, so a share of up to a batch costs one round
-// trip; the gates load with the first batch. kOneBranch (dense decoding: branch 0 only, tens of
-// slots per split): batches of 8, each folded at once (fold_batch). Otherwise (the NSA combine: a
-// few slots per split from three branches) batches of 4 folded slot by slot – fewer instructions
-// and less code: at batch 1 a CTA runs each instruction about once, so its code size is felt in
-// instruction-cache misses (measured: the NSA step 6 % slower with both ways compiled in). The
+// Heads h0 .. h0 + nh − 1 of group g of sequence b, each branch's slots merged: (M_r, L_r, A_r),
+// the running merge of branch r (max, sum of exp, output). kDense (dense decoding: branch 0 only,
+// tens of slots per split): o [B, H, dv] (bf16) = A_0 / L_0. Otherwise (NSA's pre-merge: a few
+// slots per split from three branches) each branch's merge goes to slot slot_pre + r as a partial.
+// Every thread takes one output float4 (an item) and a share of all the branches' slots at once –
+// the slots in a flat order (branches in order, slots ascending), split s taking s, s + splits, …
+// – and loads a batch of them before it folds any, so a share of up to a batch costs one round
+// trip. kDense: batches of 8, each folded at once (fold_batch). Otherwise batches of 4 folded slot
+// by slot – fewer instructions and less code for two or three live slots a split (docs/perf.md,
+// fifteenth session: the NSA step 6 % slower with both ways compiled into one function). The
 // splits' merges then meet in shared memory, folded pairwise as a tree (split s takes s + half,
 // half = …, 2, 1). A fixed order throughout: the same bits whichever CTA runs it. Every thread of
-// the CTA calls it.
-template <bool kOneBranch>
-__device__ void combine(const DecodeDims& m, const float* part_ml, const float* part_o, int b,
-                        int g, int h0, int nh, const Branches& br, bf16* o) {
-  __shared__ float4 split_acc[kNumBranches][kPartThreads];
-  __shared__ float2 split_ml[kNumBranches][kPartThreads];
-  const int bg = b * m.G + g, H = m.G * m.hpg;
+// the CTA (kThreads of them) calls it.
+template <bool kDense, int kThreads>
+__device__ void combine(const DecodeDims& m, float* part_ml, float* part_o, int b, int g, int h0,
+                        int nh, const Branches& br, bf16* o) {
+  constexpr int kBatch = kDense ? 8 : 4, kBranches = kDense ? 1 : kNumBranches;
+  __shared__ float4 split_acc[kBranches][kThreads];
+  __shared__ float2 split_ml[kBranches][kThreads];
+  const int bg = b * m.G + g;
   const int per_head = m.dv / 4, items = nh * per_head;
   // The flat slot order: branch r's slots are [start_r, start_r + hi_r − lo_r).
   const int start1 = br.hi[0] - br.lo[0], start2 = start1 + br.hi[1] - br.lo[1];
   const int total = start2 + br.hi[2] - br.lo[2];
   const int splits = max(1, static_cast<int>(blockDim.x) / items);
-  constexpr int kBatch = kOneBranch ? 8 : 4, kBranches = kOneBranch ? 1 : kNumBranches;
   const auto slot_of = [&](int f, int r) {
     return r == 0 ? br.lo[0] + f : r == 1 ? br.lo[1] + f - start1 : br.lo[2] + f - start2;
   };
   // Branch r's merge of slots first, first + stride, … for head hh, elements e4 .. e4 + 3.
-  const auto run = [&](int hh, int e4, int first, int stride, Running(&st)[kNumBranches]) {
+  const auto run = [&](int hh, int e4, int first, int stride, Running(&st)[kBranches]) {
 #pragma unroll
-    for (int r = 0; r < kNumBranches; ++r) st[r] = running_start();
+    for (int r = 0; r < kBranches; ++r) st[r] = running_start();
     for (int f0 = first; f0 < total; f0 += stride * kBatch) {
       float2 ml[kBatch];
       float4 ov[kBatch];
@@ -211,7 +167,7 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
           ov[u] = __ldcg(reinterpret_cast<const float4*>(part_o + pi * m.dv + e4));
         }
       }
-      if constexpr (kOneBranch) {
+      if constexpr (kDense) {
         fold_batch(st[0], 0, rr, ml, ov);
       } else {
 #pragma unroll
@@ -226,41 +182,34 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
       }
     }
   };
-  const auto gates_of = [&](int hh, float(&gv)[kNumBranches]) {
-    const int64_t gi = static_cast<int64_t>(b) * H + g * m.hpg + h0 + hh;
+  const auto store = [&](int hh, int e4, const Running(&st)[kBranches]) {
+    if constexpr (kDense) {
+      const float scale = st[0].l > 0.0f ? 1.0f / st[0].l : 0.0f;
+      const int64_t gi = static_cast<int64_t>(b) * m.G * m.hpg + g * m.hpg + h0 + hh;
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(o + gi * m.dv + e4);
+      dst[0] = __floats2bfloat162_rn(scale * st[0].acc.x, scale * st[0].acc.y);
+      dst[1] = __floats2bfloat162_rn(scale * st[0].acc.z, scale * st[0].acc.w);
+    } else {
 #pragma unroll
-    for (int r = 0; r < kNumBranches; ++r)
-      gv[r] = br.gate[r] ? __bfloat162float(br.gate[r][gi]) : 1.0f;
-  };
-  const auto store = [&](int hh, int e4, const Running(&st)[kNumBranches],
-                         const float(&gv)[kNumBranches]) {
-    float4 acc = make_float4(0, 0, 0, 0);
-#pragma unroll
-    for (int r = 0; r < kBranches; ++r) {
-      const float scale = st[r].l > 0.0f ? gv[r] / st[r].l : 0.0f;
-      acc.x += scale * st[r].acc.x, acc.y += scale * st[r].acc.y;
-      acc.z += scale * st[r].acc.z, acc.w += scale * st[r].acc.w;
+      for (int r = 0; r < kBranches; ++r) {
+        const int64_t pi = part_index(m, bg, m.slot_pre + r) + h0 + hh;
+        *reinterpret_cast<float4*>(part_o + pi * m.dv + e4) = st[r].acc;
+        if (e4 == 0) *reinterpret_cast<float2*>(part_ml + 2 * pi) = make_float2(st[r].m, st[r].l);
+      }
     }
-    const int64_t gi = static_cast<int64_t>(b) * H + g * m.hpg + h0 + hh;
-    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(o + gi * m.dv + e4);
-    dst[0] = __floats2bfloat162_rn(acc.x, acc.y);
-    dst[1] = __floats2bfloat162_rn(acc.z, acc.w);
   };
-  Running st[kNumBranches];
-  float gv[kNumBranches];
+  Running st[kBranches];
   if (splits == 1) {  // a thread per item (or several), all the slots each
     for (int item = threadIdx.x; item < items; item += blockDim.x) {
       const int hh = item / per_head, e4 = 4 * (item % per_head);
-      gates_of(hh, gv);
       run(hh, e4, 0, 1, st);
-      store(hh, e4, st, gv);
+      store(hh, e4, st);
     }
     return;
   }
   const int item = threadIdx.x % items, split = threadIdx.x / items;
   const int hh = item / per_head, e4 = 4 * (item % per_head);
   if (split < splits) {
-    if (split == 0) gates_of(hh, gv);
     run(hh, e4, split, splits, st);
 #pragma unroll
     for (int r = 0; r < kBranches; ++r) {
@@ -290,7 +239,121 @@ __device__ void combine(const DecodeDims& m, const float* part_ml, const float* 
       }
     }
   }
-  if (split == 0) store(hh, e4, st, gv);
+  if (split == 0) store(hh, e4, st);
+}
+
+// A partial of a picks CTA in its shared memory: per head h < hpg the max and sum of exp at
+// ml[2h], ml[2h + 1], and the unnormalised output o[h·dv + e] (tile_attend's layout).
+struct SmemPartial {
+  float *ml, *o;
+};
+
+__host__ __device__ constexpr size_t smem_partial_bytes(int hpg, int dv) {
+  return (static_cast<size_t>(hpg) * (2 + dv) * sizeof(float) + 15) / 16 * 16;
+}
+
+__device__ __forceinline__ SmemPartial carve_partial(unsigned char* base, const DecodeDims& m) {
+  float* f = reinterpret_cast<float*>(base);
+  return SmemPartial{f, f + 2 * m.hpg};
+}
+
+// Folds `extra` into `own` head by head (a CTA's second and later parts): the pair's max kept, each
+// side rescaled to it; an empty side (sum 0, its o junk) is never multiplied. Every thread of the
+// CTA calls it (two barriers).
+__device__ void fold_partial(const DecodeDims& m, const SmemPartial& own,
+                             const SmemPartial& extra) {
+  for (int i = threadIdx.x; i < m.hpg * m.dv; i += blockDim.x) {
+    const int h = i / m.dv;
+    const float2 a = reinterpret_cast<const float2*>(own.ml)[h];
+    const float2 x = reinterpret_cast<const float2*>(extra.ml)[h];
+    if (!(x.y > 0.0f)) continue;
+    if (!(a.y > 0.0f)) {
+      own.o[i] = extra.o[i];
+      continue;
+    }
+    const float mx = fmaxf(a.x, x.x);
+    own.o[i] = own.o[i] * __expf(a.x - mx) + extra.o[i] * __expf(x.x - mx);
+  }
+  __syncthreads();  // every output read own's old max
+  for (int h = threadIdx.x; h < m.hpg; h += blockDim.x) {
+    float2& a = reinterpret_cast<float2*>(own.ml)[h];
+    const float2 x = reinterpret_cast<const float2*>(extra.ml)[h];
+    if (!(x.y > 0.0f)) continue;
+    if (!(a.y > 0.0f)) {
+      a = x;
+      continue;
+    }
+    const float mx = fmaxf(a.x, x.x);
+    a = make_float2(mx, a.y * __expf(a.x - mx) + x.y * __expf(x.x - mx));
+  }
+  __syncthreads();
+}
+
+// What the picks CTAs' final merge reads from global memory for one output element (head h, element
+// e): each branch's pre-merged partial (slot slot_pre + r, the top-n kernel's) and its gate.
+struct PreMerged {
+  float2 ml[kNumBranches];
+  float o[kNumBranches], gate[kNumBranches];
+};
+
+__device__ __forceinline__ PreMerged load_premerged(const DecodeDims& m, const float* part_ml,
+                                                    const float* part_o,
+                                                    const bf16* const (&gate)[kNumBranches], int b,
+                                                    int g, int h, int e) {
+  PreMerged pm;
+  const int bg = b * m.G + g;
+  const int64_t gi = (static_cast<int64_t>(b) * m.G + g) * m.hpg + h;
+#pragma unroll
+  for (int r = 0; r < kNumBranches; ++r) {
+    const int64_t pi = part_index(m, bg, m.slot_pre + r) + h;
+    pm.ml[r] = __ldcg(reinterpret_cast<const float2*>(part_ml + 2 * pi));
+    pm.o[r] = __ldcg(part_o + pi * m.dv + e);
+    pm.gate[r] = __bfloat162float(gate[r][gi]);
+  }
+  return pm;
+}
+
+// After the picks cluster's barrier: output element e of head h, o = Σ_r gate_r · A_r / L_r over
+// the branches in order, (M_r, L_r, A_r) branch r's merge – the pre-merged partial, and for the
+// selected branch that folded with the partial of every CTA of the cluster (`own`'s place in CTA
+// k's shared memory, k ascending). The max first, then independent weights: one round trip of
+// distributed-shared-memory loads, no chain of folds, no barrier.
+__device__ __forceinline__ float gate_branches(const DecodeDims& m, const PreMerged& pm,
+                                               const SmemPartial& own, int cluster, int h, int e) {
+  float2 ml[kPicksCluster];
+  float ov[kPicksCluster];
+#pragma unroll
+  for (int k = 0; k < kPicksCluster; ++k) {
+    ml[k] = make_float2(-FLT_MAX, 0.0f);
+    ov[k] = 0.0f;
+    if (k < cluster) {
+      ml[k] = ld_cluster2(cluster_address(own.ml + 2 * h, k));
+      ov[k] = ld_cluster(cluster_address(own.o + h * m.dv + e, k));
+    }
+  }
+  const float2 pre = pm.ml[kSel];
+  float mx = pre.y > 0.0f ? pre.x : -FLT_MAX;
+#pragma unroll
+  for (int k = 0; k < kPicksCluster; ++k) mx = ml[k].y > 0.0f ? fmaxf(mx, ml[k].x) : mx;
+  float l = 0.0f, a = 0.0f;
+  if (pre.y > 0.0f) {
+    const float w = __expf(pre.x - mx);
+    l = w * pre.y, a = w * pm.o[kSel];
+  }
+#pragma unroll
+  for (int k = 0; k < kPicksCluster; ++k) {
+    const bool live = ml[k].y > 0.0f;  // junk o of an empty partial: never multiplied
+    const float w = live ? __expf(ml[k].x - mx) : 0.0f;
+    l = fmaf(w, live ? ml[k].y : 0.0f, l);
+    a = fmaf(w, live ? ov[k] : 0.0f, a);
+  }
+  float out = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kNumBranches; ++r) {
+    const float lr = r == kSel ? l : pm.ml[r].y, ar = r == kSel ? a : pm.o[r];
+    out += lr > 0.0f ? pm.gate[r] / lr * ar : 0.0f;
+  }
+  return out;
 }
 
 }  // namespace nsa::cuda::decode

@@ -7,14 +7,13 @@
 //   [0, cmp_parts)                 compressed parts (keys i·kPartKeys ..), scores kept
 //   [slot_win, + win_parts)        window parts (ring slots k·kPartKeys ..)
 //   [slot_block0, + block0_parts)  the forced block 0 (its first keys do not depend on t)
-//   [slot_late, + late_parts)      the forced blocks c − 1 and c (those > 0)
-//   [slot_pick, + pick_parts)      the blocks picked by the top-n
-//   [slot_group, + cmp_groups)     compressed parts pre-merged kGroupParts at a time
-// (dense decoding: [0, dense_parts), positions k·kPartKeys ..). The selected branch's slots are
-// contiguous (block 0, c − 1 and c, then the picks), so every branch merges one range of slots.
-// The parts kernel takes the parts whose rows do not depend on the position (compressed, window,
-// block 0, dense), so it issues their loads before it reads the position; the picks kernel the
-// rest.
+//   [slot_pre, + kNumBranches)     per branch r, slot_pre + r: the top-n kernel's merge of the
+//                                  parts above – every compressed part, the window, block 0
+// (dense decoding: [0, dense_parts), positions k·kPartKeys ..). The parts kernel takes the parts
+// whose rows do not depend on the position (compressed, window, block 0, dense), so it issues
+// their loads before it reads the position; the picks kernel the rest – the forced blocks c − 1
+// and c (late parts) and the picked blocks – whose partials stay in its CTAs' shared memory and
+// meet there, across the cluster.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,7 +30,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kMaxHeadsPerGroup = 16;  // the rows of one m16n8k16 tile
 constexpr int kPartKeys = 128;         // keys per part CTA
 constexpr int kPartThreads = 128;      // four warps per part CTA
-constexpr int kGroupParts = 8;         // compressed parts per pre-merged group
 constexpr int kMaxSel = 64;            // n_sel limit of the candidate merge (plus forced slack)
 constexpr int kMaxTopkChunks = 32;     // block top-n chunks per (sequence, group): lists to rank
 constexpr int kPicksCluster = 8;       // picks CTAs per (sequence, group), at most: one cluster
@@ -47,8 +45,8 @@ struct DecodeDims {
   // Selected parts: keys per segment (one block, or a kPartKeys slice of a long block), blocks per
   // part (kPartKeys / l_sel, at least 1) and parts per block (⌈l_sel / kPartKeys⌉).
   int seg_len, bpp, sub;
-  int cmp_parts, win_parts, block0_parts, late_parts, pick_parts, cmp_groups, dense_parts;
-  int slot_win, slot_block0, slot_late, slot_pick, slot_group, slots;
+  int cmp_parts, win_parts, block0_parts, late_parts, pick_parts, dense_parts;
+  int slot_win, slot_block0, slot_pre, slots;
   int sel_chunk, sel_chunks;  // candidate blocks per block top-n CTA, CTAs per (sequence, group)
   float scale;
   // Division by d, l_sel, seg_len, l and w without a division instruction (common/fast_div.h).

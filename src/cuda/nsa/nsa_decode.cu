@@ -169,9 +169,10 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   trace_mark<kTrace>(p, kTraceParts, 4);  // attended
 }
 
-// Grid (B·G, sel_chunks + cmp_groups): CTAs below sel_chunks score a chunk of blocks and keep its
-// candidates (decode_select.cuh); the others each pre-merge one group of kGroupParts compressed
-// parts for the final combine.
+// Grid (B·G, sel_chunks + hpg): CTAs below sel_chunks score a chunk of blocks and keep its
+// candidates (decode_select.cuh); the others each merge one head's parts of the earlier kernel –
+// every compressed part, the window, block 0 – into a partial per branch (slots slot_pre + r),
+// while the chunks rank, so that the picks kernel's final merge reads one partial a branch.
 template <bool kTrace>
 __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
@@ -179,26 +180,31 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
   wait_for_previous_kernel();
   trace_mark<kTrace>(p, kTraceTopk, 1);  // released
   extern __shared__ float topk_smem[];
-  const int bg = blockIdx.x, b = bg / m.G, y = blockIdx.y;
+  const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
   if (y < m.sel_chunks) {
     block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem,
                [&](int k) { trace_mark<kTrace>(p, kTraceTopk, 4 + k); });
     trace_mark<kTrace>(p, kTraceTopk, 2);  // a chunk's candidates written
     return;
   }
-  const int gi = y - m.sel_chunks;
-  const int parts = (num_cmp(m, p.pos[b]) + kPartKeys - 1) / kPartKeys;
-  if (gi * kGroupParts >= parts) return;  // not merged this step
-  merge_group(m, p.part_ml, p.part_o, bg, gi * kGroupParts, min(parts, (gi + 1) * kGroupParts),
-              m.slot_group + gi);
-  trace_mark<kTrace>(p, kTraceTopk, 3);  // a compressed group merged
+  Branches br{};
+  br.lo[kCmp] = 0;
+  br.hi[kCmp] = (num_cmp(m, p.pos[b]) + kPartKeys - 1) / kPartKeys;  // the parts written this step
+  br.lo[kSel] = m.slot_block0;
+  br.hi[kSel] = m.slot_block0 + m.block0_parts;
+  br.lo[kWin] = m.slot_win;
+  br.hi[kWin] = m.slot_win + m.win_parts;
+  combine<false, kTopkThreads>(m, p.part_ml, p.part_o, b, g, y - m.sel_chunks, 1, br, nullptr);
+  trace_mark<kTrace>(p, kTraceTopk, 3);  // a head's branches pre-merged
 }
 
 // Grid (cluster, B·G), one cluster of CTAs per (sequence, group): each CTA merges the chunks'
 // candidates into the selection (CTA 0 writes it out; the candidate lists are loaded with the
 // position) and attends its parts k = rank, rank + cluster, … of the forced blocks c − 1, c (k <
-// late_parts), then of the picked blocks. After the cluster's barrier every CTA merges every
-// branch for its share of the group's heads and gates them into o.
+// late_parts), then of the picked blocks, keeping their merged partial in its shared memory. After
+// the cluster's barrier each CTA gates its share of the group's heads into o: the top-n kernel's
+// pre-merged partials (loaded before the barrier) and every CTA's partial of the selected branch,
+// read across the cluster; a second barrier keeps each CTA's partial alive until all have read it.
 template <bool kTrace>
 __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
@@ -210,7 +216,11 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   __shared__ int slot[kMaxSel], picks[kMaxSel];
   const int rank = blockIdx.x, cluster = gridDim.x, bg = blockIdx.y, b = bg / m.G, g = bg % m.G;
   const Tile tl = carve_tile(smem, m.dk, m.dv);
-  const SelectScratch scratch = carve_select(smem + tile_bytes(m.dk, m.dv), m);
+  unsigned char* after_tile = smem + tile_bytes(m.dk, m.dv);
+  const SelectScratch scratch = carve_select(after_tile, m);
+  unsigned char* after_select = after_tile + select_scratch_bytes(m.sel_chunks, m.n_sel);
+  const SmemPartial own = carve_partial(after_select, m);
+  const SmemPartial extra = carve_partial(after_select + smem_partial_bytes(m.hpg, m.dv), m);
   tile_issue_q(m, p.q, b, g, tl);
   issue_candidates(m, p.cand, bg, scratch);
   cp_async_commit();
@@ -242,30 +252,36 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     cp_async_wait<0>();
     __syncthreads();
     if (y == rank) trace_mark<kTrace>(p, kTracePicks, 4);  // the first part's rows landed
-    const int64_t pi = part_index(m, bg, (late ? m.slot_late : m.slot_pick) + k);
+    const SmemPartial out = y == rank ? own : extra;       // later parts are folded into own
     if (sp.count > 0) {
-      tile_attend(m, tl, sp.count, nullptr, 0, p.part_ml + 2 * pi, p.part_o + pi * m.dv);
+      tile_attend(m, tl, sp.count, nullptr, 0, out.ml, out.o);
     } else {
-      write_empty(m, p.part_ml + 2 * pi);
+      write_empty(m, out.ml);
     }
-    __syncthreads();  // the tile and the rows are the next part's
+    __syncthreads();  // the tile and the rows are the next part's; the partial is written
+    if (y != rank) fold_partial(m, own, extra);
   }
   trace_mark<kTrace>(p, kTracePicks, 5);  // parts attended
-  cluster_sync();  // every part's partials are written and visible to the cluster
-  trace_mark<kTrace>(p, kTracePicks, 6);  // the cluster met
+  // This CTA's heads h0 .. h0 + nh − 1, an output element a thread; the first element's
+  // pre-merged partials are loaded before the barrier, their round trip spent waiting there.
   const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
-  if (h0 >= m.hpg) return;
-  const int parts = (num_cmp(m, t) + kPartKeys - 1) / kPartKeys;
-  Branches br{};
-  br.lo[kCmp] = m.slot_group;
-  br.hi[kCmp] = m.slot_group + (parts + kGroupParts - 1) / kGroupParts;
-  br.lo[kSel] = m.slot_block0;
-  br.hi[kSel] = m.slot_pick + m.pick_parts;
-  br.lo[kWin] = m.slot_win;
-  br.hi[kWin] = m.slot_win + m.win_parts;
-  for (int r = 0; r < kNumBranches; ++r) br.gate[r] = p.gate[r];
-  combine<false>(m, p.part_ml, p.part_o, b, g, h0, min(heads, m.hpg - h0), br, p.o);
+  const int items = max(0, min(heads, m.hpg - h0)) * m.dv;
+  PreMerged first{};
+  if (static_cast<int>(threadIdx.x) < items)
+    first = load_premerged(m, p.part_ml, p.part_o, p.gate, b, g, h0 + threadIdx.x / m.dv,
+                           threadIdx.x % m.dv);
+  cluster_sync();  // every CTA's partial is written and visible to the cluster
+  trace_mark<kTrace>(p, kTracePicks, 6);  // the cluster met
+  const int64_t o_row = static_cast<int64_t>(bg) * m.hpg;
+  for (int item = threadIdx.x; item < items; item += blockDim.x) {
+    const int h = h0 + item / m.dv, e = item % m.dv;
+    const PreMerged pm = item == static_cast<int>(threadIdx.x)
+                             ? first
+                             : load_premerged(m, p.part_ml, p.part_o, p.gate, b, g, h, e);
+    p.o[(o_row + h) * m.dv + e] = __float2bfloat16(gate_branches(m, pm, own, cluster, h, e));
+  }
   trace_mark<kTrace>(p, kTracePicks, 7);  // combined
+  cluster_sync();  // no CTA leaves (its shared memory) while another may still read its partial
 }
 
 // Dense decoding, grid (B, H): one head's parts over 0..t merged into o.
@@ -275,7 +291,7 @@ __global__ void __launch_bounds__(kPartThreads) dense_combine_kernel(const Decod
   const int b = blockIdx.x, h = blockIdx.y, t = p.pos[b];
   Branches br{};
   br.hi[0] = t / kPartKeys + 1;
-  combine<true>(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, br, p.o);
+  combine<true, kPartThreads>(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, br, p.o);
 }
 
 __global__ void fill_uniform_kernel(bf16* x, int64_t n, uint64_t seed, float half_range) {
@@ -340,10 +356,9 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     late_parts_ = sub == 1 ? ceil_div(2, bpp) : 2 * sub;
     // Picks exist only once c ≥ 3, when the three forced blocks are distinct: n_sel − 3 at most.
     pick_parts_ = sub == 1 ? ceil_div(cfg.n_sel - 3, bpp) : (cfg.n_sel - 3) * sub;
-    cmp_groups_ = ceil_div(cmp_parts_, kGroupParts);
     picks_cluster_ =
         static_cast<unsigned>(std::min<int64_t>(kPicksCluster, late_parts_ + pick_parts_));
-    slots_ = cmp_parts_ + win_parts_ + block0_parts_ + late_parts_ + pick_parts_ + cmp_groups_;
+    slots_ = cmp_parts_ + win_parts_ + block0_parts_ + kNumBranches;
   }
   const int64_t grid_y = dense ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_;
   NSA_CHECK(grid_y <= 65535, "decode on the GPU: max length ", max_len, " needs ", grid_y,
@@ -362,6 +377,10 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
+  NSA_CHECK(
+      dense || picks_smem_bytes() <= 220 * 1024, "decode on the GPU: dk ", dk, ", dv ", dv, " and ",
+      hpg, " heads per group need ", picks_smem_bytes(),
+      " bytes of shared memory in a picks CTA, more than it has (220 KiB); use smaller heads");
   // Dynamic shared memory beyond the default 48 KiB (the staged tile, and the picks' selection
   // scratch): raised, never lowered, so every decoder alive (of any shape) can still launch.
   const size_t tile = tile_bytes(static_cast<int>(dk), static_cast<int>(dv));
@@ -405,13 +424,10 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   m.block0_parts = static_cast<int>(block0_parts_);
   m.late_parts = static_cast<int>(late_parts_);
   m.pick_parts = static_cast<int>(pick_parts_);
-  m.cmp_groups = static_cast<int>(cmp_groups_);
   m.dense_parts = static_cast<int>(dense_parts_);
   m.slot_win = m.cmp_parts;
   m.slot_block0 = m.slot_win + m.win_parts;
-  m.slot_late = m.slot_block0 + m.block0_parts;
-  m.slot_pick = m.slot_late + m.late_parts;
-  m.slot_group = m.slot_pick + m.pick_parts;
+  m.slot_pre = m.slot_block0 + m.block0_parts;
   m.slots = static_cast<int>(slots_);
   m.sel_chunk = static_cast<int>(sel_chunk_);
   m.sel_chunks = static_cast<int>(sel_chunks_);
@@ -447,7 +463,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
     return;
   }
   launch_dependent(traced ? topk_kernel<true> : topk_kernel<false>,
-                   dim3(BG, static_cast<unsigned>(sel_chunks_ + cmp_groups_)), dim3(kTopkThreads),
+                   dim3(BG, static_cast<unsigned>(sel_chunks_ + m.hpg)), dim3(kTopkThreads),
                    block_topk_smem_bytes(), stream, p);
   launch_dependent_clusters(traced ? picks_kernel<true> : picks_kernel<false>,
                             dim3(picks_cluster_, BG), picks_cluster_, dim3(kPartThreads),
@@ -507,7 +523,7 @@ int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
     case kTraceParts:
       return BG * (dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
     case kTraceTopk:
-      return dense_ ? 0 : BG * (sel_chunks_ + cmp_groups_);
+      return dense_ ? 0 : BG * (sel_chunks_ + cfg_.heads / cfg_.groups);
     default:
       return dense_ ? 0 : BG * picks_cluster_;
   }
@@ -537,7 +553,7 @@ const char* NsaDecodeCuda::trace_kernel(int kernel) {
 const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
   static const char* const names[kTraceKernels][kTracePhases] = {
       {"start", "cache rows issued", "released", "landed", "attended", nullptr, nullptr, nullptr},
-      {"start", "released", "chunk written", "group merged", "stats merged", "probs staged",
+      {"start", "released", "chunk written", "head pre-merged", "stats merged", "probs staged",
        "blocks scored", nullptr},
       {"start", "released", "candidates landed", "selected", "first rows landed", "attended",
        "cluster met", "combined"}};
@@ -545,10 +561,11 @@ const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
   return names[kernel][phase];
 }
 
-// The picks kernel's tile, then its selection scratch.
+// The picks kernel's tile, its selection scratch, then its partial and a later part's.
 size_t NsaDecodeCuda::picks_smem_bytes() const {
-  return tile_bytes(static_cast<int>(cfg_.dk), static_cast<int>(cfg_.dv)) +
-         select_scratch_bytes(sel_chunks_, cfg_.n_sel);
+  const int hpg = static_cast<int>(cfg_.heads / cfg_.groups), dv = static_cast<int>(cfg_.dv);
+  return tile_bytes(static_cast<int>(cfg_.dk), dv) + select_scratch_bytes(sel_chunks_, cfg_.n_sel) +
+         2 * smem_partial_bytes(hpg, dv);
 }
 
 // Block scores of a chunk, and the group probabilities of the compressed tokens that meet it.

@@ -94,7 +94,7 @@ class NsaDecodeCuda {
   int64_t B_, max_len_, max_cmp_, sel_chunk_ = 1, sel_chunks_ = 1;
   // Parts per (sequence, group) of each kind and the slots of their partials (decode_params.cuh).
   int64_t cmp_parts_ = 0, win_parts_ = 0, block0_parts_ = 0, late_parts_ = 0, pick_parts_ = 0;
-  int64_t cmp_groups_ = 0, dense_parts_ = 0, slots_ = 0;
+  int64_t dense_parts_ = 0, slots_ = 0;
   unsigned picks_cluster_ = 1;  // CTAs of the picks kernel per (sequence, group)
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
