@@ -34,8 +34,8 @@ __device__ __forceinline__ void let_next_kernel_start() {
 }
 
 // cluster_x > 0: the grid's x dimension is split into clusters of cluster_x CTAs (a multiple),
-// which can meet at a cluster barrier (cluster_sync) and read each other's shared memory
-// (cluster_address; a cluster of one too). 0: no cluster.
+// which can meet at a cluster barrier (cluster_arrive_*, cluster_wait) and read each other's shared
+// memory (cluster_address; a cluster of one too). 0: no cluster.
 template <typename... Params, typename... Args>
 void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, unsigned cluster_x, dim3 block,
                                size_t smem, cudaStream_t stream, Args&&... args) {
@@ -63,12 +63,27 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   launch_dependent_clusters(kernel, grid, 0, block, smem, stream, std::forward<Args>(args)...);
 }
 
-// Every thread of every CTA of the cluster arrives; the writes (global and shared) of each before
-// its arrival are visible to all after (release / acquire at cluster scope).
-__device__ __forceinline__ void cluster_sync() {
+// A cluster barrier in two halves, so that work can run between them. Every thread of every CTA of
+// the cluster arrives, then waits until all have: with cluster_arrive_release, the writes (global
+// and shared) each thread made before its arrival are visible to all after their wait (release /
+// acquire at cluster scope; the release waits for the thread's earlier memory operations, loads
+// included, to complete). cluster_arrive_relaxed orders nothing: for a barrier that only keeps
+// CTAs alive (a CTA's shared memory is gone once it exits) while others use values they loaded.
+__device__ __forceinline__ void cluster_arrive_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
-                   : "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
 

@@ -1,7 +1,7 @@
 // Merging the decode parts' partial softmax results (decode_params.cuh): (max m, sum of exp l,
-// unnormalised o) per part and head. The combine merges each branch's slots: for dense decoding
-// into o, for NSA into one partial per branch (the top-n kernel's pre-merge, which the picks
-// kernel's cluster gates into o with its own parts).
+// unnormalised o) per part and head. The combine merges a range of slots: for dense decoding into
+// o, for NSA into one partial per branch (the top-n kernel's pre-merge), which the picks kernel's
+// cluster gates into o with its own parts' partials (gate_branches).
 // Every sum runs in a fixed order (parts ascending, fixed thread roles), with no atomics, so the
 // result is the same bits whichever CTA runs it and whatever else is in the batch. Partials are
 // read with ld.global.cg (L2): other CTAs of the kernel (or of the kernels before) wrote them.
@@ -43,14 +43,20 @@ __device__ __forceinline__ void fold_slots(const DecodeDims& m, const float* par
   }
 }
 
-// Butterfly over `width` (a power of two ≤ 32) aligned lanes: each gets the group's pair. Every
-// lane of the warp must call it.
-__device__ __forceinline__ void lanes_fold(float& mx, float& sum, int width) {
-  for (int off = width / 2; off > 0; off >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, mx, off);
-    const float s2 = __shfl_xor_sync(0xffffffffu, sum, off);
-    fold_stats(mx, sum, m2, s2);
-  }
+// The (max, sum) pairs of the warp's 32 lanes merged, in every lane: the max first (a butterfly
+// of fmaxf), then each lane's sum rescaled to it (an empty lane's is 0) and summed by a butterfly,
+// whose every level adds the same two values in either order – so all lanes get the same bits. No
+// branches and one exponential: at batch 1 the chain's length is its latency (a butterfly of
+// pairwise folds took five exponentials and branches). Every lane of the warp must call it.
+__device__ __forceinline__ void warp_fold(float& mx, float& sum) {
+  float top = mx;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, off));
+  float total = sum > 0.0f ? sum * __expf(mx - top) : 0.0f;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+  mx = top;
+  sum = total;
 }
 
 // A running merge of parts for one output float4 of one head and branch: the max m, the sum of
@@ -82,24 +88,18 @@ __device__ __forceinline__ void fold_running(Running& s, float m2, float l2, flo
   s.acc.w = s.acc.w * a + o2.w * c;
 }
 
-// The branches a combine merges: slots [lo[r], hi[r]) of branch r; a branch with lo = hi (dense
-// decoding's 1 and 2) adds nothing.
-struct Branches {
-  int lo[kNumBranches], hi[kNumBranches];
-};
-
-// Folds the batch's slots u of branch r (rr[u] == r, live: sum > 0) into s at once: the batch's
-// max first and one rescale of s, then each slot's weight exp(m_u − max) – independent
-// exponentials and multiply-adds, not a chain of dependent folds (at batch 1 every dependent
-// instruction costs its whole latency). Slots ascending: a fixed order.
+// Folds a batch of slots (live: sum > 0) into s at once: the batch's max first and one rescale of
+// s, then each slot's weight exp(m_u − max) – independent exponentials and multiply-adds, not a
+// chain of dependent folds (at batch 1 every dependent instruction costs its whole latency). Slots
+// ascending: a fixed order.
 template <int K>
-__device__ __forceinline__ void fold_batch(Running& s, int r, const int (&rr)[K],
-                                           const float2 (&ml)[K], const float4 (&ov)[K]) {
+__device__ __forceinline__ void fold_batch(Running& s, const bool (&in)[K], const float2 (&ml)[K],
+                                           const float4 (&ov)[K]) {
   float mx = s.m;
   bool any = false;
 #pragma unroll
   for (int u = 0; u < K; ++u) {
-    const bool live = rr[u] == r && ml[u].y > 0.0f;
+    const bool live = in[u] && ml[u].y > 0.0f;
     mx = live ? fmaxf(mx, ml[u].x) : mx;
     any |= live;
   }
@@ -111,7 +111,7 @@ __device__ __forceinline__ void fold_batch(Running& s, int r, const int (&rr)[K]
   }
 #pragma unroll
   for (int u = 0; u < K; ++u) {
-    const bool live = rr[u] == r && ml[u].y > 0.0f;
+    const bool live = in[u] && ml[u].y > 0.0f;
     const float w = live ? __expf(ml[u].x - mx) : 0.0f;  // junk o of a dead slot: never multiplied
     s.l = fmaf(w, live ? ml[u].y : 0.0f, s.l);
     s.acc.x = fmaf(w, live ? ov[u].x : 0.0f, s.acc.x);
@@ -121,101 +121,73 @@ __device__ __forceinline__ void fold_batch(Running& s, int r, const int (&rr)[K]
   }
 }
 
-// Heads h0 .. h0 + nh − 1 of group g of sequence b, each branch's slots merged: (M_r, L_r, A_r),
-// the running merge of branch r (max, sum of exp, output). kDense (dense decoding: branch 0 only,
-// tens of slots per split): o [B, H, dv] (bf16) = A_0 / L_0. Otherwise (NSA's pre-merge: a few
-// slots per split from three branches) each branch's merge goes to slot slot_pre + r as a partial.
-// Every thread takes one output float4 (an item) and a share of all the branches' slots at once –
-// the slots in a flat order (branches in order, slots ascending), split s taking s, s + splits, …
-// – and loads a batch of them before it folds any, so a share of up to a batch costs one round
-// trip. kDense: batches of 8, each folded at once (fold_batch). Otherwise batches of 4 folded slot
-// by slot – fewer instructions and less code for two or three live slots a split (docs/perf.md,
-// fifteenth session: the NSA step 6 % slower with both ways compiled into one function). The
-// splits' merges then meet in shared memory, folded pairwise as a tree (split s takes s + half,
-// half = …, 2, 1). A fixed order throughout: the same bits whichever CTA runs it. Every thread of
-// the CTA (kThreads of them) calls it.
-template <bool kDense, int kThreads>
+// Slots [lo, hi) of group g of sequence b merged for heads h0 .. h0 + nh − 1: (M, L, A), the
+// running merge (max, sum of exp, output). kToPartial (NSA's pre-merge of one branch): written as
+// a partial to slot `out_slot`. Otherwise (dense decoding): o [B, H, dv] (bf16) = A / L. Every
+// thread takes one output float4 (an item) and a share of the slots – split s taking lo + s,
+// lo + s + splits, … (at most one split a slot) – and loads a batch (8 slots; 4 for kToPartial,
+// in the top-n kernel, whose threads hold 64 registers) before it folds any (fold_batch), so a
+// share of up to a batch costs one round trip. The splits' merges then meet in
+// shared memory, folded pairwise as a tree (split s takes s + half, half = …, 2, 1). A fixed
+// order throughout: the same bits whichever CTA runs it. Every thread of the CTA (kThreads of
+// them) calls it.
+template <bool kToPartial, int kThreads>
 __device__ void combine(const DecodeDims& m, float* part_ml, float* part_o, int b, int g, int h0,
-                        int nh, const Branches& br, bf16* o) {
-  constexpr int kBatch = kDense ? 8 : 4, kBranches = kDense ? 1 : kNumBranches;
-  __shared__ float4 split_acc[kBranches][kThreads];
-  __shared__ float2 split_ml[kBranches][kThreads];
+                        int nh, int lo, int hi, bf16* o, int out_slot) {
+  constexpr int kBatch = kToPartial ? 4 : 8;
+  __shared__ float4 split_acc[kThreads];
+  __shared__ float2 split_ml[kThreads];
   const int bg = b * m.G + g;
-  const int per_head = m.dv / 4, items = nh * per_head;
-  // The flat slot order: branch r's slots are [start_r, start_r + hi_r − lo_r).
-  const int start1 = br.hi[0] - br.lo[0], start2 = start1 + br.hi[1] - br.lo[1];
-  const int total = start2 + br.hi[2] - br.lo[2];
-  const int splits = max(1, static_cast<int>(blockDim.x) / items);
-  const auto slot_of = [&](int f, int r) {
-    return r == 0 ? br.lo[0] + f : r == 1 ? br.lo[1] + f - start1 : br.lo[2] + f - start2;
-  };
-  // Branch r's merge of slots first, first + stride, … for head hh, elements e4 .. e4 + 3.
-  const auto run = [&](int hh, int e4, int first, int stride, Running(&st)[kBranches]) {
-#pragma unroll
-    for (int r = 0; r < kBranches; ++r) st[r] = running_start();
+  const int per_head = m.dv / 4, items = nh * per_head, total = hi - lo;
+  const int splits = max(1, min(static_cast<int>(blockDim.x) / items, total));
+  // The merge of slots lo + first, lo + first + stride, … for head hh, elements e4 .. e4 + 3.
+  const auto run = [&](int hh, int e4, int first, int stride) {
+    Running st = running_start();
     for (int f0 = first; f0 < total; f0 += stride * kBatch) {
       float2 ml[kBatch];
       float4 ov[kBatch];
-      int rr[kBatch];
+      bool in[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int f = f0 + u * stride;
-        rr[u] = f >= total ? -1 : f < start1 ? 0 : f < start2 ? 1 : 2;
-        if (f < total) {
-          const int64_t pi = part_index(m, bg, slot_of(f, rr[u])) + h0 + hh;
+        in[u] = f < total;
+        if (in[u]) {
+          const int64_t pi = part_index(m, bg, lo + f) + h0 + hh;
           ml[u] = __ldcg(reinterpret_cast<const float2*>(part_ml + 2 * pi));
           ov[u] = __ldcg(reinterpret_cast<const float4*>(part_o + pi * m.dv + e4));
         }
       }
-      if constexpr (kDense) {
-        fold_batch(st[0], 0, rr, ml, ov);
-      } else {
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {  // the slot's branch, picked by selects: one fold
-          if (rr[u] < 0) continue;
-          Running cur = rr[u] == 0 ? st[0] : rr[u] == 1 ? st[1] : st[2];
-          fold_running(cur, ml[u].x, ml[u].y, ov[u]);
-          st[0] = rr[u] == 0 ? cur : st[0];
-          st[1] = rr[u] == 1 ? cur : st[1];
-          st[2] = rr[u] == 2 ? cur : st[2];
-        }
-      }
+      fold_batch(st, in, ml, ov);
     }
+    return st;
   };
-  const auto store = [&](int hh, int e4, const Running(&st)[kBranches]) {
-    if constexpr (kDense) {
-      const float scale = st[0].l > 0.0f ? 1.0f / st[0].l : 0.0f;
-      const int64_t gi = static_cast<int64_t>(b) * m.G * m.hpg + g * m.hpg + h0 + hh;
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(o + gi * m.dv + e4);
-      dst[0] = __floats2bfloat162_rn(scale * st[0].acc.x, scale * st[0].acc.y);
-      dst[1] = __floats2bfloat162_rn(scale * st[0].acc.z, scale * st[0].acc.w);
+  const auto store = [&](int hh, int e4, const Running& st) {
+    if constexpr (kToPartial) {
+      const int64_t pi = part_index(m, bg, out_slot) + h0 + hh;
+      *reinterpret_cast<float4*>(part_o + pi * m.dv + e4) = st.acc;
+      if (e4 == 0) *reinterpret_cast<float2*>(part_ml + 2 * pi) = make_float2(st.m, st.l);
     } else {
-#pragma unroll
-      for (int r = 0; r < kBranches; ++r) {
-        const int64_t pi = part_index(m, bg, m.slot_pre + r) + h0 + hh;
-        *reinterpret_cast<float4*>(part_o + pi * m.dv + e4) = st[r].acc;
-        if (e4 == 0) *reinterpret_cast<float2*>(part_ml + 2 * pi) = make_float2(st[r].m, st[r].l);
-      }
+      const float scale = st.l > 0.0f ? 1.0f / st.l : 0.0f;
+      const int64_t gi = static_cast<int64_t>(bg) * m.hpg + h0 + hh;
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(o + gi * m.dv + e4);
+      dst[0] = __floats2bfloat162_rn(scale * st.acc.x, scale * st.acc.y);
+      dst[1] = __floats2bfloat162_rn(scale * st.acc.z, scale * st.acc.w);
     }
   };
-  Running st[kBranches];
   if (splits == 1) {  // a thread per item (or several), all the slots each
     for (int item = threadIdx.x; item < items; item += blockDim.x) {
       const int hh = item / per_head, e4 = 4 * (item % per_head);
-      run(hh, e4, 0, 1, st);
-      store(hh, e4, st);
+      store(hh, e4, run(hh, e4, 0, 1));
     }
     return;
   }
   const int item = threadIdx.x % items, split = threadIdx.x / items;
   const int hh = item / per_head, e4 = 4 * (item % per_head);
+  Running st = running_start();
   if (split < splits) {
-    run(hh, e4, split, splits, st);
-#pragma unroll
-    for (int r = 0; r < kBranches; ++r) {
-      split_acc[r][threadIdx.x] = st[r].acc;
-      split_ml[r][threadIdx.x] = make_float2(st[r].m, st[r].l);
-    }
+    st = run(hh, e4, split, splits);
+    split_acc[threadIdx.x] = st.acc;
+    split_ml[threadIdx.x] = make_float2(st.m, st.l);
   }
   // The splits meet as a tree: at each level the upper half folds into the lower (split s takes
   // s + half), so the chain is log2(splits) folds long, not splits − 1.
@@ -225,17 +197,11 @@ __device__ void combine(const DecodeDims& m, float* part_ml, float* part_o, int 
     __syncthreads();  // the level's upper half is written
     if (split < half && split + half < splits) {
       const int from = (split + half) * items + item;
-#pragma unroll
-      for (int r = 0; r < kBranches; ++r) {
-        const float2 ml = split_ml[r][from];
-        fold_running(st[r], ml.x, ml.y, split_acc[r][from]);
-      }
+      const float2 ml = split_ml[from];
+      fold_running(st, ml.x, ml.y, split_acc[from]);
       if (split >= half / 2 && half > 1) {  // this split is read at the next level
-#pragma unroll
-        for (int r = 0; r < kBranches; ++r) {
-          split_acc[r][threadIdx.x] = st[r].acc;
-          split_ml[r][threadIdx.x] = make_float2(st[r].m, st[r].l);
-        }
+        split_acc[threadIdx.x] = st.acc;
+        split_ml[threadIdx.x] = make_float2(st.m, st.l);
       }
     }
   }

@@ -86,7 +86,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
       if (lane + 32 * i < parts) fold_stats(mx, sum, st[hi][i].x, st[hi][i].y);
     }
     fold_slots(m, part_ml, bg, h, 0, parts, lane + 32 * kStatParts, 32, mx, sum);
-    lanes_fold(mx, sum, 32);
+    warp_fold(mx, sum);
     if (lane == 0) {
       head_max[h] = mx;
       head_inv_sum[h] = 1.0f / sum;

@@ -169,10 +169,11 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   trace_mark<kTrace>(p, kTraceParts, 4);  // attended
 }
 
-// Grid (B·G, sel_chunks + hpg): CTAs below sel_chunks score a chunk of blocks and keep its
-// candidates (decode_select.cuh); the others each merge one head's parts of the earlier kernel –
-// every compressed part, the window, block 0 – into a partial per branch (slots slot_pre + r),
-// while the chunks rank, so that the picks kernel's final merge reads one partial a branch.
+// Grid (B·G, sel_chunks + hpg·3): CTAs below sel_chunks score a chunk of blocks and keep its
+// candidates (decode_select.cuh); the others each merge one head's parts of one branch from the
+// earlier kernel – every compressed part, the window's, block 0's – into a partial (slot
+// slot_pre + r), while the chunks rank, so that the picks kernel's final merge reads one partial
+// a branch.
 template <bool kTrace>
 __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
@@ -187,15 +188,15 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
     trace_mark<kTrace>(p, kTraceTopk, 2);  // a chunk's candidates written
     return;
   }
-  Branches br{};
-  br.lo[kCmp] = 0;
-  br.hi[kCmp] = (num_cmp(m, p.pos[b]) + kPartKeys - 1) / kPartKeys;  // the parts written this step
-  br.lo[kSel] = m.slot_block0;
-  br.hi[kSel] = m.slot_block0 + m.block0_parts;
-  br.lo[kWin] = m.slot_win;
-  br.hi[kWin] = m.slot_win + m.win_parts;
-  combine<false, kTopkThreads>(m, p.part_ml, p.part_o, b, g, y - m.sel_chunks, 1, br, nullptr);
-  trace_mark<kTrace>(p, kTraceTopk, 3);  // a head's branches pre-merged
+  // CTA y − sel_chunks: head h, branch r – its slots: the compressed parts written this step, block
+  // 0's parts, the window's.
+  const int h = (y - m.sel_chunks) / kNumBranches, r = (y - m.sel_chunks) % kNumBranches;
+  const int lo = r == kCmp ? 0 : r == kSel ? m.slot_block0 : m.slot_win;
+  const int hi = r == kCmp   ? (num_cmp(m, p.pos[b]) + kPartKeys - 1) / kPartKeys
+                 : r == kSel ? m.slot_block0 + m.block0_parts
+                             : m.slot_win + m.win_parts;
+  combine<true, kTopkThreads>(m, p.part_ml, p.part_o, b, g, h, 1, lo, hi, nullptr, m.slot_pre + r);
+  trace_mark<kTrace>(p, kTraceTopk, 3);  // a head's branch pre-merged
 }
 
 // Grid (cluster, B·G), one cluster of CTAs per (sequence, group): each CTA merges the chunks'
@@ -262,15 +263,16 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     if (y != rank) fold_partial(m, own, extra);
   }
   trace_mark<kTrace>(p, kTracePicks, 5);  // parts attended
+  cluster_arrive_release();  // this CTA's partial is written (before its own loads below)
   // This CTA's heads h0 .. h0 + nh − 1, an output element a thread; the first element's
-  // pre-merged partials are loaded before the barrier, their round trip spent waiting there.
+  // pre-merged partials are loaded between the barrier's halves, their round trip spent waiting.
   const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
   const int items = max(0, min(heads, m.hpg - h0)) * m.dv;
   PreMerged first{};
   if (static_cast<int>(threadIdx.x) < items)
     first = load_premerged(m, p.part_ml, p.part_o, p.gate, b, g, h0 + threadIdx.x / m.dv,
                            threadIdx.x % m.dv);
-  cluster_sync();  // every CTA's partial is written and visible to the cluster
+  cluster_wait();                         // every CTA's partial is visible to the cluster
   trace_mark<kTrace>(p, kTracePicks, 6);  // the cluster met
   const int64_t o_row = static_cast<int64_t>(bg) * m.hpg;
   for (int item = threadIdx.x; item < items; item += blockDim.x) {
@@ -281,7 +283,10 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     p.o[(o_row + h) * m.dv + e] = __float2bfloat16(gate_branches(m, pm, own, cluster, h, e));
   }
   trace_mark<kTrace>(p, kTracePicks, 7);  // combined
-  cluster_sync();  // no CTA leaves (its shared memory) while another may still read its partial
+  // No CTA leaves (with its shared memory) while another may still read its partial. The reads
+  // above are complete here – their values went into the stores – so the arrival orders nothing.
+  cluster_arrive_relaxed();
+  cluster_wait();
 }
 
 // Dense decoding, grid (B, H): one head's parts over 0..t merged into o.
@@ -289,9 +294,8 @@ __global__ void __launch_bounds__(kPartThreads) dense_combine_kernel(const Decod
   const DecodeDims& m = p.dims;
   wait_for_previous_kernel();
   const int b = blockIdx.x, h = blockIdx.y, t = p.pos[b];
-  Branches br{};
-  br.hi[0] = t / kPartKeys + 1;
-  combine<true, kPartThreads>(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, br, p.o);
+  combine<false, kPartThreads>(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, 0,
+                               t / kPartKeys + 1, p.o, 0);
 }
 
 __global__ void fill_uniform_kernel(bf16* x, int64_t n, uint64_t seed, float half_range) {
@@ -463,8 +467,8 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
     return;
   }
   launch_dependent(traced ? topk_kernel<true> : topk_kernel<false>,
-                   dim3(BG, static_cast<unsigned>(sel_chunks_ + m.hpg)), dim3(kTopkThreads),
-                   block_topk_smem_bytes(), stream, p);
+                   dim3(BG, static_cast<unsigned>(sel_chunks_ + m.hpg * kNumBranches)),
+                   dim3(kTopkThreads), block_topk_smem_bytes(), stream, p);
   launch_dependent_clusters(traced ? picks_kernel<true> : picks_kernel<false>,
                             dim3(picks_cluster_, BG), picks_cluster_, dim3(kPartThreads),
                             picks_smem_bytes(), stream, p);
@@ -523,7 +527,7 @@ int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
     case kTraceParts:
       return BG * (dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
     case kTraceTopk:
-      return dense_ ? 0 : BG * (sel_chunks_ + cfg_.heads / cfg_.groups);
+      return dense_ ? 0 : BG * (sel_chunks_ + cfg_.heads / cfg_.groups * kNumBranches);
     default:
       return dense_ ? 0 : BG * picks_cluster_;
   }
@@ -553,7 +557,7 @@ const char* NsaDecodeCuda::trace_kernel(int kernel) {
 const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
   static const char* const names[kTraceKernels][kTracePhases] = {
       {"start", "cache rows issued", "released", "landed", "attended", nullptr, nullptr, nullptr},
-      {"start", "released", "chunk written", "head pre-merged", "stats merged", "probs staged",
+      {"start", "released", "chunk written", "branch pre-merged", "stats merged", "probs staged",
        "blocks scored", nullptr},
       {"start", "released", "candidates landed", "selected", "first rows landed", "attended",
        "cluster met", "combined"}};
