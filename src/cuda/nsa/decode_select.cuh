@@ -252,11 +252,12 @@ __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh
     if (rank < npicks) sh.list[forced + rank] = candidate_block(x);
   }
   __syncthreads();
+  // The selection ascending: entry k's place is the count of entries below it (all distinct), so
+  // places 0 .. total − 1 are filled once each and the rest padded in the same pass.
   const int total = forced + npicks;
-  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) slot[k] = -1;
-  __syncthreads();
+  for (int k = total + threadIdx.x; k < m.n_sel; k += blockDim.x) slot[k] = -1;
   for (int k = threadIdx.x; k < total; k += blockDim.x) {
-    int at = 0, at_pick = 0;  // ascending positions: the entries below it (all distinct)
+    int at = 0, at_pick = 0;
     for (int q = 0; q < total; ++q) {
       const bool below = sh.list[q] < sh.list[k];
       at += below ? 1 : 0;
