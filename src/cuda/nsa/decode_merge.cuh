@@ -121,91 +121,98 @@ __device__ __forceinline__ void fold_batch(Running& s, const bool (&in)[K], cons
   }
 }
 
-// Slots [lo, hi) of group g of sequence b merged for heads h0 .. h0 + nh − 1: (M, L, A), the
-// running merge (max, sum of exp, output). kToPartial (NSA's pre-merge of one branch): written as
-// a partial to slot `out_slot`. Otherwise (dense decoding): o [B, H, dv] (bf16) = A / L. Every
-// thread takes one output float4 (an item) and a share of the slots – split s taking lo + s,
-// lo + s + splits, … (at most one split a slot) – and loads a batch (8 slots; 4 for kToPartial,
-// in the top-n kernel, whose threads hold 64 registers) before it folds any (fold_batch), so a
-// share of up to a batch costs one round trip. The splits' merges then meet in
-// shared memory, folded pairwise as a tree (split s takes s + half, half = …, 2, 1). A fixed
-// order throughout: the same bits whichever CTA runs it. Every thread of the CTA (kThreads of
-// them) calls it.
-template <bool kToPartial, int kThreads>
-__device__ void combine(const DecodeDims& m, float* part_ml, float* part_o, int b, int g, int h0,
-                        int nh, int lo, int hi, bf16* o, int out_slot) {
+// One merge of a combine: slots [lo, hi) of one head into slot `out` (NSA's pre-merge) or into o
+// (dense decoding), by threads [t0, t0 + threads) of the CTA.
+struct MergeRange {
+  int lo, hi, out, t0, threads;
+};
+
+// The merges of `ranges` for head h of group g of sequence b, side by side in one CTA: each range
+// its (M, L, A), the running merge (max, sum of exp, output). kToPartial (NSA's pre-merge of the
+// branches): written as a partial to slot `out`. Otherwise (dense decoding): o [B, H, dv] (bf16) =
+// A / L. Every thread of a range takes one output float4 (an item; dv/4 ≤ 64 of them, no more than
+// a range's threads) and a share of the range's slots – split s taking lo + s, lo + s + splits, …
+// (at most one split a slot) – and loads a batch (8 slots; 4 for kToPartial, in the top-n kernel,
+// whose threads hold 64 registers) before it folds any (fold_batch), so a share of up to a batch
+// costs one round trip. The splits' merges then meet in shared memory, folded pairwise as a tree
+// (split s takes s + half, half = …, 2, 1) whose levels all ranges pass together (one barrier a
+// level; a range with fewer splits starts lower). A fixed order throughout: the same bits
+// whichever CTA runs it. Every thread of the CTA (kThreads of them) calls it.
+template <bool kToPartial, int kThreads, int kRanges>
+__device__ void combine(const DecodeDims& m, float* part_ml, float* part_o, int b, int g, int h,
+                        const MergeRange (&ranges)[kRanges], bf16* o) {
   constexpr int kBatch = kToPartial ? 4 : 8;
   __shared__ float4 split_acc[kThreads];
   __shared__ float2 split_ml[kThreads];
-  const int bg = b * m.G + g;
-  const int per_head = m.dv / 4, items = nh * per_head, total = hi - lo;
-  const int splits = max(1, min(static_cast<int>(blockDim.x) / items, total));
-  // The merge of slots lo + first, lo + first + stride, … for head hh, elements e4 .. e4 + 3.
-  const auto run = [&](int hh, int e4, int first, int stride) {
-    Running st = running_start();
-    for (int f0 = first; f0 < total; f0 += stride * kBatch) {
+  const int bg = b * m.G + g, items = m.dv / 4, tid = threadIdx.x;
+  const auto splits_of = [&](const MergeRange& r) {
+    return max(1, min(r.threads / items, r.hi - r.lo));
+  };
+  // This thread's range (selected without indexing, so that it stays in registers), and the most
+  // splits of any range: the tree's height.
+  MergeRange rg{0, 0, 0, 0, 0};
+  bool mine = false;
+  int most = 1;
+#pragma unroll
+  for (int k = 0; k < kRanges; ++k) {
+    const bool in = tid >= ranges[k].t0 && tid < ranges[k].t0 + ranges[k].threads;
+    rg = in ? ranges[k] : rg;
+    mine |= in;
+    most = max(most, splits_of(ranges[k]));
+  }
+  const int splits = splits_of(rg), local = tid - rg.t0;
+  const int item = local % items, split = local / items, e4 = 4 * item;
+  const bool active = mine && split < splits;
+  Running st = running_start();
+  if (active) {
+    const int total = rg.hi - rg.lo;
+    for (int f0 = split; f0 < total; f0 += splits * kBatch) {
       float2 ml[kBatch];
       float4 ov[kBatch];
       bool in[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const int f = f0 + u * stride;
+        const int f = f0 + u * splits;
         in[u] = f < total;
         if (in[u]) {
-          const int64_t pi = part_index(m, bg, lo + f) + h0 + hh;
+          const int64_t pi = part_index(m, bg, rg.lo + f) + h;
           ml[u] = __ldcg(reinterpret_cast<const float2*>(part_ml + 2 * pi));
           ov[u] = __ldcg(reinterpret_cast<const float4*>(part_o + pi * m.dv + e4));
         }
       }
       fold_batch(st, in, ml, ov);
     }
-    return st;
-  };
-  const auto store = [&](int hh, int e4, const Running& st) {
-    if constexpr (kToPartial) {
-      const int64_t pi = part_index(m, bg, out_slot) + h0 + hh;
-      *reinterpret_cast<float4*>(part_o + pi * m.dv + e4) = st.acc;
-      if (e4 == 0) *reinterpret_cast<float2*>(part_ml + 2 * pi) = make_float2(st.m, st.l);
-    } else {
-      const float scale = st.l > 0.0f ? 1.0f / st.l : 0.0f;
-      const int64_t gi = static_cast<int64_t>(bg) * m.hpg + h0 + hh;
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(o + gi * m.dv + e4);
-      dst[0] = __floats2bfloat162_rn(scale * st.acc.x, scale * st.acc.y);
-      dst[1] = __floats2bfloat162_rn(scale * st.acc.z, scale * st.acc.w);
-    }
-  };
-  if (splits == 1) {  // a thread per item (or several), all the slots each
-    for (int item = threadIdx.x; item < items; item += blockDim.x) {
-      const int hh = item / per_head, e4 = 4 * (item % per_head);
-      store(hh, e4, run(hh, e4, 0, 1));
-    }
-    return;
-  }
-  const int item = threadIdx.x % items, split = threadIdx.x / items;
-  const int hh = item / per_head, e4 = 4 * (item % per_head);
-  Running st = running_start();
-  if (split < splits) {
-    st = run(hh, e4, split, splits);
-    split_acc[threadIdx.x] = st.acc;
-    split_ml[threadIdx.x] = make_float2(st.m, st.l);
+    split_acc[tid] = st.acc;
+    split_ml[tid] = make_float2(st.m, st.l);
   }
   // The splits meet as a tree: at each level the upper half folds into the lower (split s takes
   // s + half), so the chain is log2(splits) folds long, not splits − 1.
   int half = 1;
-  while (2 * half < splits) half *= 2;
+  while (2 * half < most) half *= 2;
   for (; half >= 1; half /= 2) {
     __syncthreads();  // the level's upper half is written
-    if (split < half && split + half < splits) {
-      const int from = (split + half) * items + item;
+    if (active && split < half && split + half < splits) {
+      const int from = rg.t0 + (split + half) * items + item;
       const float2 ml = split_ml[from];
       fold_running(st, ml.x, ml.y, split_acc[from]);
       if (split >= half / 2 && half > 1) {  // this split is read at the next level
-        split_acc[threadIdx.x] = st.acc;
-        split_ml[threadIdx.x] = make_float2(st.m, st.l);
+        split_acc[tid] = st.acc;
+        split_ml[tid] = make_float2(st.m, st.l);
       }
     }
   }
-  if (split == 0) store(hh, e4, st);
+  if (!active || split != 0) return;
+  if constexpr (kToPartial) {
+    const int64_t pi = part_index(m, bg, rg.out) + h;
+    *reinterpret_cast<float4*>(part_o + pi * m.dv + e4) = st.acc;
+    if (e4 == 0) *reinterpret_cast<float2*>(part_ml + 2 * pi) = make_float2(st.m, st.l);
+  } else {
+    const float scale = st.l > 0.0f ? 1.0f / st.l : 0.0f;
+    const int64_t gi = static_cast<int64_t>(bg) * m.hpg + h;
+    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(o + gi * m.dv + e4);
+    dst[0] = __floats2bfloat162_rn(scale * st.acc.x, scale * st.acc.y);
+    dst[1] = __floats2bfloat162_rn(scale * st.acc.z, scale * st.acc.w);
+  }
 }
 
 // A partial of a picks CTA in its shared memory: per head h < hpg the max and sum of exp at

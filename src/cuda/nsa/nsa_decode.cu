@@ -169,11 +169,10 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   trace_mark<kTrace>(p, kTraceParts, 4);  // attended
 }
 
-// Grid (B·G, sel_chunks + hpg·3): CTAs below sel_chunks score a chunk of blocks and keep its
-// candidates (decode_select.cuh); the others each merge one head's parts of one branch from the
-// earlier kernel – every compressed part, the window's, block 0's – into a partial (slot
-// slot_pre + r), while the chunks rank, so that the picks kernel's final merge reads one partial
-// a branch.
+// Grid (B·G, sel_chunks + hpg): CTAs below sel_chunks score a chunk of blocks and keep its
+// candidates (decode_select.cuh); the others each merge one head's parts of the earlier kernel –
+// every compressed part, the window's, block 0's – into a partial per branch (slot slot_pre + r),
+// while the chunks rank, so that the picks kernel's final merge reads one partial a branch.
 template <bool kTrace>
 __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
@@ -188,15 +187,16 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
     trace_mark<kTrace>(p, kTraceTopk, 2);  // a chunk's candidates written
     return;
   }
-  // CTA y − sel_chunks: head h, branch r – its slots: the compressed parts written this step, block
-  // 0's parts, the window's.
-  const int h = (y - m.sel_chunks) / kNumBranches, r = (y - m.sel_chunks) % kNumBranches;
-  const int lo = r == kCmp ? 0 : r == kSel ? m.slot_block0 : m.slot_win;
-  const int hi = r == kCmp   ? (num_cmp(m, p.pos[b]) + kPartKeys - 1) / kPartKeys
-                 : r == kSel ? m.slot_block0 + m.block0_parts
-                             : m.slot_win + m.win_parts;
-  combine<true, kTopkThreads>(m, p.part_ml, p.part_o, b, g, h, 1, lo, hi, nullptr, m.slot_pre + r);
-  trace_mark<kTrace>(p, kTraceTopk, 3);  // a head's branch pre-merged
+  // CTA y − sel_chunks: head h's three branches side by side – the compressed parts written this
+  // step (half the threads), the window's and block 0's (a quarter each).
+  const int h = y - m.sel_chunks, q = kTopkThreads / 4;
+  const int cmp_hi = (num_cmp(m, p.pos[b]) + kPartKeys - 1) / kPartKeys;
+  const MergeRange ranges[kNumBranches] = {
+      {0, cmp_hi, m.slot_pre + kCmp, 0, 2 * q},
+      {m.slot_win, m.slot_win + m.win_parts, m.slot_pre + kWin, 2 * q, q},
+      {m.slot_block0, m.slot_block0 + m.block0_parts, m.slot_pre + kSel, 3 * q, q}};
+  combine<true, kTopkThreads>(m, p.part_ml, p.part_o, b, g, h, ranges, nullptr);
+  trace_mark<kTrace>(p, kTraceTopk, 3);  // a head's branches pre-merged
 }
 
 // Grid (cluster, B·G), one cluster of CTAs per (sequence, group): each CTA merges the chunks'
@@ -294,8 +294,8 @@ __global__ void __launch_bounds__(kPartThreads) dense_combine_kernel(const Decod
   const DecodeDims& m = p.dims;
   wait_for_previous_kernel();
   const int b = blockIdx.x, h = blockIdx.y, t = p.pos[b];
-  combine<false, kPartThreads>(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, 1, 0,
-                               t / kPartKeys + 1, p.o, 0);
+  const MergeRange all[1] = {{0, t / kPartKeys + 1, 0, 0, kPartThreads}};
+  combine<false, kPartThreads>(m, p.part_ml, p.part_o, b, h / m.hpg, h % m.hpg, all, p.o);
 }
 
 __global__ void fill_uniform_kernel(bf16* x, int64_t n, uint64_t seed, float half_range) {
@@ -467,8 +467,8 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
     return;
   }
   launch_dependent(traced ? topk_kernel<true> : topk_kernel<false>,
-                   dim3(BG, static_cast<unsigned>(sel_chunks_ + m.hpg * kNumBranches)),
-                   dim3(kTopkThreads), block_topk_smem_bytes(), stream, p);
+                   dim3(BG, static_cast<unsigned>(sel_chunks_ + m.hpg)), dim3(kTopkThreads),
+                   block_topk_smem_bytes(), stream, p);
   launch_dependent_clusters(traced ? picks_kernel<true> : picks_kernel<false>,
                             dim3(picks_cluster_, BG), picks_cluster_, dim3(kPartThreads),
                             picks_smem_bytes(), stream, p);
@@ -527,7 +527,7 @@ int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
     case kTraceParts:
       return BG * (dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
     case kTraceTopk:
-      return dense_ ? 0 : BG * (sel_chunks_ + cfg_.heads / cfg_.groups * kNumBranches);
+      return dense_ ? 0 : BG * (sel_chunks_ + cfg_.heads / cfg_.groups);
     default:
       return dense_ ? 0 : BG * picks_cluster_;
   }
@@ -557,7 +557,7 @@ const char* NsaDecodeCuda::trace_kernel(int kernel) {
 const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
   static const char* const names[kTraceKernels][kTracePhases] = {
       {"start", "cache rows issued", "released", "landed", "attended", nullptr, nullptr, nullptr},
-      {"start", "released", "chunk written", "branch pre-merged", "stats merged", "probs staged",
+      {"start", "released", "chunk written", "head pre-merged", "stats merged", "probs staged",
        "blocks scored", nullptr},
       {"start", "released", "candidates landed", "selected", "first rows landed", "attended",
        "cluster met", "combined"}};
