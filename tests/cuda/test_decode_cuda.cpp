@@ -275,7 +275,7 @@ INSTANTIATE_TEST_SUITE_P(
         // l_sel = 256: each block split over two 128-key parts, forced and picked; a window of
         // 160 in a full and a partial part.
         LayerCase{"long_blocks", layer_config(8, 2, 32, 32, 32, 16, 256, 5, 160), 2, 1600},
-        // Small blocks, long: 299 compressed tokens (3 compressed parts, one pre-merged group), 150
+        // Small blocks, long: 299 compressed tokens (3 compressed parts, pre-merged per head), 150
         // blocks (3 block top-n chunks whose candidates are merged), 16 blocks per selected part.
         LayerCase{"long", layer_config(4, 1, 16, 16, 8, 4, 8, 6, 32), 2, 1200},
         // The same with caches for 60,000 tokens: block top-n chunks of 256 blocks, whose 514
@@ -297,7 +297,7 @@ INSTANTIATE_TEST_SUITE_P(
 // prefill on both sides (the GPU's NsaDecodeCuda::prefill, the CPU's NsaDecodeCache::prefill) to
 // 50,001 and 12,345 tokens – no multiple of d, l, l_sel, w or the 128-key parts – then 70 steps
 // that cross compressed emissions and a block boundary. At 50,001 tokens a step has 3,124
-// compressed tokens (25 compressed parts, pre-merged in 4 groups), 779 candidate blocks (13 block
+// compressed tokens (25 compressed parts, pre-merged per head), 779 candidate blocks (13 block
 // top-n chunks whose candidate lists are merged), 4 window parts and 13 picked blocks in 7 parts.
 // Same checks as above: o within 2^-7·max|o| + 1e-3, selections identical but for fp32 near ties.
 TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
