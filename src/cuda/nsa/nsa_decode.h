@@ -18,11 +18,12 @@
 //           token completing at t is averaged by the CTA that attends it, part 0 appends the
 //           token's K/V to the caches;
 //   top-n   block scores (docs/nsa.md) over chunks of blocks, each chunk's best n_sel − forced;
-//           compressed parts pre-merged eight at a time;
+//           per head, the parts above merged into one partial per branch;
 //   picks   one cluster of CTAs per (sequence, group): each CTA ranks the chunks' candidates
 //           into the exact top-n and attends its share of the forced blocks c − 1, c and of the
-//           picked blocks; after the cluster's barrier each merges every branch's partials for
-//           its share of the heads and gates them: o [B, H·dv] (dense: a combine kernel).
+//           picked blocks, keeping the partial in its shared memory; after the cluster's barrier
+//           each gates its share of the heads – the pre-merged partials and every CTA's, read
+//           across the cluster – into o [B, H·dv] (dense: a combine kernel).
 #pragma once
 
 #include <cuda_bf16.h>
