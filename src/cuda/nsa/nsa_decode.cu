@@ -173,6 +173,9 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
 // candidates (decode_select.cuh); the others each merge one head's parts of the earlier kernel –
 // every compressed part, the window's, block 0's – into a partial per branch (slot slot_pre + r),
 // while the chunks rank, so that the picks kernel's final merge reads one partial a branch.
+static_assert(kTopkThreads / 4 >= 256 / 4,
+              "a pre-merge range (a quarter of a top-n CTA) needs a thread per float4 of a head's "
+              "output, dv up to 256 (the constructor's limit)");
 template <bool kTrace>
 __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
