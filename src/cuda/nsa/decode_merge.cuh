@@ -175,9 +175,9 @@ __device__ void combine(const DecodeDims& m, float* part_ml, float* part_o, int 
         const int f = f0 + u * splits;
         in[u] = f < total;
         if (in[u]) {
-          const int64_t pi = part_index(m, bg, rg.lo + f) + h;
-          ml[u] = __ldcg(reinterpret_cast<const float2*>(part_ml + 2 * pi));
-          ov[u] = __ldcg(reinterpret_cast<const float4*>(part_o + pi * m.dv + e4));
+          ml[u] = load_ml(m, part_ml, bg, rg.lo + f, h);
+          ov[u] = __ldcg(reinterpret_cast<const float4*>(
+              part_o + (part_index(m, bg, rg.lo + f) + h) * m.dv + e4));
         }
       }
       fold_batch(st, in, ml, ov);
@@ -275,12 +275,11 @@ __device__ __forceinline__ PreMerged load_premerged(const DecodeDims& m, const f
                                                     int g, int h, int e) {
   PreMerged pm;
   const int bg = b * m.G + g;
-  const int64_t gi = (static_cast<int64_t>(b) * m.G + g) * m.hpg + h;
+  const int64_t gi = static_cast<int64_t>(bg) * m.hpg + h;
 #pragma unroll
   for (int r = 0; r < kNumBranches; ++r) {
-    const int64_t pi = part_index(m, bg, m.slot_pre + r) + h;
-    pm.ml[r] = __ldcg(reinterpret_cast<const float2*>(part_ml + 2 * pi));
-    pm.o[r] = __ldcg(part_o + pi * m.dv + e);
+    pm.ml[r] = load_ml(m, part_ml, bg, m.slot_pre + r, h);
+    pm.o[r] = __ldcg(part_o + (part_index(m, bg, m.slot_pre + r) + h) * m.dv + e);
     pm.gate[r] = __bfloat162float(gate[r][gi]);
   }
   return pm;
