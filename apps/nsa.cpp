@@ -1,7 +1,8 @@
 // `nsa`: the one command-line program. Subcommands live in apps/cmd_*.cpp.
 //
 // Every failure the user can cause (bad flag, bad file, bad config) ends here as one line on
-// stderr naming the problem, and a non-zero exit code.
+// stderr naming the problem, and exit code 1 – whether the flag parser or the command found it,
+// so that scripts see one code for every error (--help exits 0).
 #include <cstdio>
 
 #include "commands.h"
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 1;  // prints the message (or the help) and what to run next
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nsa: error: %s\n", e.what());
     return 1;

@@ -6,27 +6,7 @@ set -u
 nsa=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
-failures=0
-
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-
-# expect_ok NAME CMD...: exit 0.
-expect_ok() {
-  local name=$1; shift
-  if "$@" >"$dir/out.txt" 2>&1; then pass "$name"; else fail "$name"; cat "$dir/out.txt"; fi
-}
-# expect_error NAME PATTERN CMD...: non-zero exit, and stderr matches PATTERN on one line.
-expect_error() {
-  local name=$1 pattern=$2; shift 2
-  if "$@" >"$dir/out.txt" 2>"$dir/err.txt"; then
-    fail "$name (exit 0)"
-  elif ! grep -q -- "$pattern" "$dir/err.txt"; then
-    fail "$name (message: $(cat "$dir/err.txt"))"
-  else
-    pass "$name"
-  fi
-}
+source "$(dirname "$0")/cli_checks.sh"
 
 expect_ok "write example" "$nsa" attention --write-example "$dir/in.safetensors" --seq-len 200 --batch 2
 expect_ok "run attention" "$nsa" attention --in "$dir/in.safetensors" --out "$dir/out.safetensors"
@@ -215,5 +195,4 @@ expect_error "eval without checkpoint" "has no complete checkpoint" "$nsa" eval 
 expect_error "bad config override" "n_sel = 2 must be at least 3" \
   "$nsa" train --config "$(dirname "$0")/../../configs/tiny.yaml" --set n_sel=2 --out "$dir/bad"
 
-if [ "$failures" -ne 0 ]; then echo "$failures CLI check(s) failed"; exit 1; fi
-echo "all CLI checks passed"
+finish CLI

@@ -8,28 +8,7 @@ nsa=$1
 dir=$2
 cfg="$(dirname "$0")/../../configs/tiny.yaml"
 rm -rf "$dir" && mkdir -p "$dir"
-failures=0
-
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
-expect_ok() {
-  local name=$1; shift
-  if "$@" >"$dir/out.txt" 2>&1; then pass "$name"; else fail "$name"; cat "$dir/out.txt"; fi
-}
-# expect_error NAME PATTERN CMD...: exit status 1 (an error, not a crash), stderr matches PATTERN.
-expect_error() {
-  local name=$1 pattern=$2; shift 2
-  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
-  local rc=$?
-  if [ "$rc" -ne 1 ]; then
-    fail "$name (exit $rc: $(tail -c 300 "$dir/err.txt"))"
-  elif ! grep -q -- "$pattern" "$dir/err.txt"; then
-    fail "$name (message: $(cat "$dir/err.txt"))"
-  else
-    pass "$name"
-  fi
-}
+source "$(dirname "$0")/cli_checks.sh"
 train() { "$nsa" train --config "$cfg" --set dim=32 --set n_layers=1 --set w=16 --data synthetic \
   --batch 2 --set seq_len=96 --steps 4 --val-every 2 --val-batches 1 --watchdog 0 "$@"; }
 
@@ -107,5 +86,4 @@ expect_ok "plot one run still works" "$nsa" plot "$dir/nsa"
 expect_ok "generate from a full-attention run" "$nsa" generate --run "$dir/full" --prompt "ab" \
   --max-new 8 --temperature 0
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish quality

@@ -9,29 +9,7 @@ nsa=$1
 dir=$2
 cfg="$(dirname "$0")/../../configs/tiny.yaml"
 rm -rf "$dir" && mkdir -p "$dir"
-failures=0
-
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
-# expect_ok NAME CMD...: exit 0.
-expect_ok() {
-  local name=$1; shift
-  if "$@" >"$dir/out.txt" 2>&1; then pass "$name"; else fail "$name"; cat "$dir/out.txt"; fi
-}
-# expect_error NAME PATTERN CMD...: exit status 1 (an error, not a crash), stderr matches PATTERN.
-expect_error() {
-  local name=$1 pattern=$2; shift 2
-  "$@" >"$dir/out.txt" 2>"$dir/err.txt"
-  local rc=$?
-  if [ "$rc" -ne 1 ]; then
-    fail "$name (exit $rc: $(tail -c 300 "$dir/err.txt"))"
-  elif ! grep -q -- "$pattern" "$dir/err.txt"; then
-    fail "$name (message: $(cat "$dir/err.txt"))"
-  else
-    pass "$name"
-  fi
-}
+source "$(dirname "$0")/cli_checks.sh"
 train_base() { "$nsa" train --config "$cfg" --set dim=32 --set n_layers=1 --data synthetic --batch 2 \
   --watchdog 0 "$@"; }
 train() { train_base --seq-len 48 --val-every 0 "$@"; }
@@ -145,5 +123,4 @@ expect_error "--write-example with --in" "drop --in/--out" \
 expect_ok "summary without validation" train --steps 1 --out "$dir/noval"
 check "summary says no validation" grep -q "loss .*, no validation ->" "$dir/out.txt"
 
-if [ "$failures" -ne 0 ]; then echo "$failures reliability check(s) failed"; exit 1; fi
-echo "all reliability checks passed"
+finish reliability
