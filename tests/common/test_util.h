@@ -9,9 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nsa/attention.h"
+#include "nsa/error.h"
+#include "nsa/model_config.h"
 
 namespace nsa::test {
 
@@ -41,6 +44,41 @@ inline NsaConfig make_config(Shape5 s, Hyper p, Phi phi = Phi::kAvg,
   cfg.phi = phi, cfg.kv = kv;
   cfg.validate();
   return cfg;
+}
+
+// The message of the nsa::Error that f() throws; "" when it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The small model the CPU decoding tests step (2 layers, dim 24, H 4, G 2; l 8, d 4, l_sel 8,
+// n_sel 5, w 11 – no block size a multiple of another's). `second`: every option at its other
+// value – SiLU MLP, shared K/V, φ mlp, softmax gates, untied embeddings.
+inline ModelConfig tiny_decode_model(bool second) {
+  ModelConfig c;
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"vocab_size", "37"}, {"dim", "24"},  {"n_layers", "2"}, {"seq_len", "96"},   {"heads", "4"},
+      {"groups", "2"},      {"dk", "6"},    {"dv", "6"},       {"l", "8"},          {"d", "4"},
+      {"l_sel", "8"},       {"n_sel", "5"}, {"w", "11"},       {"init_std", "0.25"}};
+  for (const auto& [k, v] : fields) set_model_field(c, k, v);
+  if (second) {
+    for (const auto& [k, v] :
+         std::vector<std::pair<std::string, std::string>>{{"mlp", "silu"},
+                                                          {"kv", "shared"},
+                                                          {"phi", "mlp"},
+                                                          {"gate", "softmax"},
+                                                          {"tie_embeddings", "false"}}) {
+      set_model_field(c, k, v);
+    }
+  }
+  c.validate();
+  return c;
 }
 
 // A temp-file path unique per test and process (CTest runs tests in parallel).

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "../common/test_util.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/nsa/nsa_decode.h"
 #include "decode/cuda/model_decoder_cuda.h"
@@ -66,15 +67,6 @@ struct LayerCase {
   int64_t batch, steps;
   int64_t max_len = 0;  // the caches' capacity (0: steps); it sets the block top-n chunk size
 };
-
-NsaConfig layer_config(int64_t H, int64_t G, int64_t dk, int64_t dv, int64_t l, int64_t d,
-                       int64_t l_sel, int64_t n_sel, int64_t w) {
-  NsaConfig c;
-  c.heads = H, c.groups = G, c.dk = dk, c.dv = dv, c.l = l, c.d = d, c.l_sel = l_sel;
-  c.n_sel = n_sel, c.w = w;
-  c.validate();
-  return c;
-}
 
 // Branch br's K and V (nk / nv values): the compressed branch's on the quarter grid (exact
 // averages: selections can differ only at fp32 near ties), the others normal.
@@ -266,31 +258,31 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaDecodeLayer,
     ::testing::Values(
         // tiny's attention, lengths far past w, with many emissions and blocks.
-        LayerCase{"tiny", layer_config(4, 2, 16, 16, 16, 8, 32, 4, 64), 2, 333},
+        LayerCase{"tiny", make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64}), 2, 333},
         // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions.
-        LayerCase{"m7c", layer_config(12, 2, 64, 64, 32, 16, 64, 16, 512), 1, 700},
+        LayerCase{"m7c", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 1, 700},
         // l_sel = 128 (one block per 128-key part), dv ≠ dk, one group of 16 heads, n_sel = 3
         // (nothing to pick: the picks kernel only combines).
-        LayerCase{"wide", layer_config(16, 1, 32, 48, 32, 16, 128, 3, 96), 3, 420},
+        LayerCase{"wide", make_config({16, 1, 32, 48}, {32, 16, 128, 3, 96}), 3, 420},
         // l_sel = 256: each block split over two 128-key parts, forced and picked; a window of
         // 160 in a full and a partial part.
-        LayerCase{"long_blocks", layer_config(8, 2, 32, 32, 32, 16, 256, 5, 160), 2, 1600},
+        LayerCase{"long_blocks", make_config({8, 2, 32, 32}, {32, 16, 256, 5, 160}), 2, 1600},
         // Small blocks, long: 299 compressed tokens (3 compressed parts, pre-merged per head), 150
         // blocks (3 block top-n chunks whose candidates are merged), 16 blocks per selected part.
-        LayerCase{"long", layer_config(4, 1, 16, 16, 8, 4, 8, 6, 32), 2, 1200},
+        LayerCase{"long", make_config({4, 1, 16, 16}, {8, 4, 8, 6, 32}), 2, 1200},
         // The same with caches for 60,000 tokens: block top-n chunks of 256 blocks, whose 514
         // compressed tokens take every path of the staging (two per thread, then the rest); 549
         // compressed tokens in 5 parts at the end.
-        LayerCase{"long_chunks", layer_config(4, 1, 16, 16, 8, 4, 8, 6, 32), 1, 2200, 60000},
+        LayerCase{"long_chunks", make_config({4, 1, 16, 16}, {8, 4, 8, 6, 32}), 1, 2200, 60000},
         // More picks parts than a cluster holds: l_sel = 128 (one block per part), n_sel = 12 –
         // 2 forced + 9 picked parts over the picks kernel's 8 CTAs, two parts for some of them.
-        LayerCase{"many_parts", layer_config(4, 2, 32, 32, 32, 16, 128, 12, 128), 2, 1800},
+        LayerCase{"many_parts", make_config({4, 2, 32, 32}, {32, 16, 128, 12, 128}), 2, 1800},
         // Large heads: dk 192, dv 256 (twelve k-steps of the score MMAs, sixteen value column
         // tiles; a part's tile takes 135 KiB of shared memory).
-        LayerCase{"deep", layer_config(4, 2, 192, 256, 16, 8, 32, 4, 64), 1, 700},
+        LayerCase{"deep", make_config({4, 2, 192, 256}, {16, 8, 32, 4, 64}), 1, 700},
         // One picks CTA (a single late part, n_sel = 3) for a group of 16 heads with dv = 64: the
         // combine's 256 outputs take two passes of the CTA (one split, a thread per output).
-        LayerCase{"one_cta", layer_config(16, 1, 16, 64, 16, 8, 32, 3, 32), 2, 500}),
+        LayerCase{"one_cta", make_config({16, 1, 16, 64}, {16, 8, 32, 3, 32}), 2, 500}),
     [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 
 // Long contexts, where every branch is split into many parts: m7c's attention with caches filled by
@@ -301,7 +293,7 @@ INSTANTIATE_TEST_SUITE_P(
 // top-n chunks whose candidate lists are merged), 4 window parts and 13 picked blocks in 7 parts.
 // Same checks as above: o within 2^-7·max|o| + 1e-3, selections identical but for fp32 near ties.
 TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
-  const NsaConfig c = layer_config(12, 2, 64, 64, 32, 16, 64, 16, 512);
+  const NsaConfig c = make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512});
   const std::vector<int64_t> lengths = {50001, 12345};
   const int64_t B = static_cast<int64_t>(lengths.size()), H = c.heads, G = c.groups, steps = 70;
   const int64_t kw = G * c.dk, vw = G * c.dv;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 
+#include "../common/test_util.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/nsa/nsa_decode.h"
 #include "decode/cuda/model_decoder_cuda.h"
@@ -43,15 +44,6 @@ std::vector<uint16_t> bits_of(const DeviceBuffer<bf16>& d) {
   std::vector<uint16_t> out(b.size());
   std::memcpy(out.data(), b.data(), b.size() * sizeof(uint16_t));
   return out;
-}
-
-NsaConfig layer_config(int64_t H, int64_t G, int64_t dk, int64_t dv, int64_t l, int64_t d,
-                       int64_t l_sel, int64_t n_sel, int64_t w) {
-  NsaConfig c;
-  c.heads = H, c.groups = G, c.dk = dk, c.dv = dv, c.l = l, c.d = d, c.l_sel = l_sel;
-  c.n_sel = n_sel, c.w = w;
-  c.validate();
-  return c;
 }
 
 // One prompt's inputs for every position (prompt, then the steps after it): q [T, H, dk], k/v
@@ -192,9 +184,9 @@ TEST_P(CudaLayerPrefill, LaterStepsBitIdenticalToAppendedCaches) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaLayerPrefill,
-    ::testing::Values(LayerPrefillCase{"tiny", layer_config(4, 2, 16, 16, 16, 8, 32, 4, 64)},
-                      LayerPrefillCase{"m7c", layer_config(12, 2, 64, 64, 32, 16, 64, 16, 512)},
-                      LayerPrefillCase{"wide", layer_config(16, 1, 32, 48, 32, 16, 128, 3, 96)}),
+    ::testing::Values(LayerPrefillCase{"tiny", make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64})},
+                      LayerPrefillCase{"m7c", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512})},
+                      LayerPrefillCase{"wide", make_config({16, 1, 32, 48}, {32, 16, 128, 3, 96})}),
     [](const ::testing::TestParamInfo<LayerPrefillCase>& i) { return i.param.name; });
 
 ModelConfig tiny_model(const std::map<std::string, std::string>& overrides) {

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 
 #include "../common/test_util.h"
@@ -20,15 +19,6 @@
 namespace nsa::test {
 namespace {
 namespace fs = std::filesystem;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void write_raw(const std::string& path, const std::string& header, const std::string& data) {
   std::string out(8, '\0');

@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "../common/test_util.h"
 #include "decode/model_decoder.h"
 #include "decode/sampler.h"
 #include "model/model_cpu.h"
@@ -14,31 +15,10 @@
 namespace nsa::test {
 namespace {
 
-ModelConfig decode_config(bool second) {
-  ModelConfig c;
-  const std::vector<std::pair<std::string, std::string>> fields = {
-      {"vocab_size", "37"}, {"dim", "24"},  {"n_layers", "2"}, {"seq_len", "96"},   {"heads", "4"},
-      {"groups", "2"},      {"dk", "6"},    {"dv", "6"},       {"l", "8"},          {"d", "4"},
-      {"l_sel", "8"},       {"n_sel", "5"}, {"w", "11"},       {"init_std", "0.25"}};
-  for (const auto& [k, v] : fields) set_model_field(c, k, v);
-  if (second) {
-    for (auto [k, v] :
-         std::vector<std::pair<std::string, std::string>>{{"mlp", "silu"},
-                                                          {"kv", "shared"},
-                                                          {"phi", "mlp"},
-                                                          {"gate", "softmax"},
-                                                          {"tie_embeddings", "false"}}) {
-      set_model_field(c, k, v);
-    }
-  }
-  c.validate();
-  return c;
-}
-
 class DecodeEqualsForward : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DecodeEqualsForward, LogitsAndSelectionsBitIdentical) {
-  const ModelConfig cfg = decode_config(GetParam());
+  const ModelConfig cfg = tiny_decode_model(GetParam());
   const ModelParams<float> params = init_model_params<float>(cfg);
   const int64_t S = 90;
   std::mt19937 rng(9);
@@ -76,7 +56,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, DecodeEqualsForward, ::testing::Values(false,
 // attention), window keeps w; logits equal the full forward's bit for bit.
 TEST(DecodeEqualsForward, AttentionFullAndWindow) {
   for (const char* mode : {"full", "window"}) {
-    ModelConfig cfg = decode_config(false);
+    ModelConfig cfg = tiny_decode_model(false);
     set_model_field(cfg, "attention", mode);
     const ModelParams<float> params = init_model_params<float>(cfg);
     const int64_t S = 60, V = cfg.vocab_size;
@@ -94,7 +74,7 @@ TEST(DecodeEqualsForward, AttentionFullAndWindow) {
       }
     }
   }
-  ModelConfig cfg = decode_config(false);
+  ModelConfig cfg = tiny_decode_model(false);
   set_model_field(cfg, "attention", "full");
   const ModelParams<float> params = init_model_params<float>(cfg);
   EXPECT_THROW(ModelDecoder(cfg, params), Error) << "full attention needs the maximum length";
@@ -140,7 +120,7 @@ namespace {
 // bit-identical outputs and selections.
 TEST(DecodeCache, PrefillEqualsStepping) {
   for (bool second : {false, true}) {
-    NsaConfig cfg = decode_config(second).attn;
+    NsaConfig cfg = tiny_decode_model(second).attn;
     const int64_t S = 60, extra = 15, T = S + extra, G = cfg.groups, H = cfg.heads;
     const NsaTensors<float> in = random_nsa_inputs<float>(cfg, T, 21);
     auto row = [](const Tensor<float>& t, int64_t r) {

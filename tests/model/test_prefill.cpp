@@ -5,9 +5,9 @@
 // de-duplicates and groups prompts as documented.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <random>
 
+#include "../common/test_util.h"
 #include "decode/model_decoder.h"
 #include "decode/prefill_plan.h"
 #include "nsa/error.h"
@@ -15,27 +15,10 @@
 namespace nsa::test {
 namespace {
 
-ModelConfig prefill_config(bool second) {
-  ModelConfig c;
-  const std::vector<std::pair<std::string, std::string>> fields = {
-      {"vocab_size", "37"}, {"dim", "24"},  {"n_layers", "2"}, {"seq_len", "96"},   {"heads", "4"},
-      {"groups", "2"},      {"dk", "6"},    {"dv", "6"},       {"l", "8"},          {"d", "4"},
-      {"l_sel", "8"},       {"n_sel", "5"}, {"w", "11"},       {"init_std", "0.25"}};
-  for (const auto& [k, v] : fields) set_model_field(c, k, v);
-  if (second) {
-    for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-             {"mlp", "silu"}, {"kv", "shared"}, {"phi", "mlp"}, {"gate", "softmax"}}) {
-      set_model_field(c, k, v);
-    }
-  }
-  c.validate();
-  return c;
-}
-
 class CpuPrefill : public ::testing::TestWithParam<bool> {};
 
 TEST_P(CpuPrefill, EqualsDecodingTokenByToken) {
-  const ModelConfig cfg = prefill_config(GetParam());
+  const ModelConfig cfg = tiny_decode_model(GetParam());
   const ModelParams<float> params = init_model_params<float>(cfg);
   std::mt19937 rng(31);
   // 1 (nothing compressed), 7 (< l), 45 and 83 (past w, several selection blocks): no multiple
@@ -62,7 +45,7 @@ TEST_P(CpuPrefill, EqualsDecodingTokenByToken) {
 }
 
 TEST_P(CpuPrefill, RejectsBadPrompts) {
-  const ModelConfig cfg = prefill_config(GetParam());
+  const ModelConfig cfg = tiny_decode_model(GetParam());
   const ModelParams<float> params = init_model_params<float>(cfg);
   ModelDecoder dec(cfg, params);
   EXPECT_THROW(dec.prefill({}), Error);
@@ -78,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, CpuPrefill, ::testing::Values(false, true));
 // same logits bit for bit; a prompt longer than the caches is refused.
 TEST(CpuPrefill, AttentionFullAndWindowEqualDecodingTokenByToken) {
   for (const char* mode : {"full", "window"}) {
-    ModelConfig cfg = prefill_config(false);
+    ModelConfig cfg = tiny_decode_model(false);
     set_model_field(cfg, "attention", mode);
     const ModelParams<float> params = init_model_params<float>(cfg);
     std::mt19937 rng(5);
@@ -94,15 +77,6 @@ TEST(CpuPrefill, AttentionFullAndWindowEqualDecodingTokenByToken) {
     ModelDecoder small(cfg, params, 44);
     EXPECT_THROW(small.prefill(prompt), Error) << mode << ": 45 tokens into caches of 44";
   }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(PrefillPlan, ChecksPrompts) {

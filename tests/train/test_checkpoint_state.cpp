@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/test_util.h"
 #include "io/safetensors.h"
 #include "io/token_shard.h"
 #include "nsa/error.h"
@@ -24,16 +25,6 @@ namespace fs = std::filesystem;
 TrainOptions one_step(const fs::path& out) {
   return tiny_train_options(out, 1);
 }
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A one-step run's checkpoint with state.json edited by `edit`; returns the resume's error.
 std::string resume_after_edit(const std::function<void(nlohmann::json&)>& edit) {
   const fs::path run = fs::temp_directory_path() / "nsa_test_state_json";

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/test_util.h"
 #include "nsa/error.h"
 #include "train/loss_plot.h"
 #include "train/position_loss.h"
@@ -29,15 +30,6 @@ size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
   return n;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // A tiny trained run (3 steps) in `attention` mode; returns its checkpoint.

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/test_util.h"
 #include "io/durable_file.h"
 #include "nsa/error.h"
 #include "resume_check.h"
@@ -35,15 +36,6 @@ int64_t metrics_lines(const fs::path& run) {
   return n;
 }
 
-std::string error_of(const TrainOptions& o) {
-  try {
-    train(o);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Checkpoint, AFailedWriteKeepsThePreviousCheckpointAndResumes) {
   // The 2nd checkpoint fails at each of its files in turn: the 1st stays complete and is kept.
   for (const char* file :
@@ -51,7 +43,7 @@ TEST(Checkpoint, AFailedWriteKeepsThePreviousCheckpointAndResumes) {
     const fs::path run = fs::temp_directory_path() / "nsa_test_disk_full";
     TrainOptions o = tiny_run(run);
     io::set_write_fault(file, 2);
-    const std::string err = error_of(o);
+    const std::string err = error_of([&] { train(o); });
     io::set_write_fault("", 0);
     EXPECT_NE(err.find(file), std::string::npos) << file << ": " << err;
     EXPECT_TRUE(fs::exists(run / "ckpt_00000001" / "COMPLETE")) << file;
@@ -72,7 +64,7 @@ TEST(RunFolder, AFreshRunIntoAnOldRunIsRefusedOrOverwritten) {
   TrainOptions o = tiny_run(run);
   o.steps = 1;
   train(o);
-  const std::string err = error_of(o);
+  const std::string err = error_of([&] { train(o); });
   EXPECT_NE(err.find("already holds a run"), std::string::npos) << err;
   EXPECT_NE(err.find("--resume"), std::string::npos) << err;
   EXPECT_NE(err.find("new --out"), std::string::npos) << err;
@@ -99,7 +91,7 @@ TEST(RunFolder, OneWriterAtATimeAndNoStaleLock) {
     }
     TrainOptions o = tiny_run(dir / "unused");
     o.out_dir = dir.string();
-    EXPECT_NE(error_of(o).find("in use by another nsa train"), std::string::npos);
+    EXPECT_NE(error_of([&] { train(o); }).find("in use by another nsa train"), std::string::npos);
   }
   RunFolderLock after(dir.string());  // released with its holder
   // A holder that dies without unlocking leaves no stale lock behind.
