@@ -19,6 +19,7 @@
 #include <random>
 #include <sstream>
 
+#include "../common/test_util.h"
 #include "io/token_shard.h"
 #include "model/cuda/logit_rows_cuda.h"
 #include "model/cuda/model_cuda.h"
@@ -446,22 +447,11 @@ TEST(CudaModel, StatsMatchTheCpuModel) {
 }
 
 // The tensor named in an anomaly message: what follows "value X" (the NaN's sign may differ
-// between the CPU's and the GPU's arithmetic).
+// between the CPU's and the GPU's arithmetic). A message that is no anomaly (no error: "") fails.
 std::string anomaly_tensor(const std::string& what) {
   const size_t at = what.find(" in ");
   EXPECT_EQ(what.rfind("anomaly: non-finite value ", 0), 0u) << what;
   return at == std::string::npos ? what : what.substr(at);
-}
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an anomaly error";
-  return "";
 }
 
 // Anomaly mode on the GPU names the same first bad tensor, element and shape as the CPU model:
