@@ -333,7 +333,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   cfg.validate();
   NSA_CHECK(batch > 0 && max_len > 0, "decode: batch and max length must be positive");
   NSA_CHECK(cfg.phi == Phi::kAvg, "decode on the GPU supports phi = avg only");
-  const int64_t hpg = cfg.heads / cfg.groups;
+  const int64_t hpg = cfg.heads_per_group();
   NSA_CHECK(hpg <= kMaxHeadsPerGroup && cfg.dk <= 256 && cfg.dv <= 256 && cfg.dk % 16 == 0 &&
                 cfg.dv % 16 == 0,
             "decode on the GPU supports up to ", kMaxHeadsPerGroup,
@@ -413,7 +413,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   DecodeParams p{};
   DecodeDims& m = p.dims;
   m.G = static_cast<int>(c.groups);
-  m.hpg = static_cast<int>(c.heads / c.groups);
+  m.hpg = static_cast<int>(c.heads_per_group());
   m.dk = static_cast<int>(c.dk);
   m.dv = static_cast<int>(c.dv);
   m.l = static_cast<int>(c.l);
@@ -530,7 +530,7 @@ int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
     case kTraceParts:
       return BG * (dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
     case kTraceTopk:
-      return dense_ ? 0 : BG * (sel_chunks_ + cfg_.heads / cfg_.groups);
+      return dense_ ? 0 : BG * (sel_chunks_ + cfg_.heads_per_group());
     default:
       return dense_ ? 0 : BG * picks_cluster_;
   }
@@ -570,7 +570,7 @@ const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
 
 // The picks kernel's tile, its selection scratch, then its partial and a later part's.
 size_t NsaDecodeCuda::picks_smem_bytes() const {
-  const int hpg = static_cast<int>(cfg_.heads / cfg_.groups), dv = static_cast<int>(cfg_.dv);
+  const int hpg = static_cast<int>(cfg_.heads_per_group()), dv = static_cast<int>(cfg_.dv);
   return tile_bytes(static_cast<int>(cfg_.dk), dv) + select_scratch_bytes(sel_chunks_, cfg_.n_sel) +
          2 * smem_partial_bytes(hpg, dv);
 }
