@@ -147,17 +147,15 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
 }
 
 // Shared memory of select_blocks, carved after the picks kernel's tile: the chunks' lists
-// (sel_chunks × n_sel candidates), the candidates kept for ranking (at most as many), the
-// selection's list and the kept count.
+// (sel_chunks × n_sel candidates), the candidates kept for ranking (at most as many) and the
+// selection's list.
 struct SelectScratch {
   Candidate *cand, *kept;
   int* list;  // [kMaxSel]
-  int* kept_count;
 };
 
 __host__ __device__ constexpr size_t select_scratch_bytes(int64_t sel_chunks, int64_t n_sel) {
-  return 2 * static_cast<size_t>(sel_chunks * n_sel) * sizeof(Candidate) +
-         (kMaxSel + 4) * sizeof(int);
+  return 2 * static_cast<size_t>(sel_chunks * n_sel) * sizeof(Candidate) + kMaxSel * sizeof(int);
 }
 
 __device__ __forceinline__ SelectScratch carve_select(unsigned char* base, const DecodeDims& m) {
@@ -166,10 +164,9 @@ __device__ __forceinline__ SelectScratch carve_select(unsigned char* base, const
   s.cand = reinterpret_cast<Candidate*>(base);
   s.kept = s.cand + n;
   s.list = reinterpret_cast<int*>(s.kept + n);
-  s.kept_count = s.list + kMaxSel;
   return s;
 }
-static_assert(kMaxTopkChunks <= 32, "select_blocks finds θ with a lane per chunk list");
+static_assert(kMaxTopkChunks <= 32, "select_blocks takes a lane per chunk list");
 
 __device__ __forceinline__ bool beats(Candidate a, Candidate b) {
   return a > b;
@@ -196,75 +193,91 @@ __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Cand
 // too: a kept candidate's rank among the kept (a count over them) is its global rank. θ is the
 // better of two such bounds: the best of the lists' entries npicks − 1 (that list's first npicks
 // are not worse), and the npicks-th best of 32 of the best candidates (the lists' first entries,
-// round robin) – the second keeps about npicks + 3 of ~220 candidates on random scores at 64k,
-// the first ~130 (a count over those took two rounds). slot and picks are shared memory; every
-// thread of the CTA calls it.
+// round robin) – the second keeps about npicks + 3 of ~220 candidates on random scores at 64k.
+// One warp does it all (the others wait at the one barrier at the end): at batch 1 every step is
+// a latency, so the loops are shuffles and independent loads with no barrier between them, and
+// the kept candidates are compacted by ballots instead of atomics. slot and picks are shared
+// memory; every thread of the CTA calls it.
 __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh, int* slot,
                              int* picks) {
   const int c = m.div_lsel.div(t), forced = num_forced(m, t), free = m.n_sel - forced;
   const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
   const int npicks = max(0, min(c - 2, free));
-  if (threadIdx.x < forced) sh.list[threadIdx.x] = forced_block(m, t, threadIdx.x);
-  if (threadIdx.x == 0) *sh.kept_count = 0;
-  // Only a list's first npicks entries can be picked, or beat a pick.
-  const int span = min(m.n_sel, npicks);
-  const Candidate empty = kNoCandidate;
-  Candidate theta = empty;  // empty: every candidate is kept
-  if (span > 0) {           // each warp finds θ (span > 0: chunks ≥ 1)
+  if (threadIdx.x < 32) {
     const unsigned all = 0xffffffffu;
-    const int lane = threadIdx.x % 32;
-    // Every lane reads the lists in shared memory (the same address at once: a broadcast), so
-    // the loops below are independent loads and compares, not chains of shuffles.
+    const int lane = threadIdx.x;
+    if (lane < forced) sh.list[lane] = forced_block(m, t, lane);
+    // Only a list's first npicks entries can be picked, or beat a pick.
+    const int span = min(m.n_sel, npicks);
+    const Candidate empty = kNoCandidate;
     const auto entry = [&](int list, int idx) { return sh.cand[list * m.n_sel + idx]; };
-    for (int ch = 0; ch < chunks; ++ch) {
-      const Candidate x = entry(ch, span - 1);
-      if (beats(x, theta)) theta = x;
-    }
-    // The sample: entries k = idx·chunks + list < 32 (entry idx of list `list`), lane k's own.
-    const int idx = lane / chunks;
-    const Candidate x = idx < span ? entry(lane - idx * chunks, idx) : empty;
-    int beaten_by = 0;
-    for (int i = 0, k = 0; i < span && k < 32; ++i) {
+    Candidate theta = empty;  // empty: every candidate is kept
+    int kept_here = 0;        // how many of list `lane`'s first entries are kept (a prefix)
+    if (span > 0) {           // (span > 0: chunks ≥ 1)
+      // θ's first bound, a lane per list, and the sample: entry k = idx·chunks + list < 32
+      // (entry idx of list `list`), lane k's own.
+      Candidate last = lane < chunks ? entry(lane, span - 1) : empty;
+      const int idx = lane / chunks;
+      const Candidate x = idx < span ? entry(lane - idx * chunks, idx) : empty;
+      int beaten_by = 0;
+#pragma unroll
+      for (int r = 0; r < 32; ++r) beaten_by += beats(__shfl_sync(all, x, r), x) ? 1 : 0;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const Candidate o = __shfl_xor_sync(all, last, off);
+        if (beats(o, last)) last = o;
+      }
+      theta = last;
+      const unsigned at = __ballot_sync(all, x != kNoCandidate && beaten_by == npicks - 1);
+      if (at != 0) {  // the sample's npicks-th best (real candidates are distinct)
+        const Candidate s2 = __shfl_sync(all, x, __ffs(at) - 1);
+        if (beats(s2, theta)) theta = s2;
+      }
+      // Each list's kept entries are a prefix (sorted, empties last): count them, independent
+      // loads.
+      if (lane < chunks) {
 #pragma unroll 4
-      for (int ch = 0; ch < chunks && k < 32; ++ch, ++k)
-        beaten_by += beats(entry(ch, i), x) ? 1 : 0;
+        for (int i = 0; i < span; ++i) {
+          const Candidate y = entry(lane, i);
+          kept_here += y != kNoCandidate && !beats(theta, y) ? 1 : 0;
+        }
+      }
     }
-    const unsigned at = __ballot_sync(all, x != kNoCandidate && beaten_by == npicks - 1);
-    if (at != 0) {  // the sample's npicks-th best (real candidates are distinct)
-      const int from = __ffs(at) - 1;
-      const Candidate s2 = __shfl_sync(all, x, from);
-      if (beats(s2, theta)) theta = s2;
+    // The kept candidates side by side: list `lane`'s at its exclusive prefix sum over the lanes.
+    int end = kept_here;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int o = __shfl_up_sync(all, end, off);
+      if (lane >= off) end += o;
     }
-  }
-  __syncthreads();  // kept_count is 0
-  for (int idx = threadIdx.x; idx < chunks * span; idx += blockDim.x) {
-    const Candidate x = sh.cand[(idx / span) * m.n_sel + idx % span];
-    if (x == kNoCandidate || beats(theta, x)) continue;  // empty, or worse than θ
-    sh.kept[atomicAdd(sh.kept_count, 1)] = x;            // (the order of the kept does not matter)
-  }
-  __syncthreads();
-  const int kept = *sh.kept_count;
-  for (int k = threadIdx.x; k < kept; k += blockDim.x) {
-    const Candidate x = sh.kept[k];
-    int rank = 0;
-#pragma unroll 4
-    for (int u = 0; u < kept; ++u) rank += beats(sh.kept[u], x) ? 1 : 0;
-    if (rank < npicks) sh.list[forced + rank] = candidate_block(x);
-  }
-  __syncthreads();
-  // The selection ascending: entry k's place is the count of entries below it (all distinct), so
-  // places 0 .. total − 1 are filled once each and the rest padded in the same pass.
-  const int total = forced + npicks;
-  for (int k = total + threadIdx.x; k < m.n_sel; k += blockDim.x) slot[k] = -1;
-  for (int k = threadIdx.x; k < total; k += blockDim.x) {
-    int at = 0, at_pick = 0;
-    for (int q = 0; q < total; ++q) {
-      const bool below = sh.list[q] < sh.list[k];
-      at += below ? 1 : 0;
-      at_pick += below && q >= forced ? 1 : 0;
+    const int kept = __shfl_sync(all, end, 31);
+    for (int i = 0; i < kept_here; ++i) sh.kept[end - kept_here + i] = entry(lane, i);
+    __syncwarp();
+    // A kept candidate's rank: the kept that beat it.
+    for (int k = lane; k < kept; k += 32) {
+      const Candidate y = sh.kept[k];
+      int rank = 0;
+#pragma unroll 8
+      for (int u = 0; u < kept; ++u) rank += beats(sh.kept[u], y) ? 1 : 0;
+      if (rank < npicks) sh.list[forced + rank] = candidate_block(y);
     }
-    if (at < m.n_sel) slot[at] = sh.list[k];
-    if (k >= forced) picks[at_pick] = sh.list[k];
+    __syncwarp();
+    // The selection ascending: entry k's place is the count of entries below it (all distinct), so
+    // places 0 .. total − 1 are filled once each and the rest padded in the same pass.
+    const int total = forced + npicks;
+    for (int k = total + lane; k < m.n_sel; k += 32) slot[k] = -1;
+    for (int k = lane; k < total; k += 32) {
+      const int v = sh.list[k];
+      int at = 0, at_pick = 0;
+#pragma unroll 8
+      for (int q = 0; q < total; ++q) {
+        const bool below = sh.list[q] < v;
+        at += below ? 1 : 0;
+        at_pick += below && q >= forced ? 1 : 0;
+      }
+      if (at < m.n_sel) slot[at] = v;
+      if (k >= forced) picks[at_pick] = v;
+    }
   }
   __syncthreads();
   return npicks;

@@ -15,6 +15,7 @@
 #include "decode_select.cuh"
 #include "decode_tile.cuh"
 #include "decode_trace.cuh"
+#include "device.h"
 #include "nsa/error.h"
 
 namespace nsa::cuda {
@@ -213,8 +214,6 @@ template <bool kTrace>
 __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   trace_mark<kTrace>(p, kTracePicks, 0);  // start
-  wait_for_previous_kernel();
-  trace_mark<kTrace>(p, kTracePicks, 1);  // released
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ KeyRows rows;
   __shared__ int slot[kMaxSel], picks[kMaxSel];
@@ -225,20 +224,36 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   unsigned char* after_select = after_tile + select_scratch_bytes(m.sel_chunks, m.n_sel);
   const SmemPartial own = carve_partial(after_select, m);
   const SmemPartial extra = carve_partial(after_select + smem_partial_bytes(m.hpg, m.dv), m);
-  tile_issue_q(m, p.q, b, g, tl);
-  issue_candidates(m, p.cand, bg, scratch);
-  cp_async_commit();
+  // The position and q were written before the kernel before this one began (dependent_launch.cuh).
   const int t = p.pos[b];
-  cp_async_wait<0>();
-  __syncthreads();
-  trace_mark<kTrace>(p, kTracePicks, 2);  // candidates landed
-  const int npicks = select_blocks(m, t, scratch, slot, picks);
+  tile_issue_q(m, p.q, b, g, tl);
+  cp_async_commit();
+  const InputRows in = input_rows(p, kSel, b, g);
+  // The selection's code twice (p.warm_picks): a dry pass before the wait on empty candidate lists,
+  // only so that its instructions are fetched while the kernel before still runs (its slot and
+  // picks are overwritten), then the real one.
+  int npicks = 0;
+#pragma unroll 1
+  for (int pass = p.warm_picks ? 0 : 1; pass < 2; ++pass) {
+    if (pass == 0) {
+      for (int i = threadIdx.x; i < m.sel_chunks * m.n_sel; i += blockDim.x)
+        scratch.cand[i] = kNoCandidate;
+    } else {
+      wait_for_previous_kernel();
+      trace_mark<kTrace>(p, kTracePicks, 1);  // released
+      issue_candidates(m, p.cand, bg, scratch);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (pass == 1) trace_mark<kTrace>(p, kTracePicks, 2);  // candidates landed
+    npicks = select_blocks(m, t, scratch, slot, picks);
+  }
   trace_mark<kTrace>(p, kTracePicks, 3);  // selected
   if (rank == 0) {
     for (int j = threadIdx.x; j < m.n_sel; j += blockDim.x)
       p.sel[static_cast<int64_t>(bg) * m.n_sel + j] = slot[j];
   }
-  const InputRows in = input_rows(p, kSel, b, g);
   for (int y = rank; y < m.late_parts + m.pick_parts; y += cluster) {
     const bool late = y < m.late_parts;
     const int k = late ? y : y - m.late_parts;
@@ -453,6 +468,10 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.k_raw = k_raw_.get(), p.v_raw = v_raw_.get(), p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get();
   p.scores = scores_.get(), p.part_ml = part_ml_.get(), p.part_o = part_o_.get();
   p.cand = candidates_.get();
+  // The picks' warm-up pass where their grid is at most one CTA an SM (batch 1 to a few): there the
+  // CTAs wait on the top-n with time to spare. Larger grids run in waves, their code already
+  // cached by the first (docs/perf.md, "Decoding").
+  p.warm_picks = !dense_ && kernel_ctas(kTracePicks) <= current_sm_count();
   p.sel = sel_.get();
   p.o = o;
   p.trace = trace_.size() > 0 ? trace_.get() : nullptr;
