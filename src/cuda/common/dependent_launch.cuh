@@ -5,7 +5,9 @@
 // are visible, and then lets the next kernel launch. So at most one kernel runs ahead: before
 // that call a kernel may read what the kernels two or more back wrote (or what never changes –
 // weights, cache rows of earlier steps), never what the one before writes, and may write
-// nothing; the order of the stream is kept exactly.
+// nothing; the order of the stream is kept exactly. A kernel may instead wait with
+// wait_for_previous_kernel_only() and let the next one launch later (let_next_kernel_start()):
+// where it does so changes only when the next kernel's CTAs are scheduled, never what they see.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,6 +23,15 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// wait_for_previous_kernel without letting the next kernel start: for a kernel that calls
+// let_next_kernel_start later, so that the next kernel's prologue (its loads before its own wait)
+// does not compete with this one's latency-bound first phases.
+__device__ __forceinline__ void wait_for_previous_kernel_only() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 

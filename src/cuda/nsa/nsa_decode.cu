@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
       for (int i = threadIdx.x; i < m.sel_chunks * m.n_sel; i += blockDim.x)
         scratch.cand[i] = kNoCandidate;
     } else {
-      wait_for_previous_kernel();
+      wait_for_previous_kernel_only();  // the next kernel may start once the selection is made
       trace_mark<kTrace>(p, kTracePicks, 1);  // released
       issue_candidates(m, p.cand, bg, scratch);
       cp_async_commit();
@@ -250,6 +250,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     npicks = select_blocks(m, t, scratch, slot, picks);
   }
   trace_mark<kTrace>(p, kTracePicks, 3);  // selected
+  let_next_kernel_start();
   if (rank == 0) {
     for (int j = threadIdx.x; j < m.n_sel; j += blockDim.x)
       p.sel[static_cast<int64_t>(bg) * m.n_sel + j] = slot[j];
