@@ -87,8 +87,8 @@ struct DecodeParams {
   // candidates [B·G, sel_chunks, n_sel].
   float *scores, *part_ml, *part_o;
   Candidate* cand;
-  // Whether the picks kernel runs its selection once before its wait, on empty lists, so that the
-  // instructions are cached by the time it is released (nsa_decode.cu).
+  // Whether the picks kernel runs its selection once before its wait, on empty lists (a dry pass
+  // that warms its code; nsa_decode.cu).
   bool warm_picks;
   // Outputs: the selected blocks [B, G, n_sel] (NSA) and o [B, H·dv].
   int32_t* sel;

@@ -194,9 +194,10 @@ __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Cand
 // better of two such bounds: the best of the lists' entries npicks − 1 (that list's first npicks
 // are not worse), and the npicks-th best of 32 of the best candidates (the lists' first entries,
 // round robin) – the second keeps about npicks + 3 of ~220 candidates on random scores at 64k.
-// One warp does it all (the others wait at the one barrier at the end): at batch 1 every step is
-// a latency, so the loops are shuffles and independent loads with no barrier between them, and
-// the kept candidates are compacted by ballots instead of atomics. slot and picks are shared
+// One warp does it all (the others wait at the one barrier at the end): shuffles and independent
+// loads, no barrier between the loops, the kept candidates placed by a prefix sum instead of
+// atomics – no faster in the step than the CTA-wide version it replaced (docs/perf.md), but
+// shorter, and deterministic in where each kept candidate lands. slot and picks are shared
 // memory; every thread of the CTA calls it.
 __device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh, int* slot,
                              int* picks) {

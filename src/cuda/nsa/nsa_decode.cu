@@ -229,9 +229,10 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   tile_issue_q(m, p.q, b, g, tl);
   cp_async_commit();
   const InputRows in = input_rows(p, kSel, b, g);
-  // The selection's code twice (p.warm_picks): a dry pass before the wait on empty candidate lists,
-  // only so that its instructions are fetched while the kernel before still runs (its slot and
-  // picks are overwritten), then the real one.
+  // The selection's code twice (p.warm_picks): a dry pass before the wait on empty candidate lists
+  // (its slot and picks are overwritten), then the real one – 5 % off the attention at B = 1
+  // (docs/perf.md), most likely because the instructions are fetched while the kernel before still
+  // runs: the selection phase itself did not shrink in the trace.
   int npicks = 0;
 #pragma unroll 1
   for (int pass = p.warm_picks ? 0 : 1; pass < 2; ++pass) {
@@ -469,9 +470,9 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.k_raw = k_raw_.get(), p.v_raw = v_raw_.get(), p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get();
   p.scores = scores_.get(), p.part_ml = part_ml_.get(), p.part_o = part_o_.get();
   p.cand = candidates_.get();
-  // The picks' warm-up pass where their grid is at most one CTA an SM (batch 1 to a few): there the
-  // CTAs wait on the top-n with time to spare. Larger grids run in waves, their code already
-  // cached by the first (docs/perf.md, "Decoding").
+  // The picks' dry pass where their grid is at most one CTA an SM (batch 1 to 8 for m7c): there the
+  // CTAs wait on the top-n with time to spare; at 64k, B = 16 it measured 2.5 % slower
+  // (docs/perf.md).
   p.warm_picks = !dense_ && kernel_ctas(kTracePicks) <= current_sm_count();
   p.sel = sel_.get();
   p.o = o;
