@@ -54,7 +54,7 @@ double ms_per_call(cudaStream_t stream, int64_t warmup, int64_t steps, F&& launc
 // The attention of one model step alone: n_layers decode steps of one layer at context S,
 // captured as one graph (the position stays at S; each replay rewrites the same cache row), with
 // random caches and queries. With `trace` (NSA), then a graph of the same steps with the phase
-// timestamps on, run three times: the last replay's last layer lands in *trace.
+// timestamps on, run three times: the last replay's layers land in *trace, a slot each.
 double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, int64_t warmup,
                     int64_t steps, cuda::NsaDecodeCuda::Trace* trace) {
   const NsaConfig& a = cfg.attn;
@@ -90,7 +90,7 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
       ms_per_call(st, warmup, steps, [&] { NSA_CUDA_CHECK(cudaGraphLaunch(exec, st)); });
   cudaGraphExecDestroy(exec);
   if (trace && !dense) {
-    layer.enable_trace(st);
+    layer.enable_trace(st, cfg.n_layers);
     exec = capture();
     for (int i = 0; i < 3; ++i) NSA_CUDA_CHECK(cudaGraphLaunch(exec, st));
     *trace = layer.trace();

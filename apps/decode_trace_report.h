@@ -1,7 +1,8 @@
 // `nsa bench decode --trace`: the decode kernels' phase timestamps (cuda/nsa/decode_trace.cuh) as a
 // table – per kernel and phase, over the CTAs that reached it, the earliest, median and latest
 // time in µs from the moment the step's inputs were ready (the parts kernel's first CTA released
-// by its wait) – and as JSON lines. Built with CUDA only.
+// by its wait), each the median over the traced steps (the layers of one replay: the timer moves
+// in 0.256 µs steps, so one step alone is coarse) – and as JSON lines. Built with CUDA only.
 #pragma once
 
 #include <cstdint>

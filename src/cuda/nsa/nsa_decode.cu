@@ -476,7 +476,11 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.warm_picks = !dense_ && kernel_ctas(kTracePicks) <= current_sm_count();
   p.sel = sel_.get();
   p.o = o;
-  p.trace = trace_.size() > 0 ? trace_.get() : nullptr;
+  p.trace = nullptr;
+  if (trace_.size() > 0) {
+    p.trace =
+        trace_.get() + (trace_next_++ % trace_calls_) * kTraceKernels * trace_ctas_ * kTracePhases;
+  }
   p.trace_ctas = trace_ctas_;
   const unsigned BG = static_cast<unsigned>(B_ * m.G);
   const unsigned parts =
@@ -557,10 +561,12 @@ int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
   }
 }
 
-void NsaDecodeCuda::enable_trace(cudaStream_t stream) {
+void NsaDecodeCuda::enable_trace(cudaStream_t stream, int64_t calls) {
+  NSA_CHECK(calls > 0, "decode trace: calls must be positive, got ", calls);
   trace_ctas_ = 0;
   for (int k = 0; k < kTraceKernels; ++k) trace_ctas_ = std::max(trace_ctas_, kernel_ctas(k));
-  trace_.resize(kTraceKernels * trace_ctas_ * kTracePhases);
+  trace_calls_ = calls, trace_next_ = 0;
+  trace_.resize(calls * kTraceKernels * trace_ctas_ * kTracePhases);
   trace_.zero(stream);  // on the stream the traced steps run on: ordered before their marks
 }
 
@@ -568,6 +574,7 @@ NsaDecodeCuda::Trace NsaDecodeCuda::trace() const {
   Trace tr;
   for (int k = 0; k < kTraceKernels; ++k) tr.ctas[k] = kernel_ctas(k);
   tr.stride = trace_ctas_;
+  tr.calls = trace_calls_;
   NSA_CUDA_CHECK(cudaDeviceSynchronize());
   tr.t = trace_.download();
   return tr;

@@ -74,13 +74,16 @@ class NsaDecodeCuda {
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
   // on `stream` after this call have every CTA of the three kernels stamp %globaltimer at fixed
-  // points (the buffer is cleared on `stream`).
+  // points (the buffer is cleared on `stream`). Step call i writes slot i mod `calls`, so that the
+  // n_layers steps captured in one graph keep a slot each.
   static constexpr int kTraceKernels = 3, kTracePhases = 8;
-  void enable_trace(cudaStream_t stream);
+  void enable_trace(cudaStream_t stream, int64_t calls = 1);
   struct Trace {
     int64_t ctas[kTraceKernels] = {};  // CTAs of parts, top-n, picks
     int64_t stride = 0;                // CTAs per kernel in t
-    std::vector<uint64_t> t;           // [kernel, CTA, phase] ns; 0: the CTA did not get there
+    int64_t calls = 1;                 // slots: step calls
+    // [call, kernel, CTA, phase] ns; 0: the CTA did not get there
+    std::vector<uint64_t> t;
   };
   Trace trace() const;  // waits for the device
   // The name of a kernel's phase, or nullptr where the kernel has none.
@@ -103,7 +106,7 @@ class NsaDecodeCuda {
   DeviceBuffer<uint64_t> candidates_;  // [B, G, sel_chunks, n_sel] candidate keys
   DeviceBuffer<int32_t> sel_;
   DeviceBuffer<uint64_t> trace_;  // empty: no trace
-  int64_t trace_ctas_ = 0;
+  int64_t trace_ctas_ = 0, trace_calls_ = 1, trace_next_ = 0;
 };
 
 // pos[b] += 1 for b < batch: the end of a step, on the device (so a captured step replays).
