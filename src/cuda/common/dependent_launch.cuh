@@ -19,13 +19,6 @@
 
 namespace nsa::cuda {
 
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-
 // wait_for_previous_kernel without letting the next kernel start: for a kernel that calls
 // let_next_kernel_start later, so that the next kernel's prologue (its loads before its own wait)
 // does not compete with this one's latency-bound first phases.
@@ -35,13 +28,20 @@ __device__ __forceinline__ void wait_for_previous_kernel_only() {
 #endif
 }
 
-// For a kernel that is not itself a dependent launch but is followed by one (the decode step's
-// first kernel): let the next kernel's CTAs be scheduled now, so that what they load before their
-// wait overlaps this kernel. The next kernel's wait still sees all of this one's writes.
+// Let the next kernel's CTAs be scheduled now, so that what they load before their wait overlaps
+// this kernel: the second half of wait_for_previous_kernel, or alone – in a kernel that is not
+// itself a dependent launch but is followed by one, or after wait_for_previous_kernel_only. The
+// next kernel's wait still sees all of this one's writes.
 __device__ __forceinline__ void let_next_kernel_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+}
+
+// The usual dependent kernel's wait (the file's top comment): the two halves at once.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+  wait_for_previous_kernel_only();
+  let_next_kernel_start();
 }
 
 // cluster_x > 0: the grid's x dimension is split into clusters of cluster_x CTAs (a multiple),
