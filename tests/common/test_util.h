@@ -57,26 +57,43 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// (field, value) pairs in set_model_field's names and value syntax.
+using ModelFields = std::vector<std::pair<std::string, std::string>>;
+
+inline void set_model_fields(ModelConfig& c, const ModelFields& fields) {
+  for (const auto& [k, v] : fields) set_model_field(c, k, v);
+}
+
+// The small test models' second variant: every option at its other value – SiLU MLP, shared K/V,
+// φ mlp, softmax gates, untied embeddings.
+inline const ModelFields& other_options() {
+  static const ModelFields fields = {{"mlp", "silu"},
+                                     {"kv", "shared"},
+                                     {"phi", "mlp"},
+                                     {"gate", "softmax"},
+                                     {"tie_embeddings", "false"}};
+  return fields;
+}
+
 // The small model the CPU decoding tests step (2 layers, dim 24, H 4, G 2; l 8, d 4, l_sel 8,
-// n_sel 5, w 11 – no block size a multiple of another's). `second`: every option at its other
-// value – SiLU MLP, shared K/V, φ mlp, softmax gates, untied embeddings.
+// n_sel 5, w 11 – no block size a multiple of another's). `second`: other_options().
 inline ModelConfig tiny_decode_model(bool second) {
   ModelConfig c;
-  const std::vector<std::pair<std::string, std::string>> fields = {
-      {"vocab_size", "37"}, {"dim", "24"},  {"n_layers", "2"}, {"seq_len", "96"},   {"heads", "4"},
-      {"groups", "2"},      {"dk", "6"},    {"dv", "6"},       {"l", "8"},          {"d", "4"},
-      {"l_sel", "8"},       {"n_sel", "5"}, {"w", "11"},       {"init_std", "0.25"}};
-  for (const auto& [k, v] : fields) set_model_field(c, k, v);
-  if (second) {
-    for (const auto& [k, v] :
-         std::vector<std::pair<std::string, std::string>>{{"mlp", "silu"},
-                                                          {"kv", "shared"},
-                                                          {"phi", "mlp"},
-                                                          {"gate", "softmax"},
-                                                          {"tie_embeddings", "false"}}) {
-      set_model_field(c, k, v);
-    }
-  }
+  set_model_fields(c, {{"vocab_size", "37"},
+                       {"dim", "24"},
+                       {"n_layers", "2"},
+                       {"seq_len", "96"},
+                       {"heads", "4"},
+                       {"groups", "2"},
+                       {"dk", "6"},
+                       {"dv", "6"},
+                       {"l", "8"},
+                       {"d", "4"},
+                       {"l_sel", "8"},
+                       {"n_sel", "5"},
+                       {"w", "11"},
+                       {"init_std", "0.25"}});
+  if (second) set_model_fields(c, other_options());
   c.validate();
   return c;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "../common/test_util.h"
 #include "cpu/ops/activations.h"
 #include "cpu/ops/cross_entropy.h"
 #include "cpu/ops/embedding.h"
@@ -23,23 +24,21 @@ namespace {
 
 ModelConfig mode_config(const std::string& attention) {
   ModelConfig c;
-  for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{{"vocab_size", "29"},
-                                                                      {"dim", "16"},
-                                                                      {"n_layers", "2"},
-                                                                      {"seq_len", "64"},
-                                                                      {"heads", "4"},
-                                                                      {"groups", "2"},
-                                                                      {"dk", "6"},
-                                                                      {"dv", "4"},
-                                                                      {"l", "4"},
-                                                                      {"d", "2"},
-                                                                      {"l_sel", "4"},
-                                                                      {"n_sel", "3"},
-                                                                      {"w", "5"},
-                                                                      {"init_std", "0.3"},
-                                                                      {"attention", attention}}) {
-    set_model_field(c, k, v);
-  }
+  set_model_fields(c, {{"vocab_size", "29"},
+                       {"dim", "16"},
+                       {"n_layers", "2"},
+                       {"seq_len", "64"},
+                       {"heads", "4"},
+                       {"groups", "2"},
+                       {"dk", "6"},
+                       {"dv", "4"},
+                       {"l", "4"},
+                       {"d", "2"},
+                       {"l_sel", "4"},
+                       {"n_sel", "3"},
+                       {"w", "5"},
+                       {"init_std", "0.3"},
+                       {"attention", attention}});
   c.validate();
   return c;
 }

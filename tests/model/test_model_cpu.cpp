@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "../common/test_util.h"
 #include "model/model_cpu.h"
 #include "nsa/error.h"
 
@@ -17,32 +18,23 @@ namespace {
 
 ModelConfig tiny_variant(bool second) {
   ModelConfig c;
-  for (auto [k, v] :
-       std::vector<std::pair<std::string, std::string>>{{"vocab_size", "13"},
-                                                        {"dim", "12"},
-                                                        {"n_layers", "2"},
-                                                        {"seq_len", "32"},
-                                                        {"heads", second ? "3" : "4"},
-                                                        {"groups", second ? "1" : "2"},
-                                                        {"dk", "4"},
-                                                        {"dv", second ? "6" : "4"},
-                                                        {"l", "4"},
-                                                        {"d", "2"},
-                                                        {"l_sel", "4"},
-                                                        {"n_sel", "3"},
-                                                        {"w", "5"},
-                                                        {"init_std", "0.3"}}) {
-    set_model_field(c, k, v);
-  }
+  set_model_fields(c, {{"vocab_size", "13"},
+                       {"dim", "12"},
+                       {"n_layers", "2"},
+                       {"seq_len", "32"},
+                       {"heads", second ? "3" : "4"},
+                       {"groups", second ? "1" : "2"},
+                       {"dk", "4"},
+                       {"dv", second ? "6" : "4"},
+                       {"l", "4"},
+                       {"d", "2"},
+                       {"l_sel", "4"},
+                       {"n_sel", "3"},
+                       {"w", "5"},
+                       {"init_std", "0.3"}});
   if (second) {
-    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{{"mlp", "silu"},
-                                                                        {"kv", "shared"},
-                                                                        {"phi", "mlp"},
-                                                                        {"gate", "softmax"},
-                                                                        {"tie_embeddings", "false"},
-                                                                        {"mlp_hidden", "10"}}) {
-      set_model_field(c, k, v);
-    }
+    set_model_fields(c, other_options());
+    set_model_field(c, "mlp_hidden", "10");
   }
   c.validate();
   return c;
