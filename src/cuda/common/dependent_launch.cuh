@@ -45,8 +45,8 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 }
 
 // cluster_x > 0: the grid's x dimension is split into clusters of cluster_x CTAs (a multiple),
-// which can meet at a cluster barrier (cluster_arrive_*, cluster_wait) and read each other's shared
-// memory (cluster_address; a cluster of one too). 0: no cluster.
+// which can meet at a cluster barrier (cluster_arrive_relaxed, cluster_wait) and store into each
+// other's shared memory (cluster_address, st_async_cluster; a cluster of one too). 0: no cluster.
 template <typename... Params, typename... Args>
 void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, unsigned cluster_x, dim3 block,
                                size_t smem, cudaStream_t stream, Args&&... args) {
@@ -75,17 +75,10 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
 }
 
 // A cluster barrier in two halves, so that work can run between them. Every thread of every CTA of
-// the cluster arrives, then waits until all have: with cluster_arrive_release, the writes (global
-// and shared) each thread made before its arrival are visible to all after their wait (release /
-// acquire at cluster scope; the release waits for the thread's earlier memory operations, loads
-// included, to complete). cluster_arrive_relaxed orders nothing: for a barrier that only keeps
-// CTAs alive (a CTA's shared memory is gone once it exits) while others use values they loaded.
-__device__ __forceinline__ void cluster_arrive_release() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-
+// the cluster arrives, then waits until all have. The relaxed arrival orders no memory operation of
+// its own (a release arrival would wait for the thread's earlier loads and stores, a membar that
+// profiles showed costly); what must be seen across it is published otherwise – mbarriers'
+// initialisation by fence.mbarrier_init (tma.cuh) before the arrival.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
@@ -99,7 +92,7 @@ __device__ __forceinline__ void cluster_wait() {
 }
 
 // The address of `p` (this CTA's shared memory) in the shared memory of CTA `rank` of the cluster
-// (distributed shared memory), for ld_cluster.
+// (distributed shared memory), for st_async_cluster.
 __device__ __forceinline__ uint32_t cluster_address(const void* p, int rank) {
   uint32_t out = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -109,20 +102,30 @@ __device__ __forceinline__ uint32_t cluster_address(const void* p, int rank) {
   return out;
 }
 
-__device__ __forceinline__ float ld_cluster(uint32_t address) {
-  float v = 0.0f;
+// Asynchronous stores into the shared memory of a CTA of the cluster (`address` from
+// cluster_address), each completing its bytes on that CTA's mbarrier `bar` (also mapped there): the
+// receiver's wait on the barrier's phase (mbarrier_wait_cluster, tma.cuh) makes them visible – the
+// completion releases at cluster scope. The receiver must have initialised the barrier, and the
+// cluster met since (a barrier's arrival after fence.mbarrier_init), before the first store.
+__device__ __forceinline__ void st_async_cluster(uint32_t address, float4 v, uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(address));
+  asm volatile(
+      "st.async.weak.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+      "[%5];" ::"r"(address),
+      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+      "r"(__float_as_uint(v.w)), "r"(bar)
+      : "memory");
 #endif
-  return v;
 }
 
-__device__ __forceinline__ float2 ld_cluster2(uint32_t address) {
-  float2 v = make_float2(0.0f, 0.0f);
+__device__ __forceinline__ void st_async_cluster(uint32_t address, float2 v, uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(address));
+  asm volatile(
+      "st.async.weak.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::
+          "r"(address),
+      "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(bar)
+      : "memory");
 #endif
-  return v;
 }
 
 }  // namespace nsa::cuda

@@ -30,6 +30,13 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   while (!::cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
   }
 }
+// The same for bytes that other CTAs of the cluster store (st_async_cluster): acquire at cluster
+// scope, which their stores' completions release at.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+  while (!::cuda::ptx::mbarrier_try_wait_parity(::cuda::ptx::sem_acquire,
+                                                ::cuda::ptx::scope_cluster, bar, parity)) {
+  }
+}
 // Copies the box at (column, group, row) of `map` (tma.h: 64 columns × the map's box rows) to
 // `dst` (shared, 1024-byte aligned), completing on `bar`.
 __device__ __forceinline__ void tma_load_box(void* dst, const CUtensorMap* map, int32_t column,

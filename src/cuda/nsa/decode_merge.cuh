@@ -1,7 +1,7 @@
 // Merging the decode parts' partial softmax results (decode_params.cuh): (max m, sum of exp l,
 // unnormalised o) per part and head. The combine merges a range of slots: for dense decoding into
 // o, for NSA into one partial per branch (the top-n kernel's pre-merge), which the picks kernel's
-// cluster gates into o with its own parts' partials (gate_branches).
+// cluster gates into o with its own parts' partials (push_partial, gate_branches).
 // Every sum runs in a fixed order (parts ascending, fixed thread roles), with no atomics, so the
 // result is the same bits whichever CTA runs it and whatever else is in the batch. Partials are
 // read with ld.global.cg (L2): other CTAs of the kernel (or of the kernels before) wrote them.
@@ -285,13 +285,52 @@ __device__ __forceinline__ PreMerged load_premerged(const DecodeDims& m, const f
   return pm;
 }
 
-// After the picks cluster's barrier: output element e of head h, o = Σ_r gate_r · A_r / L_r over
-// the branches in order, (M_r, L_r, A_r) branch r's merge – the pre-merged partial, and for the
-// selected branch that folded with the partial of every CTA of the cluster (`own`'s place in CTA
-// k's shared memory, k ascending). The max first, then independent weights: one round trip of
-// distributed-shared-memory loads, no chain of folds, no barrier.
+// A picks CTA's inbox: the partials of the heads it gates (hl < heads, heads = ⌈hpg / cluster⌉),
+// one from every CTA k of the cluster – o at o[(k·heads + hl)·dv], (max, sum) at ml[2(k·heads +
+// hl)] – pushed there by push_partial. cluster · heads ≤ hpg + kPicksCluster − 1 whatever the
+// cluster's size, so one size serves every cluster.
+struct Inbox {
+  float *o, *ml;
+};
+
+__host__ __device__ constexpr size_t inbox_bytes(int hpg, int dv) {
+  return static_cast<size_t>(hpg + kPicksCluster - 1) * (dv + 2) * sizeof(float);
+}
+
+__device__ __forceinline__ Inbox carve_inbox(unsigned char* base, const DecodeDims& m) {
+  float* f = reinterpret_cast<float*>(base);  // o first: its float4 rows stay 16-byte aligned
+  return Inbox{f, f + (m.hpg + kPicksCluster - 1) * m.dv};
+}
+
+// Sends this CTA's partial (`own`, complete) of every head h to the inbox of the CTA that gates h
+// (rank h / heads), slot `rank`, completing on that CTA's `received` barrier: asynchronous stores
+// into distributed shared memory, no fence and no barrier – the receiver waits for its bytes
+// (common/dependent_launch.cuh). An empty partial's junk o is sent too; its sum 0 says so.
+__device__ __forceinline__ void push_partial(const DecodeDims& m, const SmemPartial& own,
+                                             const Inbox& inbox, uint64_t* received, int rank,
+                                             int heads) {
+  const int q = m.dv / 4;
+  for (int i = threadIdx.x; i < m.hpg * q; i += blockDim.x) {
+    const int h = i / q, e4 = i - h * q, to = h / heads, hl = h - to * heads;
+    const float4 v = reinterpret_cast<const float4*>(own.o + h * m.dv)[e4];
+    st_async_cluster(cluster_address(inbox.o + (rank * heads + hl) * m.dv + 4 * e4, to), v,
+                     cluster_address(received, to));
+  }
+  for (int h = threadIdx.x; h < m.hpg; h += blockDim.x) {
+    const int to = h / heads, hl = h - to * heads;
+    const float2 v = reinterpret_cast<const float2*>(own.ml)[h];
+    st_async_cluster(cluster_address(inbox.ml + 2 * (rank * heads + hl), to), v,
+                     cluster_address(received, to));
+  }
+}
+
+// Once the inbox is full: output element e of local head hl, o = Σ_r gate_r · A_r / L_r over the
+// branches in order, (M_r, L_r, A_r) branch r's merge – the pre-merged partial, and for the
+// selected branch that folded with the partial of every CTA of the cluster (the inbox's slot k,
+// k ascending). The max first, then independent weights: no chain of folds.
 __device__ __forceinline__ float gate_branches(const DecodeDims& m, const PreMerged& pm,
-                                               const SmemPartial& own, int cluster, int h, int e) {
+                                               const Inbox& inbox, int cluster, int heads, int hl,
+                                               int e) {
   float2 ml[kPicksCluster];
   float ov[kPicksCluster];
 #pragma unroll
@@ -299,8 +338,8 @@ __device__ __forceinline__ float gate_branches(const DecodeDims& m, const PreMer
     ml[k] = make_float2(-FLT_MAX, 0.0f);
     ov[k] = 0.0f;
     if (k < cluster) {
-      ml[k] = ld_cluster2(cluster_address(own.ml + 2 * h, k));
-      ov[k] = ld_cluster(cluster_address(own.o + h * m.dv + e, k));
+      ml[k] = reinterpret_cast<const float2*>(inbox.ml)[k * heads + hl];
+      ov[k] = inbox.o[(k * heads + hl) * m.dv + e];
     }
   }
   const float2 pre = pm.ml[kSel];

@@ -10,6 +10,7 @@
 
 #include "common/dependent_launch.cuh"
 #include "common/dynamic_smem.h"
+#include "common/tma.cuh"
 #include "decode_merge.cuh"
 #include "decode_params.cuh"
 #include "decode_select.cuh"
@@ -206,10 +207,11 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
 // Grid (cluster, B·G), one cluster of CTAs per (sequence, group): each CTA merges the chunks'
 // candidates into the selection (CTA 0 writes it out; the candidate lists are loaded with the
 // position) and attends its parts k = rank, rank + cluster, … of the forced blocks c − 1, c (k <
-// late_parts), then of the picked blocks, keeping their merged partial in its shared memory. After
-// the cluster's barrier each CTA gates its share of the group's heads into o: the top-n kernel's
-// pre-merged partials (loaded before the barrier) and every CTA's partial of the selected branch,
-// read across the cluster; a second barrier keeps each CTA's partial alive until all have read it.
+// late_parts), then of the picked blocks, keeping their merged partial in its shared memory. Then
+// each CTA pushes every head's partial into the inbox of the CTA that gates that head
+// (push_partial), and gates its own share of the group's heads into o once its inbox is full: the
+// top-n kernel's pre-merged partials (loaded while the pushes land) and every CTA's partial of the
+// selected branch. No cluster barrier on the way: a CTA waits only for the bytes it reads.
 template <bool kTrace>
 __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
@@ -217,6 +219,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ KeyRows rows;
   __shared__ int slot[kMaxSel], picks[kMaxSel];
+  __shared__ uint64_t received;  // the inbox's barrier: one arrival and its bytes
   const int rank = blockIdx.x, cluster = gridDim.x, bg = blockIdx.y, b = bg / m.G, g = bg % m.G;
   const Tile tl = carve_tile(smem, m.dk, m.dv);
   unsigned char* after_tile = smem + tile_bytes(m.dk, m.dv);
@@ -224,6 +227,18 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   unsigned char* after_select = after_tile + select_scratch_bytes(m.sel_chunks, m.n_sel);
   const SmemPartial own = carve_partial(after_select, m);
   const SmemPartial extra = carve_partial(after_select + smem_partial_bytes(m.hpg, m.dv), m);
+  const Inbox inbox = carve_inbox(after_select + 2 * smem_partial_bytes(m.hpg, m.dv), m);
+  // This CTA gates heads h0 .. h0 + nh − 1: it expects their partials from the whole cluster. The
+  // barrier is armed and the cluster meets (its wait is before the first push) long before any
+  // partial is ready.
+  const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
+  const int nh = max(0, min(heads, m.hpg - h0));
+  if (threadIdx.x == 0) {
+    mbarrier_init_one(&received);
+    mbarrier_expect_bytes(&received, static_cast<uint32_t>(cluster * nh * (m.dv + 2) * 4));
+    mbarrier_init_fence();
+  }
+  cluster_arrive_relaxed();
   // The position and q were written before the kernel before this one began (dependent_launch.cuh).
   const int t = p.pos[b];
   tile_issue_q(m, p.q, b, g, tl);
@@ -283,30 +298,28 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     if (y != rank) fold_partial(m, own, extra);
   }
   trace_mark<kTrace>(p, kTracePicks, 5);  // parts attended
-  cluster_arrive_release();  // this CTA's partial is written (before its own loads below)
-  // This CTA's heads h0 .. h0 + nh − 1, an output element a thread; the first element's
-  // pre-merged partials are loaded between the barrier's halves, their round trip spent waiting.
-  const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
-  const int items = max(0, min(heads, m.hpg - h0)) * m.dv;
+  cluster_wait();  // every CTA's inbox barrier is armed (met long ago: no wait in practice)
+  push_partial(m, own, inbox, &received, rank, heads);
+  // An output element a thread; the first element's pre-merged partials are loaded while the
+  // cluster's partials land.
+  const int items = nh * m.dv;
   PreMerged first{};
   if (static_cast<int>(threadIdx.x) < items)
     first = load_premerged(m, p.part_ml, p.part_o, p.gate, b, g, h0 + threadIdx.x / m.dv,
                            threadIdx.x % m.dv);
-  cluster_wait();                         // every CTA's partial is visible to the cluster
-  trace_mark<kTrace>(p, kTracePicks, 6);  // the cluster met
+  if (items == 0) return;  // its pushes need nothing of it: they complete on their receivers
+  mbarrier_wait_cluster(&received, 0);
+  trace_mark<kTrace>(p, kTracePicks, 6);  // the inbox is full
   const int64_t o_row = static_cast<int64_t>(bg) * m.hpg;
   for (int item = threadIdx.x; item < items; item += blockDim.x) {
-    const int h = h0 + item / m.dv, e = item % m.dv;
+    const int hl = item / m.dv, e = item % m.dv;
     const PreMerged pm = item == static_cast<int>(threadIdx.x)
                              ? first
-                             : load_premerged(m, p.part_ml, p.part_o, p.gate, b, g, h, e);
-    p.o[(o_row + h) * m.dv + e] = __float2bfloat16(gate_branches(m, pm, own, cluster, h, e));
+                             : load_premerged(m, p.part_ml, p.part_o, p.gate, b, g, h0 + hl, e);
+    p.o[(o_row + h0 + hl) * m.dv + e] =
+        __float2bfloat16(gate_branches(m, pm, inbox, cluster, heads, hl, e));
   }
   trace_mark<kTrace>(p, kTracePicks, 7);  // combined
-  // No CTA leaves (with its shared memory) while another may still read its partial. The reads
-  // above are complete here – their values went into the stores – so the arrival orders nothing.
-  cluster_arrive_relaxed();
-  cluster_wait();
 }
 
 // Dense decoding, grid (B, H): one head's parts over 0..t merged into o.
@@ -591,16 +604,16 @@ const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
       {"start", "released", "chunk written", "head pre-merged", "stats merged", "probs staged",
        "blocks scored", nullptr},
       {"start", "released", "candidates landed", "selected", "first rows landed", "attended",
-       "cluster met", "combined"}};
+       "inbox full", "combined"}};
   if (kernel < 0 || kernel >= kTraceKernels || phase < 0 || phase >= kTracePhases) return nullptr;
   return names[kernel][phase];
 }
 
-// The picks kernel's tile, its selection scratch, then its partial and a later part's.
+// The picks kernel's tile, its selection scratch, its partial and a later part's, its inbox.
 size_t NsaDecodeCuda::picks_smem_bytes() const {
   const int hpg = static_cast<int>(cfg_.heads_per_group()), dv = static_cast<int>(cfg_.dv);
   return tile_bytes(static_cast<int>(cfg_.dk), dv) + select_scratch_bytes(sel_chunks_, cfg_.n_sel) +
-         2 * smem_partial_bytes(hpg, dv);
+         2 * smem_partial_bytes(hpg, dv) + inbox_bytes(hpg, dv);
 }
 
 // Block scores of a chunk, and the group probabilities of the compressed tokens that meet it.
