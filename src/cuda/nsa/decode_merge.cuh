@@ -305,7 +305,9 @@ __device__ __forceinline__ Inbox carve_inbox(unsigned char* base, const DecodeDi
 // Sends this CTA's partial (`own`, complete) of every head h to the inbox of the CTA that gates h
 // (rank h / heads), slot `rank`, completing on that CTA's `received` barrier: asynchronous stores
 // into distributed shared memory, no fence and no barrier – the receiver waits for its bytes
-// (common/dependent_launch.cuh). An empty partial's junk o is sent too; its sum 0 says so.
+// (common/dependent_launch.cuh). The CTA's own heads take plain stores, which a CTA barrier
+// publishes (st.async into its own CTA is invalid in a cluster of one). An empty partial's junk o
+// is sent too; its sum 0 says so.
 __device__ __forceinline__ void push_partial(const DecodeDims& m, const SmemPartial& own,
                                              const Inbox& inbox, uint64_t* received, int rank,
                                              int heads) {
@@ -313,14 +315,22 @@ __device__ __forceinline__ void push_partial(const DecodeDims& m, const SmemPart
   for (int i = threadIdx.x; i < m.hpg * q; i += blockDim.x) {
     const int h = i / q, e4 = i - h * q, to = h / heads, hl = h - to * heads;
     const float4 v = reinterpret_cast<const float4*>(own.o + h * m.dv)[e4];
-    st_async_cluster(cluster_address(inbox.o + (rank * heads + hl) * m.dv + 4 * e4, to), v,
-                     cluster_address(received, to));
+    float* dst = inbox.o + (rank * heads + hl) * m.dv + 4 * e4;
+    if (to == rank) {  // its own heads: plain stores (a barrier follows)
+      *reinterpret_cast<float4*>(dst) = v;
+    } else {
+      st_async_cluster(cluster_address(dst, to), v, cluster_address(received, to));
+    }
   }
   for (int h = threadIdx.x; h < m.hpg; h += blockDim.x) {
     const int to = h / heads, hl = h - to * heads;
     const float2 v = reinterpret_cast<const float2*>(own.ml)[h];
-    st_async_cluster(cluster_address(inbox.ml + 2 * (rank * heads + hl), to), v,
-                     cluster_address(received, to));
+    float* dst = inbox.ml + 2 * (rank * heads + hl);
+    if (to == rank) {
+      *reinterpret_cast<float2*>(dst) = v;
+    } else {
+      st_async_cluster(cluster_address(dst, to), v, cluster_address(received, to));
+    }
   }
 }
 

@@ -228,14 +228,14 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   const SmemPartial own = carve_partial(after_select, m);
   const SmemPartial extra = carve_partial(after_select + smem_partial_bytes(m.hpg, m.dv), m);
   const Inbox inbox = carve_inbox(after_select + 2 * smem_partial_bytes(m.hpg, m.dv), m);
-  // This CTA gates heads h0 .. h0 + nh − 1: it expects their partials from the whole cluster. The
+  // This CTA gates heads h0 .. h0 + nh − 1: it expects their partials from the other CTAs. The
   // barrier is armed and the cluster meets (its wait is before the first push) long before any
   // partial is ready.
   const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
   const int nh = max(0, min(heads, m.hpg - h0));
   if (threadIdx.x == 0) {
     mbarrier_init_one(&received);
-    mbarrier_expect_bytes(&received, static_cast<uint32_t>(cluster * nh * (m.dv + 2) * 4));
+    mbarrier_expect_bytes(&received, static_cast<uint32_t>((cluster - 1) * nh * (m.dv + 2) * 4));
     mbarrier_init_fence();
   }
   cluster_arrive_relaxed();
@@ -300,6 +300,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   trace_mark<kTrace>(p, kTracePicks, 5);  // parts attended
   cluster_wait();  // every CTA's inbox barrier is armed (met long ago: no wait in practice)
   push_partial(m, own, inbox, &received, rank, heads);
+  __syncthreads();  // the CTA's own partials in its inbox
   // An output element a thread; the first element's pre-merged partials are loaded while the
   // cluster's partials land.
   const int items = nh * m.dv;
