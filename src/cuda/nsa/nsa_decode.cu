@@ -433,6 +433,10 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     prefer_shared_carveout(traced ? picks_kernel<true> : picks_kernel<false>);
   }
   prefer_shared_carveout(dense_combine_kernel);
+  // The picks' dry pass where their grid is at most one CTA an SM (batch 1 to 8 for m7c): there the
+  // CTAs wait on the top-n with time to spare; at 64k, B = 16 it measured 2.5 % slower
+  // (docs/perf.md).
+  warm_picks_ = !dense && kernel_ctas(kTracePicks) <= current_sm_count();
   part_ml_.resize(B_ * G * slots_ * hpg * 2);
   part_o_.resize(B_ * G * slots_ * hpg * dv);
 }
@@ -484,10 +488,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   p.k_raw = k_raw_.get(), p.v_raw = v_raw_.get(), p.k_cmp = k_cmp_.get(), p.v_cmp = v_cmp_.get();
   p.scores = scores_.get(), p.part_ml = part_ml_.get(), p.part_o = part_o_.get();
   p.cand = candidates_.get();
-  // The picks' dry pass where their grid is at most one CTA an SM (batch 1 to 8 for m7c): there the
-  // CTAs wait on the top-n with time to spare; at 64k, B = 16 it measured 2.5 % slower
-  // (docs/perf.md).
-  p.warm_picks = !dense_ && kernel_ctas(kTracePicks) <= current_sm_count();
+  p.warm_picks = warm_picks_;
   p.sel = sel_.get();
   p.o = o;
   p.trace = nullptr;

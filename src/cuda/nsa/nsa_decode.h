@@ -100,6 +100,7 @@ class NsaDecodeCuda {
   int64_t cmp_parts_ = 0, win_parts_ = 0, block0_parts_ = 0, late_parts_ = 0, pick_parts_ = 0;
   int64_t dense_parts_ = 0, slots_ = 0;
   unsigned picks_cluster_ = 1;  // CTAs of the picks kernel per (sequence, group)
+  bool warm_picks_ = false;     // the picks' dry selection before their wait (constructor)
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
   DeviceBuffer<float> scores_, part_ml_, part_o_;
