@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-tile|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -39,6 +39,8 @@
 # MORE_DIRS (decode-compare): further source trees (space-separated, each made as BASE_DIR is),
 # built beside the base and benchmarked between it and this tree in every round – one call that
 # measures a chain of changes one by one.
+# `decode-tile` (not in `all`): nsa_decode_tile – a decode part's attention (tile_attend) timed
+# alone in one CTA, cycles and ns a call at 128, 64 and 16 keys (DECODE_TILE_ARGS: its options).
 # `decode-hotspots` (not in `all`): Nsight Compute on the decode kernels of NCU_KERNELS (default
 # "parts topk picks"), each alone at DECODE_CONTEXT (default 65536), B = 1: duration, warp
 # instructions and stall cycles per instruction, then the source lines where the warps wait.
@@ -76,7 +78,7 @@ if [ "$what" = decode-compare ]; then
   done
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
-  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop nsa_capi >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop nsa_decode_tile nsa_capi >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = final ]; then
   ./build/tests/nsa_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" | head -40
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
@@ -192,6 +194,9 @@ if [ "$what" = decode-trace ]; then
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script off --trace \
     --json "$out/decode_trace.jsonl" 2>&1 | tee "$out/decode_trace.txt"
+fi
+if [ "$what" = decode-tile ]; then
+  ./build/nsa_decode_tile ${DECODE_TILE_ARGS:-} 2>&1 | tee "$out/decode_tile.txt"
 fi
 if [ "$what" = decode-hotspots ]; then
   for k in ${NCU_KERNELS:-parts topk picks}; do

@@ -1,0 +1,172 @@
+// A decode part's attention (tile_attend, src/cuda/nsa/decode_tile.cuh) timed alone: one CTA of
+// the decode kernels' shape, its tile staged once in shared memory, the attention called back to
+// back – the dependent latency every decode part pays at batch 1 (the per-layer trace puts ~1.8 µs
+// on a 128-key part, docs/perf.md), here with nothing else on the GPU and no memory round trip.
+// Each call sits between two barriers; thread 0 reads clock64 and %globaltimer around it. The keys
+// are staged again before every call (outside the timed span): the attention writes its
+// probabilities over them. Values are pseudo-random; the cost does not depend on them. Benchmarks
+// only.
+//   nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] [--reps 200]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/nsa/decode_tile.cuh"
+
+namespace {
+
+using nsa::cuda::decode::DecodeDims;
+using nsa::cuda::decode::Tile;
+
+__device__ __nv_bfloat16 noise(uint32_t i, uint32_t salt) {
+  uint32_t z = (i + 1) * 0x9e3779b9u ^ salt;
+  z = (z ^ (z >> 16)) * 0x7feb352du;
+  z = (z ^ (z >> 15)) * 0x846ca68bu;
+  z ^= z >> 16;
+  return __float2bfloat16(static_cast<float>(z >> 8) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
+}
+
+// Stages q (rows ≥ hpg zero) or, with keys_only, the keys and values of `count` rows.
+__device__ void stage(const DecodeDims& m, const Tile& tl, int count, bool keys_only) {
+  using nsa::cuda::decode::key_at;
+  if (!keys_only) {
+    for (int i = threadIdx.x; i < nsa::cuda::decode::kMaxHeadsPerGroup * m.dk; i += blockDim.x) {
+      const int r = i / m.dk, e = i % m.dk;
+      tl.q[r * tl.qs + e] = r < m.hpg ? noise(i, 1u) : __float2bfloat16(0.0f);
+    }
+  }
+  const int rows = nsa::cuda::decode::round16(count);
+  for (int i = threadIdx.x; i < rows * m.dk; i += blockDim.x) {
+    const int c = i / m.dk, e = i % m.dk;
+    key_at(tl, c, e / 8)[e % 8] = c < count ? noise(i, 2u) : __float2bfloat16(0.0f);
+  }
+  for (int i = threadIdx.x; i < rows * m.dv; i += blockDim.x) {
+    const int c = i / m.dv, e = i % m.dv;
+    tl.v[c * tl.vs + e] = c < count ? noise(i, 3u) : __float2bfloat16(0.0f);
+  }
+}
+
+__global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
+    attend_latency(DecodeDims m, int count, int reps, float* ml, float* o, long long* cycles,
+                   unsigned long long* ns) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Tile tl = nsa::cuda::decode::carve_tile(smem, m.dk, m.dv);
+  stage(m, tl, count, false);
+  unsigned long long total = 0;
+  for (int r = 0; r < reps; ++r) {
+    stage(m, tl, count, true);
+    __syncthreads();
+    unsigned long long g0, g1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
+    const long long t0 = clock64();
+    nsa::cuda::decode::tile_attend(m, tl, count, nullptr, 0, ml, o);
+    __syncthreads();
+    const long long t1 = clock64();
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+    if (threadIdx.x == 0) cycles[r] = t1 - t0;
+    total += g1 - g0;
+  }
+  if (threadIdx.x == 0) *ns = total;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = s.find(',', at);
+    out.push_back(std::atoi(s.substr(at, comma - at).c_str()));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
+  int hpg = 6, dk = 64, dv = 64, reps = 200;
+  std::vector<int> keys = {128, 64, 16};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--hpg" && has_value) {
+      hpg = std::atoi(argv[++i]);
+    } else if (arg == "--dk" && has_value) {
+      dk = std::atoi(argv[++i]);
+    } else if (arg == "--dv" && has_value) {
+      dv = std::atoi(argv[++i]);
+    } else if (arg == "--keys" && has_value) {
+      keys = parse_list(argv[++i]);
+    } else if (arg == "--reps" && has_value) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "nsa_decode_tile: unknown or incomplete option '%s'\n"
+                   "usage: nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] "
+                   "[--reps 200]\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+  using nsa::cuda::decode::kMaxHeadsPerGroup;
+  using nsa::cuda::decode::kPartKeys;
+  if (hpg < 1 || hpg > kMaxHeadsPerGroup || dk < 16 || dk > 256 || dk % 16 != 0 || dv < 16 ||
+      dv > 256 || dv % 16 != 0 || reps < 1) {
+    std::fprintf(stderr,
+                 "nsa_decode_tile: --hpg must be 1..%d, --dk and --dv multiples of 16 in 16..256, "
+                 "--reps positive\n",
+                 kMaxHeadsPerGroup);
+    return 2;
+  }
+  for (const int k : keys) {
+    if (k < 1 || k > kPartKeys) {
+      std::fprintf(stderr, "nsa_decode_tile: --keys entries must be 1..%d, got %d\n", kPartKeys, k);
+      return 2;
+    }
+  }
+  DecodeDims m{};
+  m.hpg = hpg, m.dk = dk, m.dv = dv, m.G = 1;
+  m.scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const size_t smem = nsa::cuda::decode::tile_bytes(dk, dv);
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(attend_latency, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
+  float *ml = nullptr, *o = nullptr;
+  long long* cycles = nullptr;
+  unsigned long long* ns = nullptr;
+  NSA_CUDA_CHECK(cudaMalloc(&ml, 2 * kMaxHeadsPerGroup * sizeof(float)));
+  NSA_CUDA_CHECK(cudaMalloc(&o, static_cast<size_t>(kMaxHeadsPerGroup) * dv * sizeof(float)));
+  NSA_CUDA_CHECK(cudaMalloc(&cycles, reps * sizeof(long long)));
+  NSA_CUDA_CHECK(cudaMalloc(&ns, sizeof(unsigned long long)));
+  std::printf("tile_attend alone, one CTA of %d threads: hpg %d, dk %d, dv %d, %d calls each\n",
+              nsa::cuda::decode::kPartThreads, hpg, dk, dv, reps);
+  std::printf("%6s | %14s %14s %14s | %10s\n", "keys", "cycles median", "cycles min", "cycles max",
+              "ns / call");
+  for (const int count : keys) {
+    attend_latency<<<1, nsa::cuda::decode::kPartThreads, smem>>>(m, count, reps, ml, o, cycles, ns);
+    NSA_CUDA_CHECK(cudaGetLastError());
+    std::vector<long long> c(reps);
+    unsigned long long total = 0;
+    NSA_CUDA_CHECK(cudaMemcpy(c.data(), cycles, reps * sizeof(long long), cudaMemcpyDeviceToHost));
+    NSA_CUDA_CHECK(cudaMemcpy(&total, ns, sizeof(total), cudaMemcpyDeviceToHost));
+    std::sort(c.begin(), c.end());
+    std::printf("%6d | %14lld %14lld %14lld | %10.1f\n", count, c[c.size() / 2], c.front(),
+                c.back(), static_cast<double>(total) / reps);
+  }
+  cudaFree(ml), cudaFree(o), cudaFree(cycles), cudaFree(ns);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nsa_decode_tile: %s\n", e.what());
+    return 1;
+  }
+}
