@@ -18,6 +18,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/nsa/decode_tile.cuh"
+#include "guarded_main.h"
 
 namespace {
 
@@ -163,10 +164,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nsa_decode_tile: %s\n", e.what());
-    return 1;
-  }
+  return guarded_main("nsa_decode_tile", run, argc, argv);
 }

@@ -28,6 +28,7 @@
 #include "cuda/nsa/nsa_backward_dkdv.h"
 #include "cuda/nsa/nsa_cuda_layer.h"
 #include "cuda/nsa/nsa_kernels.h"
+#include "guarded_main.h"
 #include "nsa/presets.h"
 
 namespace {
@@ -164,10 +165,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nsa_workshop: %s\n", e.what());
-    return 1;
-  }
+  return guarded_main("nsa_workshop", run, argc, argv);
 }
