@@ -10,10 +10,8 @@ namespace nsa::app {
 void report_decode_trace(const cuda::NsaDecodeCuda::Trace& tr, int64_t context, int64_t batch,
                          std::ostream* json) {
   using Dec = cuda::NsaDecodeCuda;
-  const int64_t per_call = Dec::kTraceKernels * tr.stride * Dec::kTracePhases;
   const auto at = [&](int64_t call, int k, int64_t cta, int phase) {
-    return tr.t[static_cast<size_t>(call * per_call + (k * tr.stride + cta) * Dec::kTracePhases +
-                                    phase)];
+    return tr.t[tr.index(call, k, cta, phase)];
   };
   // Each call's t0: the earliest release of a parts CTA (phase 2: its wait returned, the inputs
   // are ready); 0 where the call did not run traced.

@@ -4,8 +4,7 @@
 // on a 128-key part, docs/perf.md), here with nothing else on the GPU and no memory round trip.
 // Each call sits between two barriers; thread 0 reads clock64 and %globaltimer around it. The keys
 // are staged again before every call (outside the timed span): the attention writes its
-// probabilities over them. Values are pseudo-random; the cost does not depend on them. Benchmarks
-// only.
+// probabilities over them. Values are random; the cost does not depend on them. Benchmarks only.
 //   nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] [--reps 200]
 #include <cuda_runtime.h>
 
@@ -13,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -25,43 +25,39 @@ namespace {
 using nsa::cuda::decode::DecodeDims;
 using nsa::cuda::decode::Tile;
 
-__device__ __nv_bfloat16 noise(uint32_t i, uint32_t salt) {
-  uint32_t z = (i + 1) * 0x9e3779b9u ^ salt;
-  z = (z ^ (z >> 16)) * 0x7feb352du;
-  z = (z ^ (z >> 15)) * 0x846ca68bu;
-  z ^= z >> 16;
-  return __float2bfloat16(static_cast<float>(z >> 8) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
-}
-
-// Stages q (rows ≥ hpg zero) or, with keys_only, the keys and values of `count` rows.
-__device__ void stage(const DecodeDims& m, const Tile& tl, int count, bool keys_only) {
+// Stages q [hpg, dk] (rows ≥ hpg zero) or, with keys_only, `count` rows of the keys [kPartKeys, dk]
+// and values [kPartKeys, dv] (rows count .. round16(count) − 1 zero), from global memory.
+__device__ void stage(const DecodeDims& m, const Tile& tl, int count, const __nv_bfloat16* q,
+                      const __nv_bfloat16* k, const __nv_bfloat16* v, bool keys_only) {
   using nsa::cuda::decode::key_at;
+  const __nv_bfloat16 zero = __float2bfloat16(0.0f);
   if (!keys_only) {
     for (int i = threadIdx.x; i < nsa::cuda::decode::kMaxHeadsPerGroup * m.dk; i += blockDim.x) {
       const int r = i / m.dk, e = i % m.dk;
-      tl.q[r * tl.qs + e] = r < m.hpg ? noise(i, 1u) : __float2bfloat16(0.0f);
+      tl.q[r * tl.qs + e] = r < m.hpg ? q[i] : zero;
     }
   }
   const int rows = nsa::cuda::decode::round16(count);
   for (int i = threadIdx.x; i < rows * m.dk; i += blockDim.x) {
     const int c = i / m.dk, e = i % m.dk;
-    key_at(tl, c, e / 8)[e % 8] = c < count ? noise(i, 2u) : __float2bfloat16(0.0f);
+    key_at(tl, c, e / 8)[e % 8] = c < count ? k[i] : zero;
   }
   for (int i = threadIdx.x; i < rows * m.dv; i += blockDim.x) {
     const int c = i / m.dv, e = i % m.dv;
-    tl.v[c * tl.vs + e] = c < count ? noise(i, 3u) : __float2bfloat16(0.0f);
+    tl.v[c * tl.vs + e] = c < count ? v[i] : zero;
   }
 }
 
 __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
-    attend_latency(DecodeDims m, int count, int reps, float* ml, float* o, long long* cycles,
-                   unsigned long long* ns) {
+    attend_latency(DecodeDims m, int count, int reps, const __nv_bfloat16* q,
+                   const __nv_bfloat16* k, const __nv_bfloat16* v, float* ml, float* o,
+                   long long* cycles, unsigned long long* ns) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Tile tl = nsa::cuda::decode::carve_tile(smem, m.dk, m.dv);
-  stage(m, tl, count, false);
+  stage(m, tl, count, q, k, v, false);
   unsigned long long total = 0;
   for (int r = 0; r < reps; ++r) {
-    stage(m, tl, count, true);
+    stage(m, tl, count, q, k, v, true);
     __syncthreads();
     unsigned long long g0, g1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
@@ -135,6 +131,20 @@ int run(int argc, char** argv) {
   const size_t smem = nsa::cuda::decode::tile_bytes(dk, dv);
   NSA_CUDA_CHECK(cudaFuncSetAttribute(attend_latency, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
+  // Random q, keys and values, uniform in [−1, 1), staged into the tile by the kernel.
+  const int64_t nq = int64_t{kMaxHeadsPerGroup} * dk, nk = int64_t{kPartKeys} * dk,
+                nv = int64_t{kPartKeys} * dv;
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const auto upload = [&](int64_t n) {
+    std::vector<__nv_bfloat16> host(static_cast<size_t>(n));
+    for (auto& x : host) x = __float2bfloat16(uniform(rng));
+    __nv_bfloat16* dev = nullptr;
+    NSA_CUDA_CHECK(cudaMalloc(&dev, n * sizeof(__nv_bfloat16)));
+    NSA_CUDA_CHECK(cudaMemcpy(dev, host.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+    return dev;
+  };
+  __nv_bfloat16 *q = upload(nq), *k = upload(nk), *v = upload(nv);
   float *ml = nullptr, *o = nullptr;
   long long* cycles = nullptr;
   unsigned long long* ns = nullptr;
@@ -147,7 +157,8 @@ int run(int argc, char** argv) {
   std::printf("%6s | %14s %14s %14s | %10s\n", "keys", "cycles median", "cycles min", "cycles max",
               "ns / call");
   for (const int count : keys) {
-    attend_latency<<<1, nsa::cuda::decode::kPartThreads, smem>>>(m, count, reps, ml, o, cycles, ns);
+    attend_latency<<<1, nsa::cuda::decode::kPartThreads, smem>>>(m, count, reps, q, k, v, ml, o,
+                                                                 cycles, ns);
     NSA_CUDA_CHECK(cudaGetLastError());
     std::vector<long long> c(reps);
     unsigned long long total = 0;
@@ -157,7 +168,7 @@ int run(int argc, char** argv) {
     std::printf("%6d | %14lld %14lld %14lld | %10.1f\n", count, c[c.size() / 2], c.front(),
                 c.back(), static_cast<double>(total) / reps);
   }
-  cudaFree(ml), cudaFree(o), cudaFree(cycles), cudaFree(ns);
+  cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(ml), cudaFree(o), cudaFree(cycles), cudaFree(ns);
   return 0;
 }
 

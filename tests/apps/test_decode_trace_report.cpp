@@ -24,8 +24,7 @@ Dec::Trace made_up_trace() {
   tr.t.assign(static_cast<size_t>(tr.calls * Dec::kTraceKernels * tr.stride * Dec::kTracePhases),
               0);
   const auto set = [&](int64_t call, int k, int64_t cta, int phase, uint64_t ns) {
-    tr.t[static_cast<size_t>(call * Dec::kTraceKernels * tr.stride * Dec::kTracePhases +
-                             (k * tr.stride + cta) * Dec::kTracePhases + phase)] = ns;
+    tr.t[tr.index(call, k, cta, phase)] = ns;
   };
   const uint64_t combined_ns[3] = {10000, 12000, 11000};  // median 11 µs
   for (int64_t call = 0; call < 3; ++call) {

@@ -84,6 +84,11 @@ class NsaDecodeCuda {
     int64_t calls = 1;                 // slots: step calls
     // [call, kernel, CTA, phase] ns; 0: the CTA did not get there
     std::vector<uint64_t> t;
+    // The place of (call, kernel, CTA, phase) in t.
+    size_t index(int64_t call, int kernel, int64_t cta, int phase) const {
+      return static_cast<size_t>(((call * kTraceKernels + kernel) * stride + cta) * kTracePhases +
+                                 phase);
+    }
   };
   Trace trace() const;  // waits for the device
   // The name of a kernel's phase, or nullptr where the kernel has none.
