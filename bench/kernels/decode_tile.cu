@@ -1,10 +1,13 @@
 // A decode part's attention (tile_attend, src/cuda/nsa/decode_tile.cuh) timed alone: one CTA of
 // the decode kernels' shape, its tile staged once in shared memory, the attention called back to
-// back – the dependent latency every decode part pays at batch 1 (the per-layer trace puts ~1.8 µs
-// on a 128-key part, docs/perf.md), here with nothing else on the GPU and no memory round trip.
-// Each call sits between two barriers; thread 0 reads clock64 and %globaltimer around it. The keys
-// are staged again before every call (outside the timed span): the attention writes its
-// probabilities over them. Values are random; the cost does not depend on them. Benchmarks only.
+// back – the dependent latency every decode part pays at batch 1 (docs/perf.md, twenty-sixth
+// session: 3,134 cycles a 128-key part before the warps attended their own keys, 1,525 after), here
+// with nothing else on the GPU and no memory round trip.
+// Each call sits between two barriers; thread 0 reads clock64 and %globaltimer around it and at the
+// attention's phase hooks (S = Q·Kᵀ; softmax and P·V; the fold of the warps' partials); the first
+// call – its code fetched cold – is reported apart from the median. The keys are staged again
+// before every call (outside the timed span): the attention writes its partials over the values.
+// Values are random; the cost does not depend on them. Benchmarks only.
 //   nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] [--reps 200]
 #include <cuda_runtime.h>
 
@@ -48,11 +51,23 @@ __device__ void stage(const DecodeDims& m, const Tile& tl, int count, const __nv
   }
 }
 
+// Thread 0's clock at tile_attend's phase hooks (decode_tile.cuh NoStamps): after S = Q·Kᵀ and
+// after warp 0's partial is written.
+struct ClockStamps {
+  long long* at;
+  __device__ __forceinline__ void operator()(int phase) const {
+    if (threadIdx.x == 0) at[phase] = clock64();
+  }
+};
+
+constexpr int kPhases = 4;  // start, S computed, partial written, end (after the closing barrier)
+
 __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
     attend_latency(DecodeDims m, int count, int reps, const __nv_bfloat16* q,
                    const __nv_bfloat16* k, const __nv_bfloat16* v, float* ml, float* o,
-                   long long* cycles, unsigned long long* ns) {
+                   long long* stamps, unsigned long long* ns) {
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ long long at[kPhases];
   const Tile tl = nsa::cuda::decode::carve_tile(smem, m.dk, m.dv);
   stage(m, tl, count, q, k, v, false);
   unsigned long long total = 0;
@@ -61,12 +76,14 @@ __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
     __syncthreads();
     unsigned long long g0, g1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
-    const long long t0 = clock64();
-    nsa::cuda::decode::tile_attend(m, tl, count, nullptr, 0, ml, o);
+    if (threadIdx.x == 0) at[0] = clock64();
+    nsa::cuda::decode::tile_attend_part(m, tl, count, nullptr, 0, ml, o, ClockStamps{at});
     __syncthreads();
-    const long long t1 = clock64();
+    if (threadIdx.x == 0) at[3] = clock64();
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
-    if (threadIdx.x == 0) cycles[r] = t1 - t0;
+    if (threadIdx.x == 0) {
+      for (int i = 1; i < kPhases; ++i) stamps[r * (kPhases - 1) + i - 1] = at[i] - at[i - 1];
+    }
     total += g1 - g0;
   }
   if (threadIdx.x == 0) *ns = total;
@@ -146,29 +163,47 @@ int run(int argc, char** argv) {
   };
   __nv_bfloat16 *q = upload(nq), *k = upload(nk), *v = upload(nv);
   float *ml = nullptr, *o = nullptr;
-  long long* cycles = nullptr;
+  long long* stamps = nullptr;
   unsigned long long* ns = nullptr;
   NSA_CUDA_CHECK(cudaMalloc(&ml, 2 * kMaxHeadsPerGroup * sizeof(float)));
   NSA_CUDA_CHECK(cudaMalloc(&o, static_cast<size_t>(kMaxHeadsPerGroup) * dv * sizeof(float)));
-  NSA_CUDA_CHECK(cudaMalloc(&cycles, reps * sizeof(long long)));
+  NSA_CUDA_CHECK(cudaMalloc(&stamps, (kPhases - 1) * reps * sizeof(long long)));
   NSA_CUDA_CHECK(cudaMalloc(&ns, sizeof(unsigned long long)));
   std::printf("tile_attend alone, one CTA of %d threads: hpg %d, dk %d, dv %d, %d calls each\n",
               nsa::cuda::decode::kPartThreads, hpg, dk, dv, reps);
-  std::printf("%6s | %14s %14s %14s | %10s\n", "keys", "cycles median", "cycles min", "cycles max",
-              "ns / call");
+  std::printf("%6s | %8s %8s %8s %8s | %8s %8s %8s | %10s\n", "keys", "median", "min", "max",
+              "first", "S=QK", "soft+PV", "fold", "ns / call");
   for (const int count : keys) {
     attend_latency<<<1, nsa::cuda::decode::kPartThreads, smem>>>(m, count, reps, q, k, v, ml, o,
-                                                                 cycles, ns);
+                                                                 stamps, ns);
     NSA_CUDA_CHECK(cudaGetLastError());
-    std::vector<long long> c(reps);
+    std::vector<long long> at((kPhases - 1) * reps);
     unsigned long long total = 0;
-    NSA_CUDA_CHECK(cudaMemcpy(c.data(), cycles, reps * sizeof(long long), cudaMemcpyDeviceToHost));
+    NSA_CUDA_CHECK(
+        cudaMemcpy(at.data(), stamps, at.size() * sizeof(long long), cudaMemcpyDeviceToHost));
     NSA_CUDA_CHECK(cudaMemcpy(&total, ns, sizeof(total), cudaMemcpyDeviceToHost));
-    std::sort(c.begin(), c.end());
-    std::printf("%6d | %14lld %14lld %14lld | %10.1f\n", count, c[c.size() / 2], c.front(),
-                c.back(), static_cast<double>(total) / reps);
+    // Cycles of each call and of each phase, medians over the calls.
+    std::vector<long long> call(reps), phase[kPhases - 1];
+    for (int r = 0; r < reps; ++r) {
+      call[r] = 0;
+      for (int i = 0; i < kPhases - 1; ++i) {
+        call[r] += at[r * (kPhases - 1) + i];
+        phase[i].push_back(at[r * (kPhases - 1) + i]);
+      }
+    }
+    const long long first = call[0];
+    const auto median = [](std::vector<long long> x) {
+      std::sort(x.begin(), x.end());
+      return x[x.size() / 2];
+    };
+    std::sort(call.begin(), call.end());
+    std::printf("%6d | %8lld %8lld %8lld %8lld | %8lld %8lld %8lld | %10.1f\n", count, median(call),
+                call.front(), call.back(), first, median(phase[0]), median(phase[1]),
+                median(phase[2]), static_cast<double>(total) / reps);
   }
-  cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(ml), cudaFree(o), cudaFree(cycles), cudaFree(ns);
+  std::printf(
+      "(cycles of clock64 on thread 0; phases are medians; ns / call from %%globaltimer)\n");
+  cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(ml), cudaFree(o), cudaFree(stamps), cudaFree(ns);
   return 0;
 }
 

@@ -1,13 +1,14 @@
 // One part of decode attention (decode_params.cuh): the group's hpg ≤ 16 heads against up to
 // kPartKeys keys staged in shared memory, on the tensor cores – the heads are the 16 rows of
-// m16n8k16 tiles (rows ≥ hpg are zeros and ignored), S = Q·Kᵀ with the keys split over the warps,
-// the part's softmax per head in fp32, then O = P·V with the value columns split over the warps
-// (P in bf16, as the training forward). A part issues every load it needs (q, key and value rows,
-// cp.async) before it waits for any: one memory round trip.
+// m16n8k16 tiles (rows ≥ hpg are zeros and ignored). Each warp attends its own 32 keys (S = Q·Kᵀ,
+// softmax, O = P·V with P in registers, bf16 as the training forward) and the four partials fold
+// after one barrier. A part issues every load it needs (q, key and value rows, cp.async) before it
+// waits for any: one memory round trip.
 #pragma once
 
 #include <cfloat>
 
+#include "common/fast_exp.cuh"
 #include "common/mma.cuh"
 #include "decode_params.cuh"
 
@@ -17,16 +18,15 @@ __host__ __device__ constexpr int round16(int x) {
   return (x + 15) / 16 * 16;
 }
 
-// The staged tile: q [16, dk], keys [kPartKeys, dk], values [kPartKeys, dv] and probabilities
-// [16, kPartKeys] (bf16). q, the values and the probabilities have padded rows (mma.cuh's
-// tile_stride) so that the fragment loads are free of bank conflicts; the keys are packed and
-// swizzled instead (key_piece), which saves the 2 KiB of padding that decides the occupancy: 36.3
-// KiB at dk = dv = 64, six part CTAs per SM (five with padded keys). The probabilities take the
-// keys' space (the keys are dead once S = Q·Kᵀ is in registers, where the softmax runs).
+// The staged tile: q [16, dk], keys [kPartKeys, dk] and values [kPartKeys, dv] (bf16). q and the
+// values have padded rows (mma.cuh's tile_stride) so that the fragment loads are free of bank
+// conflicts; the keys are packed and swizzled instead (key_piece), which saves the 2 KiB of
+// padding that decides the occupancy: 36 KiB at dk = dv = 64, six part CTAs per SM (five with
+// padded keys). The warps' partial outputs take their value rows once read (partial_at).
 struct Tile {
-  bf16 *q, *k, *v, *p;
-  int qs, vs, ps;  // row strides in elements
-  int nk;          // 16-byte pieces of a key row (dk / 8)
+  bf16 *q, *k, *v;
+  int qs, vs;  // row strides in elements
+  int nk;      // 16-byte pieces of a key row (dk / 8)
 };
 
 // Where piece j (8 bf16) of key row c lies among the packed keys' pieces, nk = dk / 8 to a row: the
@@ -73,11 +73,8 @@ __device__ __forceinline__ bf16* key_at(const Tile& tl, int c, int j) {
   return tl.k + 8 * key_piece(c, j, tl.nk);
 }
 
-// Bytes of the keys' space: the keys, or the probabilities if they take more.
 __host__ __device__ constexpr size_t tile_key_bytes(int dk) {
-  const size_t keys = sizeof(bf16) * static_cast<size_t>(kPartKeys) * dk;
-  const size_t p = sizeof(bf16) * static_cast<size_t>(kMaxHeadsPerGroup) * tile_stride(kPartKeys);
-  return keys > p ? keys : p;
+  return sizeof(bf16) * static_cast<size_t>(kPartKeys) * dk;
 }
 
 __host__ __device__ constexpr size_t tile_bytes(int dk, int dv) {
@@ -90,11 +87,9 @@ __host__ __device__ constexpr size_t tile_bytes(int dk, int dv) {
 __device__ __forceinline__ Tile carve_tile(unsigned char* base, int dk, int dv) {
   Tile t;
   t.qs = tile_stride(dk), t.vs = tile_stride(dv), t.nk = dk / 8;
-  t.ps = tile_stride(kPartKeys);
   t.q = reinterpret_cast<bf16*>(base);
   unsigned char* keys = base + sizeof(bf16) * kMaxHeadsPerGroup * t.qs;
   t.k = reinterpret_cast<bf16*>(keys);
-  t.p = reinterpret_cast<bf16*>(keys);  // the probabilities over the dead keys
   t.v = reinterpret_cast<bf16*>(keys + tile_key_bytes(dk));
   return t;
 }
@@ -192,80 +187,6 @@ __device__ __forceinline__ void tile_issue_kv(const DecodeDims& m, const Tile& t
   tile_fix_rows(m, tl, count, -1, make_uint4(0, 0, 0, 0));
 }
 
-// The part's softmax where S lies, in registers: this thread holds rows gid (e & 2 == 0) and
-// gid + 8 at columns n0 + 2·tq + (e & 1) + 8·(e ≥ 4). Each row's max and sum of exp over the
-// warp's keys meet in its quad (two shuffles), then over the warps in shared memory (two
-// barriers) – instead of staging S there and a warp per head folding its keys over 32 lanes
-// (docs/perf.md, seventeenth session: the NSA attention 3–7 % faster; P is stored in pairs –
-// single bf16 stores cost our dense decoding 7–9 % in a candidate). The max is exact, so P
-// is the same bf16 as the staged form's; only the fp32 sum's order differs.
-template <int kTilesPerWarp>
-__device__ __forceinline__ void softmax_registers(const DecodeDims& m, const Tile& tl, int count,
-                                                  float* s_out, int64_t s_stride, float* ml,
-                                                  float (&acc)[kTilesPerWarp][8]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gid = lane / 4, tq = lane % 4, kc = round16(count);
-  constexpr int kWarps = kPartThreads / 32;
-  __shared__ float warp_max[kWarps][kMaxHeadsPerGroup], warp_sum[kWarps][kMaxHeadsPerGroup];
-  const auto col_of = [&](int i, int e) {
-    return 16 * (warp + i * kWarps) + 2 * tq + (e & 1) + (e >= 4 ? 8 : 0);
-  };
-  float mx[2] = {-FLT_MAX, -FLT_MAX};
-#pragma unroll
-  for (int i = 0; i < kTilesPerWarp; ++i) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      acc[i][e] = col_of(i, e) < count ? acc[i][e] * m.scale : -FLT_MAX;  // scaled, masked
-      mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], acc[i][e]);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    if (tq == 0) warp_max[warp][gid + 8 * r] = mx[r];
-  }
-  __syncthreads();  // the keys are read (P takes their space) and every warp's maxes are in
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    mx[r] = warp_max[0][gid + 8 * r];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) mx[r] = fmaxf(mx[r], warp_max[w][gid + 8 * r]);
-  }
-  float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int i = 0; i < kTilesPerWarp; ++i) {
-#pragma unroll
-    for (int e = 0; e < 8; e += 2) {  // columns c, c + 1 of one row: one 4-byte store
-      const int r = (e >> 1) & 1, h = gid + 8 * r, c = col_of(i, e);
-      // Rows ≥ hpg (no head) are left as they are: an MMA row only feeds its own output row,
-      // which is not written. Keys count .. kc − 1 get p = 0 (the MMAs read them).
-      if (c >= kc || h >= m.hpg) continue;
-      const float p0 = c < count ? __expf(acc[i][e] - mx[r]) : 0.0f;
-      const float p1 = c + 1 < count ? __expf(acc[i][e + 1] - mx[r]) : 0.0f;
-      *reinterpret_cast<__nv_bfloat162*>(tl.p + h * tl.ps + c) = __floats2bfloat162_rn(p0, p1);
-      sum[r] += p0;
-      sum[r] += p1;
-      if (s_out && c < count) s_out[h * s_stride + c] = acc[i][e];
-      if (s_out && c + 1 < count) s_out[h * s_stride + c + 1] = acc[i][e + 1];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-    if (tq == 0) warp_sum[warp][gid + 8 * r] = sum[r];
-  }
-  __syncthreads();            // P and every warp's sums are in
-  if (threadIdx.x < m.hpg) {  // the warps' sums in warp order
-    const int h = threadIdx.x;
-    float total = warp_sum[0][h], top = warp_max[0][h];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) total += warp_sum[w][h], top = fmaxf(top, warp_max[w][h]);
-    *reinterpret_cast<float2*>(ml + 2 * h) = make_float2(top, total);
-  }
-}
-
 // mma.cuh's load_b_rows_x2 on the swizzled keys: B fragments of the key tiles n0 and n0 + 8 at the
 // 16 columns from k0 (lanes 8m .. 8m + 7 give the rows of matrix m: keys n0 + 8·(m / 2) + r, piece
 // k0 / 8 + m mod 2).
@@ -274,51 +195,263 @@ __device__ __forceinline__ void load_key_fragments(uint32_t b[4], const Tile& tl
   ldmatrix_x4(b, key_at(tl, n0 + (m >> 1) * 8 + r, (k0 >> 3) + (m & 1)));
 }
 
-// The attention of the staged part (its loads landed and a barrier passed): per head h < hpg the
-// part's max and sum of exp (ml[2h], ml[2h + 1], fp32) and its unnormalised output o[h·dv + e],
-// written to global memory; with s_out, also the scaled scores s_out[h·s_stride + c]. count ≥ 1.
-// Every thread of the CTA calls it.
-__device__ void tile_attend(const DecodeDims& m, const Tile& tl, int count, float* s_out,
-                            int64_t s_stride, float* ml, float* o) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  const int gid = lane / 4, tq = lane % 4, kc = round16(count);
-  // S = Q·Kᵀ, the 16-key tiles n0 = 16·warp, + 16·kWarps, … in registers.
-  constexpr int kWarps = kPartThreads / 32, kTilesPerWarp = kPartKeys / (16 * kWarps);
-  float acc[kTilesPerWarp][8];
+// Each warp attends its own kWarpKeys keys (kWarpTiles tiles of 16) and leaves a partial softmax
+// per head; the CTA meets once, to fold the four partials.
+constexpr int kTileWarps = kPartThreads / 32;
+constexpr int kWarpKeys = kPartKeys / kTileWarps;
+constexpr int kWarpTiles = kWarpKeys / 16;
+static_assert(kWarpKeys % 16 == 0, "a warp's keys are whole 16-key tiles");
+
+// S = Q·Kᵀ for the warp's tiles (keys key0 + 16·t), every tile: a tile past the part's keys holds
+// stale rows, whose scores the softmax masks (a select, so that not even a NaN gets through). With
+// d_k fixed (kDk > 0) the loops unroll and every fragment of a 64-column chunk is loaded before its
+// first MMA: one shared-memory round trip and 2·kWarpTiles independent MMA chains; with d_k read at
+// run time, a 16-column step at a time.
+template <int kDk>
+__device__ __forceinline__ void warp_scores(const Tile& tl, int dk, int key0,
+                                            float (&s)[kWarpTiles][8]) {
 #pragma unroll
-  for (int i = 0; i < kTilesPerWarp; ++i) {
-    const int n0 = 16 * (warp + i * kWarps);
+  for (int t = 0; t < kWarpTiles; ++t) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[i][e] = 0.0f;
-    if (n0 >= kc) continue;
-    for (int k0 = 0; k0 < m.dk; k0 += 16) {
-      uint32_t a[4], bb[4];
+    for (int e = 0; e < 8; ++e) s[t][e] = 0.0f;
+  }
+  if constexpr (kDk > 0) {
+#pragma unroll
+    for (int kb = 0; kb < kDk; kb += 64) {
+      uint32_t a[4][4], b[kWarpTiles][4][4];
+#pragma unroll
+      for (int st = 0; st < 4 && kb + 16 * st < kDk; ++st) {
+        load_a(a[st], tl.q, tl.qs, 0, kb + 16 * st);
+#pragma unroll
+        for (int t = 0; t < kWarpTiles; ++t)
+          load_key_fragments(b[t][st], tl, key0 + 16 * t, kb + 16 * st);
+      }
+#pragma unroll
+      for (int st = 0; st < 4 && kb + 16 * st < kDk; ++st) {
+#pragma unroll
+        for (int t = 0; t < kWarpTiles; ++t) {
+          mma_16816(s[t], a[st], b[t][st]);
+          mma_16816(s[t] + 4, a[st], b[t][st] + 2);
+        }
+      }
+    }
+  } else {
+    for (int k0 = 0; k0 < dk; k0 += 16) {
+      uint32_t a[4], b[kWarpTiles][4];
       load_a(a, tl.q, tl.qs, 0, k0);
-      load_key_fragments(bb, tl, n0, k0);
-      mma_16816(acc[i], a, bb);
-      mma_16816(acc[i] + 4, a, bb + 2);
+#pragma unroll
+      for (int t = 0; t < kWarpTiles; ++t) load_key_fragments(b[t], tl, key0 + 16 * t, k0);
+#pragma unroll
+      for (int t = 0; t < kWarpTiles; ++t) {
+        mma_16816(s[t], a, b[t]);
+        mma_16816(s[t] + 4, a, b[t] + 2);
+      }
     }
   }
-  softmax_registers(m, tl, count, s_out, s_stride, ml, acc);
-  // O = P·V, one 16-column tile per warp at a time; rows < hpg go out.
-  for (int n0 = 16 * warp; n0 < m.dv; n0 += 16 * nw) {
-    float c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
-    for (int k0 = 0; k0 < kc; k0 += 16) {
-      uint32_t a[4], bb[4];
-      load_a(a, tl.p, tl.ps, 0, k0);
-      load_b_cols_x2(bb, tl.v, tl.vs, k0, n0);
-      mma_16816(c0, a, bb);
-      mma_16816(c1, a, bb + 2);
+}
+
+// Where a warp leaves its partial output: in its own value rows, which no other warp reads, 16
+// value columns at a time – head h's outputs e = 16·g .. 16·g + 15 (fp32, 64 bytes) take columns
+// 16·g .. 16·g + 15 of value rows key0 + 2h (e mod 16 < 8) and key0 + 2h + 1 (the rest), the
+// bytes of the values they are made of, once the warp has read them.
+__device__ __forceinline__ float* partial_at(const Tile& tl, int key0, int h, int e) {
+  const int upper = (e >> 3) & 1;
+  return reinterpret_cast<float*>(tl.v + (key0 + 2 * h + upper) * tl.vs + (e & ~15)) + (e & 7);
+}
+
+// Stores a 16-column group's outputs (C fragments c0: columns n0 .. n0 + 7, c1: n0 + 8 ..) of the
+// heads < hpg at partial_at.
+__device__ __forceinline__ void store_partial(const Tile& tl, int hpg, int key0, int n0,
+                                              const float c0[4], const float c1[4]) {
+  const int lane = threadIdx.x & 31, gid = lane >> 2, e = n0 + 2 * (lane & 3);
+  if (gid < hpg) {
+    *reinterpret_cast<float2*>(partial_at(tl, key0, gid, e)) = make_float2(c0[0], c0[1]);
+    *reinterpret_cast<float2*>(partial_at(tl, key0, gid, e + 8)) = make_float2(c1[0], c1[1]);
+  }
+  if (gid + 8 < hpg) {
+    *reinterpret_cast<float2*>(partial_at(tl, key0, gid + 8, e)) = make_float2(c0[2], c0[3]);
+    *reinterpret_cast<float2*>(partial_at(tl, key0, gid + 8, e + 8)) = make_float2(c1[2], c1[3]);
+  }
+}
+
+// O = P·V over the warp's key tiles t < tiles (P: the A fragments pa), left at partial_at. With d_v
+// fixed (kDv > 0) a tile's value fragments are all loaded before its MMAs and the partial is
+// stored at the end; with d_v read at run time, 16 columns at a time, each group's partial stored
+// over the group's own (read) columns.
+template <int kDv>
+__device__ __forceinline__ void warp_values(const Tile& tl, int dv, int hpg, int key0, int tiles,
+                                            const uint32_t (&pa)[kWarpTiles][4]) {
+  if constexpr (kDv > 0) {
+    constexpr int kGroups = kDv / 16;
+    float c[2 * kGroups][4];
+#pragma unroll
+    for (int j = 0; j < 2 * kGroups; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kWarpTiles; ++t) {
+      if (t >= tiles) break;
+      uint32_t v[kGroups][4];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) load_b_cols_x2(v[g], tl.v, tl.vs, key0 + 16 * t, 16 * g);
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        mma_16816(c[2 * g], pa[t], v[g]);
+        mma_16816(c[2 * g + 1], pa[t], v[g] + 2);
+      }
     }
-    const int col = n0 + 2 * tq;
-    if (gid < m.hpg) {
-      *reinterpret_cast<float2*>(o + gid * m.dv + col) = make_float2(c0[0], c0[1]);
-      *reinterpret_cast<float2*>(o + gid * m.dv + col + 8) = make_float2(c1[0], c1[1]);
+    __syncwarp();  // the values are read: the partial may take their place
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) store_partial(tl, hpg, key0, 16 * g, c[2 * g], c[2 * g + 1]);
+  } else {
+    for (int n0 = 0; n0 < dv; n0 += 16) {
+      float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int t = 0; t < kWarpTiles; ++t) {
+        if (t >= tiles) break;
+        uint32_t v[4];
+        load_b_cols_x2(v, tl.v, tl.vs, key0 + 16 * t, n0);
+        mma_16816(c0, pa[t], v);
+        mma_16816(c1, pa[t], v + 2);
+      }
+      __syncwarp();  // the group's values are read
+      store_partial(tl, hpg, key0, n0, c0, c1);
     }
-    if (gid + 8 < m.hpg) {
-      *reinterpret_cast<float2*>(o + (gid + 8) * m.dv + col) = make_float2(c0[2], c0[3]);
-      *reinterpret_cast<float2*>(o + (gid + 8) * m.dv + col + 8) = make_float2(c1[2], c1[3]);
+  }
+}
+
+// The warps' (max, sum) per head, in shared memory – one array for every tile_attend instance (a
+// static array in the template would be one per instance, and the parts kernel's shared memory
+// one CTA per multiprocessor short: docs/perf.md, twenty-sixth session).
+__device__ __forceinline__ float2 (*warp_ml_table())[kMaxHeadsPerGroup] {
+  __shared__ float2 table[kTileWarps][kMaxHeadsPerGroup];
+  return table;
+}
+
+// tile_attend's phase hook: called by every thread after S = Q·Kᵀ (1) and after the warp's partial
+// is written (2); the decoder's does nothing, the workshop's (nsa_decode_tile) reads the clock.
+struct NoStamps {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
+// The attention of the staged part (its loads landed and a barrier passed): per head h < hpg the
+// part's max and sum of exp (ml[2h], ml[2h + 1], fp32) and its unnormalised output o[h·dv + e]
+// (8-byte aligned; global or shared memory); with s_out, also the scaled scores
+// s_out[h·s_stride + c]. count ≥ 1. Every thread of the CTA calls it; a barrier must follow before
+// the tile is staged again. kDk, kDv > 0 compile it for those head dims (tile_attend_part picks).
+//
+// Each warp takes its own 32 keys through S = Q·Kᵀ, a softmax over them (a row's max and sum meet
+// in its quad: two shuffles) and O = P·V with P straight from the S registers (mma.cuh's c_to_a),
+// and leaves (max, sum, O); after one barrier the warps' partials fold in warp order (docs/perf.md,
+// twenty-sixth session: this replaced a softmax over the whole part, whose cross-warp max and P
+// staged in shared memory cost two more barriers and a round trip).
+template <int kDk, int kDv, typename Stamps = NoStamps>
+__device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& tile, int count,
+                                            float* s_out, int64_t s_stride, float* ml, float* o,
+                                            Stamps stamp = {}) {
+  float2(*warp_ml)[kMaxHeadsPerGroup] = warp_ml_table();  // (max, sum) of each warp's keys
+  const int dk = kDk > 0 ? kDk : m.dk, dv = kDv > 0 ? kDv : m.dv;
+  Tile tl = tile;  // the strides as constants where the dims are
+  tl.qs = tile_stride(dk), tl.vs = tile_stride(dv), tl.nk = dk / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tq = lane % 4;
+  const int key0 = warp * kWarpKeys;
+  // The warp's tiles that hold keys (rows count .. round16(count) − 1 are zeros).
+  const int tiles = min(kWarpTiles, max(0, (round16(count) - key0) / 16));
+  float s[kWarpTiles][8];
+  warp_scores<kDk>(tl, dk, key0, s);
+  stamp(1);
+  // Thread (gid, tq) holds rows gid (e & 2 == 0) and gid + 8 at columns
+  // key0 + 16·t + 8·(e ≥ 4) + 2·tq + (e & 1); those ≥ count are masked to −FLT_MAX. The row
+  // maxes meet in the quad; then p = 2^(s·c2 − max·c2) (c2 = scale·log2 e: one FMA and one
+  // MUFU.EX2 a score), whose masked scores come to 2^(−huge) = 0 – also in a row without keys
+  // (max −FLT_MAX, bias 0), which ends with sum 0 and a partial of zeros.
+  const int lim = count - key0 - 2 * tq;
+  const auto valid = [&](int t, int e) { return 16 * t + (e >= 4 ? 8 : 0) + (e & 1) < lim; };
+  float mx[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+  for (int t = 0; t < kWarpTiles; ++t) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      s[t][e] = valid(t, e) ? s[t][e] : -FLT_MAX;
+      mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[t][e]);
     }
+  }
+  mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+  if (s_out) {
+#pragma unroll
+    for (int t = 0; t < kWarpTiles; ++t) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int h = gid + ((e & 2) ? 8 : 0);
+        if (valid(t, e) && h < m.hpg)
+          s_out[h * s_stride + key0 + 16 * t + (e >= 4 ? 8 : 0) + 2 * tq + (e & 1)] =
+              s[t][e] * m.scale;
+      }
+    }
+  }
+  const float c2 = m.scale * kLog2e;
+  const float bias[2] = {mx[0] > -FLT_MAX ? -mx[0] * c2 : 0.0f,
+                         mx[1] > -FLT_MAX ? -mx[1] * c2 : 0.0f};
+  float sum[2] = {0.0f, 0.0f};
+  uint32_t pa[kWarpTiles][4];
+#pragma unroll
+  for (int t = 0; t < kWarpTiles; ++t) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int r = (e >> 1) & 1;
+      s[t][e] = fast_exp2(fmaf(s[t][e], c2, bias[r]));
+      sum[r] += s[t][e];
+    }
+    c_to_a(pa[t], s[t], s[t] + 4);
+  }
+  sum[0] = quad_sum(sum[0]), sum[1] = quad_sum(sum[1]);
+  if (tq == 0) {  // the maxes in log2 units, as the fold takes them
+    if (gid < m.hpg) warp_ml[warp][gid] = make_float2(mx[0] * c2, sum[0]);
+    if (gid + 8 < m.hpg) warp_ml[warp][gid + 8] = make_float2(mx[1] * c2, sum[1]);
+  }
+  warp_values<kDv>(tl, dv, m.hpg, key0, tiles, pa);
+  stamp(2);
+  __syncthreads();  // every warp's partial and (max, sum) are in
+  // The warps' partials folded in warp order, four outputs a thread, without a branch: a warp
+  // without keys has max −FLT_MAX·c2, whose weight 2^(max − top) is 0, and a partial of zeros.
+  // The thread of a head's first four outputs also writes its (max, sum), the max in natural
+  // units again.
+  const int quads = dv / 4;
+  for (int i = threadIdx.x; i < m.hpg * quads; i += blockDim.x) {
+    const int h = i / quads, e = 4 * (i - h * quads);
+    float2 x[kTileWarps];
+    float4 y[kTileWarps];
+#pragma unroll
+    for (int w = 0; w < kTileWarps; ++w) {
+      x[w] = warp_ml[w][h];
+      y[w] = *reinterpret_cast<const float4*>(partial_at(tl, w * kWarpKeys, h, e));
+    }
+    float top = x[0].x;
+#pragma unroll
+    for (int w = 1; w < kTileWarps; ++w) top = fmaxf(top, x[w].x);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTileWarps; ++w) {
+      const float f = fast_exp2(x[w].x - top);
+      acc.x = fmaf(f, y[w].x, acc.x), acc.y = fmaf(f, y[w].y, acc.y);
+      acc.z = fmaf(f, y[w].z, acc.z), acc.w = fmaf(f, y[w].w, acc.w);
+      total = fmaf(f, x[w].y, total);
+    }
+    *reinterpret_cast<float2*>(o + h * dv + e) = make_float2(acc.x, acc.y);
+    *reinterpret_cast<float2*>(o + h * dv + e + 2) = make_float2(acc.z, acc.w);
+    if (e == 0) *reinterpret_cast<float2*>(ml + 2 * h) = make_float2(top * kLn2, total);
+  }
+}
+
+// tile_attend for the decoder's head dims: d_k = d_v = 64 (m7c_125m) compiled for them, every
+// other shape with its dims read at run time (correct, not tuned).
+template <typename Stamps = NoStamps>
+__device__ __forceinline__ void tile_attend_part(const DecodeDims& m, const Tile& tl, int count,
+                                                 float* s_out, int64_t s_stride, float* ml,
+                                                 float* o, Stamps stamp = {}) {
+  if (m.dk == 64 && m.dv == 64) {
+    tile_attend<64, 64>(m, tl, count, s_out, s_stride, ml, o, stamp);
+  } else {
+    tile_attend<0, 0>(m, tl, count, s_out, s_stride, ml, o, stamp);
   }
 }
 

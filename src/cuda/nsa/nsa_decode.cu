@@ -88,9 +88,10 @@ enum class PartKind { kCompressed, kWindow, kBlock0, kDense };
 // parts over positions k·kPartKeys .. – so each CTA issues its loads, then reads the position: one
 // round trip. Then the rows past the position are cut off, the token's own row (position t, not
 // in the caches yet) is put in from the inputs, and a compressed token that completes at t is
-// averaged here. The CTA of part 0 also appends the token's K/V.
+// averaged here. The CTA of part 0 also appends the token's K/V. Six CTAs a multiprocessor (the
+// tile's shared memory allows six; the bound keeps the registers at ≤ 80, without spills).
 template <bool kTrace>
-__global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kPartThreads, 6) parts_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   extern __shared__ __align__(16) unsigned char smem[];
   trace_mark<kTrace>(p, kTraceParts, 0);  // start
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(kPartThreads) parts_kernel(const DecodeParams 
   float* s_out = kind == PartKind::kCompressed
                      ? p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first
                      : nullptr;
-  tile_attend(m, tl, count, s_out, m.max_cmp, ml, p.part_o + part_index(m, bg, slot) * m.dv);
+  tile_attend_part(m, tl, count, s_out, m.max_cmp, ml, p.part_o + part_index(m, bg, slot) * m.dv);
   trace_mark<kTrace>(p, kTraceParts, 4);  // attended
 }
 
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     if (y == rank) trace_mark<kTrace>(p, kTracePicks, 4);  // the first part's rows landed
     const SmemPartial out = y == rank ? own : extra;       // later parts are folded into own
     if (sp.count > 0) {
-      tile_attend(m, tl, sp.count, nullptr, 0, out.ml, out.o);
+      tile_attend_part(m, tl, sp.count, nullptr, 0, out.ml, out.o);
     } else {
       write_empty(m, out.ml);
     }

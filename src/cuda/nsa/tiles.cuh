@@ -8,23 +8,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/fast_exp.cuh"
 #include "common/mma.cuh"
 #include "nsa_params.h"
 
 namespace nsa::cuda {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// 2^x as one MUFU.EX2. exp2f adds a compare and two multiplies per call to keep subnormal results;
-// the softmax loops do not need them (their exponents are <= 0 and results below 2^-126 are
-// negligible next to the row's 1), and the instructions were the kernels' busiest pipe.
-// 2^-inf = 0, which the loops use for masked scores.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Visible compressed tokens for query t: i·d + l <= t + 1.
 __device__ __forceinline__ int64_t num_visible(const NsaParams& p, int64_t t) {
