@@ -51,10 +51,12 @@ double ms_per_call(cudaStream_t stream, int64_t warmup, int64_t steps, F&& launc
   return ms / static_cast<double>(steps);
 }
 
+constexpr int kTracedSteps = 3;  // replays of a traced graph; the last one's marks are read
+
 // The attention of one model step alone: n_layers decode steps of one layer at context S,
 // captured as one graph (the position stays at S; each replay rewrites the same cache row), with
 // random caches and queries. With `trace` (NSA), then a graph of the same steps with the phase
-// timestamps on, run three times: the last replay's layers land in *trace, a slot each.
+// timestamps on, run kTracedSteps times: the last replay's layers land in *trace, a slot each.
 double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, int64_t warmup,
                     int64_t steps, cuda::NsaDecodeCuda::Trace* trace) {
   const NsaConfig& a = cfg.attn;
@@ -92,7 +94,7 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
   if (trace && !dense) {
     layer.enable_trace(st, cfg.n_layers);
     exec = capture();
-    for (int i = 0; i < 3; ++i) NSA_CUDA_CHECK(cudaGraphLaunch(exec, st));
+    for (int i = 0; i < kTracedSteps; ++i) NSA_CUDA_CHECK(cudaGraphLaunch(exec, st));
     *trace = layer.trace();
     cudaGraphExecDestroy(exec);
   }
@@ -102,18 +104,26 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
 
 struct Measured {
   double step_ms = 0, attn_ms = 0, kv_bytes = 0, cache_gib = 0;
-  cuda::NsaDecodeCuda::Trace trace;  // with --trace (NSA)
+  // With --trace (NSA): the attention alone (its layers in one graph) and inside the model's step.
+  cuda::NsaDecodeCuda::Trace trace, step_trace;
 };
 
 Measured measure(const ModelConfig& cfg, const ModelParams<float>& params, int64_t B, int64_t S,
                  bool dense, const DecodeBenchArgs& a) {
   Measured m;
   {
-    cuda::ModelDecoderCuda dec(cfg, params, B, S + a.warmup + a.steps + 1, dense);
+    const bool traced = a.trace && !dense;
+    cuda::ModelDecoderCuda dec(cfg, params, B,
+                               S + a.warmup + a.steps + (traced ? kTracedSteps : 0) + 1, dense);
     dec.fill_random(S, 11);
     m.kv_bytes = static_cast<double>(dec.kv_bytes_per_step());
     m.cache_gib = static_cast<double>(dec.device_bytes()) / (1u << 30);
     m.step_ms = ms_per_call(dec.stream(), a.warmup, a.steps, [&] { dec.step_async(); });
+    if (traced) {  // the same step with the phase timestamps on, after the timed ones
+      dec.enable_trace();
+      for (int i = 0; i < kTracedSteps; ++i) dec.step_async();
+      m.step_trace = dec.trace();
+    }
   }
   m.attn_ms = attention_ms(cfg, B, S, dense, a.warmup, a.steps, a.trace ? &m.trace : nullptr);
   return m;
@@ -193,14 +203,14 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
               "dense", "by", "speedup", "NSA KV MiB", "formula", "ratio", "dense MiB", "NSA tok/s");
   struct TracedStep {
     int64_t context, batch;
-    cuda::NsaDecodeCuda::Trace trace;
+    cuda::NsaDecodeCuda::Trace trace, step_trace;
   };
   std::vector<TracedStep> traces;
   for (const int64_t S : a.contexts) {
     for (const int64_t B : a.batches) {
       Measured n = measure(cfg, params, B, S, false, a);
       const Measured d = measure(cfg, params, B, S, true, a);
-      if (a.trace) traces.push_back({S, B, std::move(n.trace)});
+      if (a.trace) traces.push_back({S, B, std::move(n.trace), std::move(n.step_trace)});
       const auto it = sdpa.best.find({S, B});
       const SdpaResult* sd = it == sdpa.best.end() ? nullptr : &it->second;
       const DenseChoice best = faster_dense(d.attn_ms, sd);
@@ -237,7 +247,10 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
       }
     }
   }
-  for (const TracedStep& t : traces) report_decode_trace(t.trace, t.context, t.batch, json.get());
+  for (const TracedStep& t : traces) {
+    report_decode_trace(t.trace, "attention", t.context, t.batch, json.get());
+    report_decode_trace(t.step_trace, "step", t.context, t.batch, json.get());
+  }
   if (a.prefill.empty()) return;
   std::printf(
       "\nbatched prefill (one forward per group of prompts, caches filled directly; wall time, "

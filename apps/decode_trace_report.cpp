@@ -7,8 +7,8 @@
 
 namespace nsa::app {
 
-void report_decode_trace(const cuda::NsaDecodeCuda::Trace& tr, int64_t context, int64_t batch,
-                         std::ostream* json) {
+void report_decode_trace(const cuda::NsaDecodeCuda::Trace& tr, const char* where, int64_t context,
+                         int64_t batch, std::ostream* json) {
   using Dec = cuda::NsaDecodeCuda;
   const auto at = [&](int64_t call, int k, int64_t cta, int phase) {
     return tr.t[tr.index(call, k, cta, phase)];
@@ -26,10 +26,10 @@ void report_decode_trace(const cuda::NsaDecodeCuda::Trace& tr, int64_t context, 
     traced += t0[static_cast<size_t>(call)] != 0 ? 1 : 0;
   }
   std::printf(
-      "\ndecode trace, context %lld, B %lld: µs from the inputs being ready (the first parts "
-      "CTA released), over the CTAs that got there; each column the median over %lld steps (the "
-      "layers of one replay)\n",
-      static_cast<long long>(context), static_cast<long long>(batch),
+      "\ndecode trace (%s), context %lld, B %lld: µs from the inputs being ready (the first "
+      "parts CTA released), over the CTAs that got there; each column the median over %lld "
+      "steps (the layers of one replay)\n",
+      where, static_cast<long long>(context), static_cast<long long>(batch),
       static_cast<long long>(traced));
   std::printf("  %-7s %-20s %6s %9s %9s %9s\n", "kernel", "phase", "CTAs", "first", "median",
               "last");
@@ -68,11 +68,11 @@ void report_decode_trace(const cuda::NsaDecodeCuda::Trace& tr, int64_t context, 
       std::printf("  %-7s %-20s %6zu %9.2f %9.2f %9.2f\n", Dec::trace_kernel(k), name, ctas, first,
                   mid, last);
       if (json) {
-        *json << "{\"bench\":\"decode_trace\",\"context\":" << context << ",\"batch\":" << batch
-              << ",\"kernel\":\"" << Dec::trace_kernel(k) << "\",\"phase\":\"" << name
-              << "\",\"steps\":" << firsts.size() << ",\"ctas\":" << ctas
-              << ",\"first_us\":" << first << ",\"median_us\":" << mid << ",\"last_us\":" << last
-              << "}\n";
+        *json << "{\"bench\":\"decode_trace\",\"where\":\"" << where << "\",\"context\":" << context
+              << ",\"batch\":" << batch << ",\"kernel\":\"" << Dec::trace_kernel(k)
+              << "\",\"phase\":\"" << name << "\",\"steps\":" << firsts.size()
+              << ",\"ctas\":" << ctas << ",\"first_us\":" << first << ",\"median_us\":" << mid
+              << ",\"last_us\":" << last << "}\n";
       }
     }
   }

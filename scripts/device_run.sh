@@ -46,8 +46,8 @@
 # instructions and stall cycles per instruction, then the source lines where the warps wait.
 # `decode-trace` (not in `all`): `nsa bench decode --device cuda --trace` at DECODE_CONTEXTS and
 # DECODE_BATCHES (as decode-compare), no SDPA, no prefill: the attention kernels' phase timestamps
-# (first / median / last CTA per phase, µs from the step's inputs being ready), also as JSON lines
-# in $OUT/decode_trace.jsonl.
+# (first / median / last CTA per phase, µs from the step's inputs being ready) of the attention
+# alone and inside the model's step, also as JSON lines in $OUT/decode_trace.jsonl.
 # `copy` (not in `all`): a training experiment for `small` (byte vocabulary) – copying from
 # beyond the window, all branches against the window only (see the section below). The needle
 # experiment has its own script, scripts/needle_run.sh.

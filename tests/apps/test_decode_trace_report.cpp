@@ -38,7 +38,7 @@ Dec::Trace made_up_trace() {
 
 std::vector<nlohmann::json> report_lines(const Dec::Trace& tr) {
   std::ostringstream json;
-  report_decode_trace(tr, 65536, 1, &json);
+  report_decode_trace(tr, "step", 65536, 1, &json);
   std::vector<nlohmann::json> lines;
   std::istringstream in(json.str());
   for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
@@ -58,6 +58,7 @@ TEST(DecodeTraceReport, ColumnsAreMediansOverTheTracedSteps) {
   ASSERT_EQ(lines.size(), 2u);  // only the phases some CTA reached
   const nlohmann::json* combined = find(lines, "picks", Dec::trace_phase(kPicks, kCombined));
   ASSERT_NE(combined, nullptr);
+  EXPECT_EQ((*combined)["where"], "step");
   EXPECT_EQ((*combined)["steps"], 3);
   EXPECT_EQ((*combined)["ctas"], 1);
   EXPECT_DOUBLE_EQ((*combined)["median_us"].get<double>(), 11.0);
@@ -67,6 +68,31 @@ TEST(DecodeTraceReport, ColumnsAreMediansOverTheTracedSteps) {
   EXPECT_EQ((*released)["ctas"], 2);
   EXPECT_DOUBLE_EQ((*released)["first_us"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ((*released)["last_us"].get<double>(), 0.512);
+}
+
+// A model's trace is its layers' traces appended (ModelDecoderCuda::trace): call c of the second
+// lands at call calls₁ + c, and the report reads the joined trace as one.
+TEST(DecodeTraceReport, AppendedTracesKeepEachCallsTimes) {
+  const Dec::Trace first = made_up_trace();
+  Dec::Trace joined;
+  joined.append(first);
+  joined.append(first);
+  ASSERT_EQ(joined.calls, 2 * first.calls);
+  ASSERT_EQ(joined.t.size(), 2 * first.t.size());
+  for (int64_t call = 0; call < first.calls; ++call) {
+    EXPECT_EQ(joined.t[joined.index(first.calls + call, kPicks, 0, kCombined)],
+              first.t[first.index(call, kPicks, 0, kCombined)]);
+    EXPECT_EQ(joined.t[joined.index(call, kParts, 0, kReleased)],
+              first.t[first.index(call, kParts, 0, kReleased)]);
+  }
+  const std::vector<nlohmann::json> lines = report_lines(joined);
+  const nlohmann::json* combined = find(lines, "picks", Dec::trace_phase(kPicks, kCombined));
+  ASSERT_NE(combined, nullptr);
+  EXPECT_EQ((*combined)["steps"], 6);
+  EXPECT_DOUBLE_EQ((*combined)["median_us"].get<double>(), 11.0);
+  Dec::Trace other = made_up_trace();
+  other.stride = 3;
+  EXPECT_THROW(joined.append(other), Error);
 }
 
 TEST(DecodeTraceReport, NoTracedStepWritesNoLine) {

@@ -34,6 +34,7 @@
 
 #include "common/device_buffer.h"
 #include "nsa/attention.h"
+#include "nsa/error.h"
 
 namespace nsa::cuda {
 
@@ -88,6 +89,19 @@ class NsaDecodeCuda {
     size_t index(int64_t call, int kernel, int64_t cta, int phase) const {
       return static_cast<size_t>(((call * kTraceKernels + kernel) * stride + cta) * kTracePhases +
                                  phase);
+    }
+    // Appends `next`'s calls after this trace's (another decoder of the same shape: a model's
+    // layers, one decoder each); an empty trace takes `next` as it is.
+    void append(const Trace& next) {
+      if (t.empty()) {
+        *this = next;
+        return;
+      }
+      NSA_CHECK(next.stride == stride && next.ctas[0] == ctas[0] && next.ctas[1] == ctas[1] &&
+                    next.ctas[2] == ctas[2],
+                "decode trace: appending a trace of another shape");
+      t.insert(t.end(), next.t.begin(), next.t.end());
+      calls += next.calls;
     }
   };
   Trace trace() const;  // waits for the device

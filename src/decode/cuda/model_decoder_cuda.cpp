@@ -215,6 +215,19 @@ void ModelDecoderCuda::step_async() {
   for (int64_t& len : lens_) ++len;
 }
 
+void ModelDecoderCuda::enable_trace() {
+  NSA_CHECK(!dense_, "decode trace: the phase timestamps are NSA's (dense decoding has none)");
+  for (const auto& layer : attn_) layer->enable_trace(stream_, 1);
+  if (graph_) NSA_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+  graph_ = nullptr;  // captured again, with the traced kernels
+}
+
+NsaDecodeCuda::Trace ModelDecoderCuda::trace() const {
+  NsaDecodeCuda::Trace all;
+  for (const auto& layer : attn_) all.append(layer->trace());
+  return all;
+}
+
 std::vector<float> ModelDecoderCuda::step(const std::vector<int32_t>& tokens) {
   NSA_CHECK(static_cast<int64_t>(tokens.size()) == B_, "decode: ", tokens.size(),
             " tokens for a batch of ", B_);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cuda/common/device_buffer.h"
+#include "cuda/nsa/nsa_decode.h"
 #include "decode/prefill_plan.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/gemv.h"
@@ -27,8 +28,6 @@
 #include "model/model_params.h"
 
 namespace nsa::cuda {
-
-class NsaDecodeCuda;
 
 class ModelDecoderCuda {
  public:
@@ -57,6 +56,12 @@ class ModelDecoderCuda {
   void fill_random(int64_t len, uint64_t seed);
   // Every sequence back to position 0 (the caches are overwritten as they fill again).
   void reset();
+  // Phase timestamps of every layer's attention kernels inside the model's step (`nsa bench decode
+  // --trace`; NSA only): the steps after this call run traced – the step is captured again – and
+  // trace() gives a slot per layer (the last traced step's), to set beside the attention-only
+  // trace. Throws nsa::Error for dense decoding.
+  void enable_trace();
+  NsaDecodeCuda::Trace trace() const;  // waits for the device
 
   // The furthest position of any sequence, and each sequence's (the tokens its caches hold).
   int64_t position() const;
