@@ -40,7 +40,8 @@
 # built beside the base and benchmarked between it and this tree in every round – one call that
 # measures a chain of changes one by one.
 # `decode-tile` (not in `all`): nsa_decode_tile – a decode part's attention (tile_attend) timed
-# alone in one CTA, cycles and ns a call at 128, 64 and 16 keys (DECODE_TILE_ARGS: its options).
+# alone in one CTA, cycles and ns a call at 128, 64 and 16 keys, then 3,168 CTAs at once (ns a
+# part across the GPU: batch 16's regime) (DECODE_TILE_ARGS: its options, default --ctas 3168).
 # `decode-hotspots` (not in `all`): Nsight Compute on the decode kernels of NCU_KERNELS (default
 # "parts topk picks"), each alone at DECODE_CONTEXT (default 65536), B = 1: duration, warp
 # instructions and stall cycles per instruction, then the source lines where the warps wait.
@@ -196,7 +197,7 @@ if [ "$what" = decode-trace ]; then
     --json "$out/decode_trace.jsonl" 2>&1 | tee "$out/decode_trace.txt"
 fi
 if [ "$what" = decode-tile ]; then
-  ./build/nsa_decode_tile ${DECODE_TILE_ARGS:-} 2>&1 | tee "$out/decode_tile.txt"
+  ./build/nsa_decode_tile ${DECODE_TILE_ARGS:---ctas 3168} 2>&1 | tee "$out/decode_tile.txt"
 fi
 if [ "$what" = decode-hotspots ]; then
   for k in ${NCU_KERNELS:-parts topk picks}; do

@@ -8,7 +8,9 @@
 // call – its code fetched cold – is reported apart from the median. The keys are staged again
 // before every call (outside the timed span): the attention writes its partials over the values.
 // Values are random; the cost does not depend on them. Benchmarks only.
-//   nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] [--reps 200]
+// With --ctas N, then N CTAs at once, each its calls back to back (staged once): ns a part across
+// the GPU – the throughput that batch 16 pays, where the latency table shows what batch 1 pays.
+//   nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] [--reps 200] [--ctas N]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -62,17 +64,24 @@ struct ClockStamps {
 
 constexpr int kPhases = 4;  // start, S computed, partial written, end (after the closing barrier)
 
+// `reps` calls of the attention in each CTA. restage: the keys and values staged again before
+// every call (outside the timed span; the latency table), else staged once (the throughput table:
+// the cost does not depend on the values, which the partials overwrite). CTA 0 writes the stamps
+// and the globaltimer total; each CTA its own ml and o.
 __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
-    attend_latency(DecodeDims m, int count, int reps, const __nv_bfloat16* q,
-                   const __nv_bfloat16* k, const __nv_bfloat16* v, float* ml, float* o,
-                   long long* stamps, unsigned long long* ns) {
+    attend_loop(DecodeDims m, int count, int reps, bool restage, const __nv_bfloat16* q,
+                const __nv_bfloat16* k, const __nv_bfloat16* v, float* ml, float* o,
+                long long* stamps, unsigned long long* ns) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ long long at[kPhases];
   const Tile tl = nsa::cuda::decode::carve_tile(smem, m.dk, m.dv);
+  const bool record = blockIdx.x == 0 && threadIdx.x == 0;
+  ml += static_cast<int64_t>(blockIdx.x) * 2 * nsa::cuda::decode::kMaxHeadsPerGroup;
+  o += static_cast<int64_t>(blockIdx.x) * nsa::cuda::decode::kMaxHeadsPerGroup * m.dv;
   stage(m, tl, count, q, k, v, false);
   unsigned long long total = 0;
   for (int r = 0; r < reps; ++r) {
-    stage(m, tl, count, q, k, v, true);
+    if (restage) stage(m, tl, count, q, k, v, true);
     __syncthreads();
     unsigned long long g0, g1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
@@ -81,12 +90,12 @@ __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
     __syncthreads();
     if (threadIdx.x == 0) at[3] = clock64();
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
-    if (threadIdx.x == 0) {
+    if (record) {
       for (int i = 1; i < kPhases; ++i) stamps[r * (kPhases - 1) + i - 1] = at[i] - at[i - 1];
     }
     total += g1 - g0;
   }
-  if (threadIdx.x == 0) *ns = total;
+  if (record) *ns = total;
 }
 
 std::vector<int> parse_list(const std::string& s) {
@@ -102,7 +111,7 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 int run(int argc, char** argv) {
-  int hpg = 6, dk = 64, dv = 64, reps = 200;
+  int hpg = 6, dk = 64, dv = 64, reps = 200, ctas = 0;
   std::vector<int> keys = {128, 64, 16};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -117,11 +126,13 @@ int run(int argc, char** argv) {
       keys = parse_list(argv[++i]);
     } else if (arg == "--reps" && has_value) {
       reps = std::atoi(argv[++i]);
+    } else if (arg == "--ctas" && has_value) {
+      ctas = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "nsa_decode_tile: unknown or incomplete option '%s'\n"
                    "usage: nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] "
-                   "[--reps 200]\n",
+                   "[--reps 200] [--ctas N]\n",
                    arg.c_str());
       return 2;
     }
@@ -129,10 +140,10 @@ int run(int argc, char** argv) {
   using nsa::cuda::decode::kMaxHeadsPerGroup;
   using nsa::cuda::decode::kPartKeys;
   if (hpg < 1 || hpg > kMaxHeadsPerGroup || dk < 16 || dk > 256 || dk % 16 != 0 || dv < 16 ||
-      dv > 256 || dv % 16 != 0 || reps < 1) {
+      dv > 256 || dv % 16 != 0 || reps < 1 || ctas < 0) {
     std::fprintf(stderr,
                  "nsa_decode_tile: --hpg must be 1..%d, --dk and --dv multiples of 16 in 16..256, "
-                 "--reps positive\n",
+                 "--reps positive, --ctas at least 0\n",
                  kMaxHeadsPerGroup);
     return 2;
   }
@@ -146,7 +157,7 @@ int run(int argc, char** argv) {
   m.hpg = hpg, m.dk = dk, m.dv = dv, m.G = 1;
   m.scale = 1.0f / std::sqrt(static_cast<float>(dk));
   const size_t smem = nsa::cuda::decode::tile_bytes(dk, dv);
-  NSA_CUDA_CHECK(cudaFuncSetAttribute(attend_latency, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  NSA_CUDA_CHECK(cudaFuncSetAttribute(attend_loop, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   // Random q, keys and values, uniform in [−1, 1), staged into the tile by the kernel.
   const int64_t nq = int64_t{kMaxHeadsPerGroup} * dk, nk = int64_t{kPartKeys} * dk,
@@ -165,8 +176,9 @@ int run(int argc, char** argv) {
   float *ml = nullptr, *o = nullptr;
   long long* stamps = nullptr;
   unsigned long long* ns = nullptr;
-  NSA_CUDA_CHECK(cudaMalloc(&ml, 2 * kMaxHeadsPerGroup * sizeof(float)));
-  NSA_CUDA_CHECK(cudaMalloc(&o, static_cast<size_t>(kMaxHeadsPerGroup) * dv * sizeof(float)));
+  const size_t blocks = static_cast<size_t>(std::max(ctas, 1));  // each its own ml and o
+  NSA_CUDA_CHECK(cudaMalloc(&ml, blocks * 2 * kMaxHeadsPerGroup * sizeof(float)));
+  NSA_CUDA_CHECK(cudaMalloc(&o, blocks * kMaxHeadsPerGroup * dv * sizeof(float)));
   NSA_CUDA_CHECK(cudaMalloc(&stamps, (kPhases - 1) * reps * sizeof(long long)));
   NSA_CUDA_CHECK(cudaMalloc(&ns, sizeof(unsigned long long)));
   std::printf("tile_attend alone, one CTA of %d threads: hpg %d, dk %d, dv %d, %d calls each\n",
@@ -174,8 +186,8 @@ int run(int argc, char** argv) {
   std::printf("%6s | %8s %8s %8s %8s | %8s %8s %8s | %10s\n", "keys", "median", "min", "max",
               "first", "S=QK", "soft+PV", "fold", "ns / call");
   for (const int count : keys) {
-    attend_latency<<<1, nsa::cuda::decode::kPartThreads, smem>>>(m, count, reps, q, k, v, ml, o,
-                                                                 stamps, ns);
+    attend_loop<<<1, nsa::cuda::decode::kPartThreads, smem>>>(m, count, reps, true, q, k, v, ml, o,
+                                                              stamps, ns);
     NSA_CUDA_CHECK(cudaGetLastError());
     std::vector<long long> at((kPhases - 1) * reps);
     unsigned long long total = 0;
@@ -203,6 +215,38 @@ int run(int argc, char** argv) {
   }
   std::printf(
       "(cycles of clock64 on thread 0; phases are medians; ns / call from %%globaltimer)\n");
+  if (ctas > 0) {
+    // Throughput: `ctas` CTAs (as many at a time as fit an SM), each `reps` calls back to back –
+    // the regime of batch 16, where thousands of parts share the SMs and every instruction counts.
+    int per_sm = 0, sms = 0, dev = 0;
+    NSA_CUDA_CHECK(cudaGetDevice(&dev));
+    NSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    NSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, attend_loop, nsa::cuda::decode::kPartThreads, smem));
+    std::printf("\nthroughput: %d CTAs (%d an SM fit, %d SMs), %d calls each\n", ctas, per_sm, sms,
+                reps);
+    std::printf("%6s | %12s %16s\n", "keys", "kernel ms", "ns / part (GPU)");
+    cudaEvent_t t0, t1;
+    NSA_CUDA_CHECK(cudaEventCreate(&t0));
+    NSA_CUDA_CHECK(cudaEventCreate(&t1));
+    for (const int count : keys) {
+      const auto launch = [&] {
+        attend_loop<<<ctas, nsa::cuda::decode::kPartThreads, smem>>>(m, count, reps, false, q, k, v,
+                                                                     ml, o, stamps, ns);
+      };
+      launch();  // warm-up
+      NSA_CUDA_CHECK(cudaEventRecord(t0));
+      launch();
+      NSA_CUDA_CHECK(cudaEventRecord(t1));
+      NSA_CUDA_CHECK(cudaEventSynchronize(t1));
+      NSA_CUDA_CHECK(cudaGetLastError());
+      float ms = 0.0f;
+      NSA_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+      std::printf("%6d | %12.3f %16.2f\n", count, ms,
+                  static_cast<double>(ms) * 1e6 / (static_cast<double>(ctas) * reps));
+    }
+    cudaEventDestroy(t0), cudaEventDestroy(t1);
+  }
   cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(ml), cudaFree(o), cudaFree(stamps), cudaFree(ns);
   return 0;
 }
