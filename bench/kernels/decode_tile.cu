@@ -4,12 +4,12 @@
 // session: 3,134 cycles a 128-key part before the warps attended their own keys, 1,525 after), here
 // with nothing else on the GPU and no memory round trip.
 // Each call sits between two barriers; thread 0 reads clock64 and %globaltimer around it and at the
-// attention's phase hooks (S = Q·Kᵀ; softmax and P·V; the fold of the warps' partials); the first
-// call – its code fetched cold – is reported apart from the median. The keys are staged again
-// before every call (outside the timed span): the attention writes its partials over the values.
-// Values are random; the cost does not depend on them. Benchmarks only.
-// With --ctas N, then N CTAs at once, each its calls back to back (staged once): ns a part across
-// the GPU – the throughput that batch 16 pays, where the latency table shows what batch 1 pays.
+// attention's phase hooks (S = Q·Kᵀ; softmax and P·V; the fold of the warps' partials); each row's
+// first call is reported apart from the median (its code is cold in the first row only). The keys
+// are staged again before every call (outside the timed span): the attention writes its partials
+// over the values. Values are random; the cost does not depend on them. Benchmarks only. With
+// --ctas N, then N CTAs at once, each its calls back to back (staged once): ns a part across the
+// GPU – the throughput that batch 16 pays, where the latency table shows what batch 1 pays.
 //   nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] [--reps 200] [--ctas N]
 #include <cuda_runtime.h>
 

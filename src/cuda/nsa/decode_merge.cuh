@@ -311,26 +311,23 @@ __device__ __forceinline__ Inbox carve_inbox(unsigned char* base, const DecodeDi
 __device__ __forceinline__ void push_partial(const DecodeDims& m, const SmemPartial& own,
                                              const Inbox& inbox, uint64_t* received, int rank,
                                              int heads) {
+  // v (a float4 of o or a float2 (max, sum)) to dst in the inbox of CTA `to`.
+  const auto send = [&](float* dst, int to, auto v) {
+    if (to == rank) {  // its own heads: plain stores (a barrier follows)
+      *reinterpret_cast<decltype(v)*>(dst) = v;
+    } else {
+      st_async_cluster(cluster_address(dst, to), v, cluster_address(received, to));
+    }
+  };
   const int q = m.dv / 4;
   for (int i = threadIdx.x; i < m.hpg * q; i += blockDim.x) {
     const int h = i / q, e4 = i - h * q, to = h / heads, hl = h - to * heads;
-    const float4 v = reinterpret_cast<const float4*>(own.o + h * m.dv)[e4];
-    float* dst = inbox.o + (rank * heads + hl) * m.dv + 4 * e4;
-    if (to == rank) {  // its own heads: plain stores (a barrier follows)
-      *reinterpret_cast<float4*>(dst) = v;
-    } else {
-      st_async_cluster(cluster_address(dst, to), v, cluster_address(received, to));
-    }
+    send(inbox.o + (rank * heads + hl) * m.dv + 4 * e4, to,
+         reinterpret_cast<const float4*>(own.o + h * m.dv)[e4]);
   }
   for (int h = threadIdx.x; h < m.hpg; h += blockDim.x) {
     const int to = h / heads, hl = h - to * heads;
-    const float2 v = reinterpret_cast<const float2*>(own.ml)[h];
-    float* dst = inbox.ml + 2 * (rank * heads + hl);
-    if (to == rank) {
-      *reinterpret_cast<float2*>(dst) = v;
-    } else {
-      st_async_cluster(cluster_address(dst, to), v, cluster_address(received, to));
-    }
+    send(inbox.ml + 2 * (rank * heads + hl), to, reinterpret_cast<const float2*>(own.ml)[h]);
   }
 }
 
