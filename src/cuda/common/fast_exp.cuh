@@ -17,4 +17,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// e^x as one multiply and one MUFU.EX2 – __expf's result wherever it is a normal float (its
+// subnormal guard, a compare and two multiplies on the chain, is what this drops; below 2^-126 it
+// gives 0). For the decode merges' chains of dependent exponentials at batch 1.
+__device__ __forceinline__ float fast_exp(float x) {
+  return fast_exp2(x * kLog2e);
+}
+
 }  // namespace nsa::cuda

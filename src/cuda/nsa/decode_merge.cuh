@@ -10,6 +10,7 @@
 #include <cfloat>
 
 #include "common/dependent_launch.cuh"
+#include "common/fast_exp.cuh"
 #include "decode_params.cuh"
 
 namespace nsa::cuda::decode {
@@ -20,10 +21,10 @@ namespace nsa::cuda::decode {
 __device__ __forceinline__ void fold_stats(float& mx, float& sum, float m2, float s2) {
   if (!(s2 > 0.0f)) return;
   if (m2 > mx) {
-    sum = sum * __expf(mx - m2) + s2;
+    sum = sum * fast_exp(mx - m2) + s2;
     mx = m2;
   } else {
-    sum += s2 * __expf(m2 - mx);
+    sum += s2 * fast_exp(m2 - mx);
   }
 }
 
@@ -52,7 +53,7 @@ __device__ __forceinline__ void warp_fold(float& mx, float& sum) {
   float top = mx;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, off));
-  float total = sum > 0.0f ? sum * __expf(mx - top) : 0.0f;
+  float total = sum > 0.0f ? sum * fast_exp(mx - top) : 0.0f;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
   mx = top;
@@ -76,10 +77,10 @@ __device__ __forceinline__ void fold_running(Running& s, float m2, float l2, flo
   if (!(l2 > 0.0f)) return;
   float a = 1.0f, c = 1.0f;  // s's scale, the part's scale
   if (m2 > s.m) {
-    a = __expf(s.m - m2);
+    a = fast_exp(s.m - m2);
     s.m = m2;
   } else {
-    c = __expf(m2 - s.m);
+    c = fast_exp(m2 - s.m);
   }
   s.l = s.l * a + l2 * c;
   s.acc.x = s.acc.x * a + o2.x * c;
@@ -105,14 +106,15 @@ __device__ __forceinline__ void fold_batch(Running& s, const bool (&in)[K], cons
   }
   if (!any) return;
   if (mx > s.m) {  // s empty: its sum and output are 0, any scale keeps them 0
-    const float a = __expf(s.m - mx);
+    const float a = fast_exp(s.m - mx);
     s.l *= a, s.acc.x *= a, s.acc.y *= a, s.acc.z *= a, s.acc.w *= a;
     s.m = mx;
   }
 #pragma unroll
   for (int u = 0; u < K; ++u) {
     const bool live = in[u] && ml[u].y > 0.0f;
-    const float w = live ? __expf(ml[u].x - mx) : 0.0f;  // junk o of a dead slot: never multiplied
+    const float w =
+        live ? fast_exp(ml[u].x - mx) : 0.0f;  // junk o of a dead slot: never multiplied
     s.l = fmaf(w, live ? ml[u].y : 0.0f, s.l);
     s.acc.x = fmaf(w, live ? ov[u].x : 0.0f, s.acc.x);
     s.acc.y = fmaf(w, live ? ov[u].y : 0.0f, s.acc.y);
@@ -245,7 +247,7 @@ __device__ void fold_partial(const DecodeDims& m, const SmemPartial& own,
       continue;
     }
     const float mx = fmaxf(a.x, x.x);
-    own.o[i] = own.o[i] * __expf(a.x - mx) + extra.o[i] * __expf(x.x - mx);
+    own.o[i] = own.o[i] * fast_exp(a.x - mx) + extra.o[i] * fast_exp(x.x - mx);
   }
   __syncthreads();  // every output read own's old max
   for (int h = threadIdx.x; h < m.hpg; h += blockDim.x) {
@@ -257,7 +259,7 @@ __device__ void fold_partial(const DecodeDims& m, const SmemPartial& own,
       continue;
     }
     const float mx = fmaxf(a.x, x.x);
-    a = make_float2(mx, a.y * __expf(a.x - mx) + x.y * __expf(x.x - mx));
+    a = make_float2(mx, a.y * fast_exp(a.x - mx) + x.y * fast_exp(x.x - mx));
   }
   __syncthreads();
 }
@@ -355,13 +357,13 @@ __device__ __forceinline__ float gate_branches(const DecodeDims& m, const PreMer
   for (int k = 0; k < kPicksCluster; ++k) mx = ml[k].y > 0.0f ? fmaxf(mx, ml[k].x) : mx;
   float l = 0.0f, a = 0.0f;
   if (pre.y > 0.0f) {
-    const float w = __expf(pre.x - mx);
+    const float w = fast_exp(pre.x - mx);
     l = w * pre.y, a = w * pm.o[kSel];
   }
 #pragma unroll
   for (int k = 0; k < kPicksCluster; ++k) {
     const bool live = ml[k].y > 0.0f;  // junk o of an empty partial: never multiplied
-    const float w = live ? __expf(ml[k].x - mx) : 0.0f;
+    const float w = live ? fast_exp(ml[k].x - mx) : 0.0f;
     l = fmaf(w, live ? ml[k].y : 0.0f, l);
     a = fmaf(w, live ? ov[k] : 0.0f, a);
   }

@@ -8,6 +8,7 @@
 // ascending of P[i]·overlap·(1/l); ties go to the lower block.
 #pragma once
 
+#include "common/fast_exp.cuh"
 #include "common/mma.cuh"
 #include "decode_merge.cuh"
 
@@ -103,7 +104,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
 #pragma unroll
     for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh) {
       if (hh >= m.hpg) break;
-      p += __expf(xi[hh] - head_max[hh]) * head_inv_sum[hh];
+      p += fast_exp(xi[hh] - head_max[hh]) * head_inv_sum[hh];
     }
     gp[i - gi0] = p;
   };
