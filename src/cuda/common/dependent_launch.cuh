@@ -8,6 +8,11 @@
 // nothing; the order of the stream is kept exactly. A kernel may instead wait with
 // wait_for_previous_kernel_only() and let the next one launch later (let_next_kernel_start()):
 // where it does so changes only when the next kernel's CTAs are scheduled, never what they see.
+// Early start: a kernel may also call let_next_kernel_start() before its own wait, so that the next
+// kernel's CTAs can be scheduled while the kernel two back still runs. That kernel's wait still
+// covers everything before it (its prerequisite waited for its own), but before its wait it may
+// then read only what kernels three or more back wrote – the decode step's attention inputs do
+// this: the attention's first kernel reads cache rows of earlier steps before its wait.
 #pragma once
 
 #include <cuda_runtime.h>

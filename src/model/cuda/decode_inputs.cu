@@ -28,6 +28,12 @@ __global__ void __launch_bounds__(kThreads)
     decode_inputs_kernel(const float* __restrict__ proj, DecodeInputs in,
                          const int32_t* __restrict__ positions, const float* __restrict__ gate_bias,
                          double base) {
+  // The next kernel may start now (common/dependent_launch.cuh, "early start"): decoding's
+  // attention, whose first kernel reads only cache rows of earlier steps before its wait, or a
+  // plain launch in prefill. Measured at batch 16 (this path; H200): the step 0.892 -> 0.886 ms at
+  // 64k, 1.098 -> 1.090 at 128k. The few-row projection (batch <= 3) does not: there the parts'
+  // row loads queued behind its weight loads and 64k, B = 1 lost 17 µs (docs/perf.md).
+  let_next_kernel_start();
   __shared__ float cos_of[kMaxRopePairs], sin_of[kMaxRopePairs];
   // Sequence b's projection row [in.width], then the gate bias [H, 3].
   extern __shared__ __align__(16) float row[];
@@ -42,7 +48,7 @@ __global__ void __launch_bounds__(kThreads)
   const double pos = static_cast<double>(positions[b]);
   for (int64_t i = threadIdx.x; i < in.dk / 2; i += blockDim.x)
     rope_cos_sin(pos, i, in.dk, base, false, cos_of[i], sin_of[i]);
-  wait_for_previous_kernel();  // proj comes from the product before
+  wait_for_previous_kernel_only();  // proj comes from the product before
   const float* from = proj + b * in.width;
   if (in.width % 4 == 0 && reinterpret_cast<uintptr_t>(from) % 16 == 0) {
     for (int64_t i = threadIdx.x; i < in.width / 4; i += blockDim.x)
