@@ -46,4 +46,13 @@ __device__ __forceinline__ void tma_load_box(void* dst, const CUtensorMap* map, 
                                     coords, bar);
 }
 
+// Copies the box at (column, row) of a two-dimensional `map` (tma.h, make_row_box_map) to `dst`
+// (shared; 1024-byte aligned for the 128-byte swizzle, else 128), completing on `bar`.
+__device__ __forceinline__ void tma_load_box_2d(void* dst, const CUtensorMap* map, int32_t column,
+                                                int32_t row, uint64_t* bar) {
+  const int32_t coords[2] = {column, row};
+  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, dst, map,
+                                    coords, bar);
+}
+
 }  // namespace nsa::cuda

@@ -18,4 +18,12 @@ namespace nsa::cuda {
 // base gives a zeroed map (never to be used: no copy is issued for an empty range).
 CUtensorMap make_group_rows_map(const void* base, int64_t rows, int64_t G, int64_t D, int box_rows);
 
+// A map of `base` ([rows, width] bf16, 16-byte aligned, width a multiple of 8) with boxes of
+// box_cols × box_rows elements; coordinates (column, row). swizzle_128b: the 128-byte swizzle
+// (box_cols = 64), else none – and then a box may reach past the width: those columns arrive as
+// zeros, which gives a padded row (the decode parts' value rows). rows == 0 or a null base gives a
+// zeroed map.
+CUtensorMap make_row_box_map(const void* base, int64_t rows, int64_t width, int box_cols,
+                             int box_rows, bool swizzle_128b);
+
 }  // namespace nsa::cuda

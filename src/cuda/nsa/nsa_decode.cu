@@ -11,6 +11,7 @@
 #include "common/dependent_launch.cuh"
 #include "common/dynamic_smem.h"
 #include "common/tma.cuh"
+#include "common/tma.h"
 #include "decode_merge.cuh"
 #include "decode_params.cuh"
 #include "decode_select.cuh"
@@ -90,13 +91,26 @@ enum class PartKind { kCompressed, kWindow, kBlock0, kDense };
 // in the caches yet) is put in from the inputs, and a compressed token that completes at t is
 // averaged here. The CTA of part 0 also appends the token's K/V. Six CTAs a multiprocessor (the
 // tile's shared memory allows six; the bound keeps the registers at ≤ 80, without spills).
+// With maps.on, the copy engine brings the part's cache rows (NsaDecodeCuda::tma_rows_): one
+// thread issues two boxes of 128 rows – keys (64 columns, swizzled) and values (72 columns: the
+// padded rows, zeros past the last group) of group g – at row b·rows + first of the cache's map,
+// which frees the other threads at once; the trace put 2.3 µs of a 64k, B = 1 layer (3.6 in the
+// model's step) on issuing the same rows as 16-byte cp.async (docs/perf.md). Rows past the part's
+// count are junk or zeros, fixed as cp.async's stale rows are (tile_fix_rows).
+struct PartMaps {
+  CUtensorMap k[3], v[3];  // compressed, window, selected caches
+  int on;
+};
+
 template <bool kTrace>
-__global__ void __launch_bounds__(kPartThreads, 6) parts_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kPartThreads, 6)
+    parts_kernel(const DecodeParams p, const __grid_constant__ PartMaps maps) {
   const DecodeDims& m = p.dims;
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ uint64_t rows_landed;        // maps.on: the boxes' barrier
   trace_mark<kTrace>(p, kTraceParts, 0);  // start
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
-  const Tile tl = carve_tile(smem, m.dk, m.dv);
+  const Tile tl = maps.on ? carve_tile_aligned64(smem) : carve_tile(smem, m.dk, m.dv);
   // What the part reads: `avail` rows from row `first` on of a cache of `rows` rows per sequence.
   PartKind kind;
   int k = y, first = k * kPartKeys, slot = y, avail;
@@ -124,9 +138,23 @@ __global__ void __launch_bounds__(kPartThreads, 6) parts_kernel(const DecodePara
   // The cache rows are copied before the wait: the rows this step writes (position t, the
   // compressed token completing at t) are replaced from the inputs below, and the others were
   // written by earlier steps, many kernels back (common/dependent_launch.cuh).
-  tile_issue_rows(m, tl, avail, row(kc, b, rows, first, g, m, m.dk),
-                  row(vc, b, rows, first, g, m, m.dv), static_cast<int64_t>(m.G) * m.dk,
-                  static_cast<int64_t>(m.G) * m.dv);
+  trace_mark<kTrace>(p, kTraceParts, 5);  // rows addressed: the part's kind and range known
+  if (maps.on) {
+    if (threadIdx.x == 0) {
+      const int which = kind == PartKind::kCompressed ? 0 : kind == PartKind::kWindow ? 1 : 2;
+      const int32_t at = static_cast<int32_t>(b * rows + first);
+      mbarrier_init_one(&rows_landed);
+      mbarrier_init_fence();
+      mbarrier_expect_bytes(&rows_landed, kPartKeys * (64 + tile_stride(64)) * sizeof(bf16));
+      tma_load_box_2d(tl.k, &maps.k[which], g * 64, at, &rows_landed);
+      tma_load_box_2d(tl.v, &maps.v[which], g * 64, at, &rows_landed);
+    }
+    __syncthreads();  // the barrier is initialised before any thread waits on it
+  } else {
+    tile_issue_rows(m, tl, avail, row(kc, b, rows, first, g, m, m.dk),
+                    row(vc, b, rows, first, g, m, m.dv), static_cast<int64_t>(m.G) * m.dk,
+                    static_cast<int64_t>(m.G) * m.dv);
+  }
   trace_mark<kTrace>(p, kTraceParts, 1);  // cache rows issued
   wait_for_previous_kernel();
   trace_mark<kTrace>(p, kTraceParts, 2);  // released: the previous kernel is done
@@ -154,6 +182,7 @@ __global__ void __launch_bounds__(kPartThreads, 6) parts_kernel(const DecodePara
   }
   float* ml = p.part_ml + 2 * part_index(m, bg, slot);
   cp_async_wait<0>();  // (also before an exit: the copies land before shared memory is released)
+  if (maps.on) mbarrier_wait(&rows_landed, 0);
   if (count == 0) {
     // Compressed and dense parts past the last key are not read (their merges stop at the last
     // part); window and block-0 slots are always merged, so they say "empty".
@@ -422,9 +451,24 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
       " bytes of shared memory in a picks CTA, more than it has (220 KiB); use smaller heads");
   // Dynamic shared memory beyond the default 48 KiB (the staged tile, and the picks' selection
   // scratch): raised, never lowered, so every decoder alive (of any shape) can still launch.
-  const size_t tile = tile_bytes(static_cast<int>(dk), static_cast<int>(dv));
+  // The parts' rows by the copy engine where the grid is at most a CTA an SM (batch 1 at 64k for
+  // m7c): there it issues in 0.2 µs what cp.async issues in 0.9-1.8 (nsa_decode_loads, H200); at
+  // larger grids its 128-byte rows, 256 bytes apart, came in slower than cp.async's.
+  tma_rows_ = dk == 64 && dv == 64 && G >= 2 && B_ * G * grid_y <= current_sm_count() &&
+              B_ * max_len < (int64_t{1} << 31);
+  if (tma_rows_) {
+    const bf16* const caches[3][2] = {
+        {k_cmp_.get(), v_cmp_.get()}, {k_win_.get(), v_win_.get()}, {k_sel_.get(), v_sel_.get()}};
+    const int64_t rows[3] = {B_ * max_cmp_, B_ * cfg.w, B_ * max_len};
+    for (int i = 0; i < 3; ++i) {
+      if (caches[i][0] == nullptr) continue;  // dense: the selected caches only
+      row_maps_[2 * i] = make_row_box_map(caches[i][0], rows[i], G * 64, 64, kPartKeys, true);
+      row_maps_[2 * i + 1] =
+          make_row_box_map(caches[i][1], rows[i], G * 64, tile_stride(64), kPartKeys, false);
+    }
+  }
   for (const bool traced : {false, true}) {  // the kernels with and without trace points
-    allow_dynamic_smem(traced ? parts_kernel<true> : parts_kernel<false>, tile);
+    allow_dynamic_smem(traced ? parts_kernel<true> : parts_kernel<false>, parts_smem_bytes());
     if (!dense) {
       allow_dynamic_smem(traced ? topk_kernel<true> : topk_kernel<false>, block_topk_smem_bytes());
       allow_dynamic_smem(traced ? picks_kernel<true> : picks_kernel<false>, picks_smem_bytes());
@@ -502,8 +546,12 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   const unsigned parts =
       static_cast<unsigned>(dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
   const bool traced = p.trace != nullptr;
+  PartMaps maps{};
+  maps.on = tma_rows_ ? 1 : 0;
+  for (int i = 0; i < 3 && tma_rows_; ++i)
+    maps.k[i] = row_maps_[2 * i], maps.v[i] = row_maps_[2 * i + 1];
   launch_dependent(traced ? parts_kernel<true> : parts_kernel<false>, dim3(BG, parts),
-                   dim3(kPartThreads), tile_bytes(m.dk, m.dv), stream, p);
+                   dim3(kPartThreads), parts_smem_bytes(), stream, p, maps);
   if (dense_) {
     launch_dependent(dense_combine_kernel,
                      dim3(static_cast<unsigned>(B_), static_cast<unsigned>(c.heads)),
@@ -603,13 +651,20 @@ const char* NsaDecodeCuda::trace_kernel(int kernel) {
 
 const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
   static const char* const names[kTraceKernels][kTracePhases] = {
-      {"start", "cache rows issued", "released", "landed", "attended", nullptr, nullptr, nullptr},
+      {"start", "cache rows issued", "released", "landed", "attended", "rows addressed", nullptr,
+       nullptr},
       {"start", "released", "chunk written", "head pre-merged", "stats merged", "probs staged",
        "blocks scored", nullptr},
       {"start", "released", "candidates landed", "selected", "first rows landed", "attended",
        "inbox full", "combined"}};
   if (kernel < 0 || kernel >= kTraceKernels || phase < 0 || phase >= kTracePhases) return nullptr;
   return names[kernel][phase];
+}
+
+// The parts kernel's tile, with the slack that aligns it for the copy engine's boxes.
+size_t NsaDecodeCuda::parts_smem_bytes() const {
+  return tile_bytes(static_cast<int>(cfg_.dk), static_cast<int>(cfg_.dv)) +
+         (tma_rows_ ? kTileAlignSlack : 0);
 }
 
 // The picks kernel's tile, its selection scratch, its partial and a later part's, its inbox.

@@ -26,6 +26,7 @@
 //           across the cluster – into o [B, H·dv] (dense: a combine kernel).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -111,6 +112,7 @@ class NsaDecodeCuda {
 
  private:
   size_t block_topk_smem_bytes() const;
+  size_t parts_smem_bytes() const;
   size_t picks_smem_bytes() const;
   int64_t kernel_ctas(int kernel) const;  // grid size of parts / top-n / picks (TraceKernel order)
   NsaConfig cfg_;
@@ -119,7 +121,12 @@ class NsaDecodeCuda {
   int64_t cmp_parts_ = 0, win_parts_ = 0, block0_parts_ = 0, late_parts_ = 0, pick_parts_ = 0;
   int64_t dense_parts_ = 0, slots_ = 0;
   unsigned picks_cluster_ = 1;  // CTAs of the picks kernel per (sequence, group)
-  bool warm_picks_ = false;     // the picks' dry selection before their wait (constructor)
+  // The parts kernel's cache rows by the copy engine (TMA) instead of cp.async, where it wins
+  // (d_k = d_v = 64, G ≥ 2, a grid of at most a CTA an SM): maps of the compressed, window and
+  // selected caches' key rows (swizzled) and value rows (padded), nsa_decode.cu.
+  bool tma_rows_ = false;
+  CUtensorMap row_maps_[2 * 3] = {};
+  bool warm_picks_ = false;  // the picks' dry selection before their wait (constructor)
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
   DeviceBuffer<float> scores_, part_ml_, part_o_;
