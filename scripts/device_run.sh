@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-tile|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-tile|decode-loads|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -42,6 +42,9 @@
 # `decode-tile` (not in `all`): nsa_decode_tile – a decode part's attention (tile_attend) timed
 # alone in one CTA, cycles and ns a call at 128, 64 and 16 keys, then 3,168 CTAs at once (ns a
 # part across the GPU: batch 16's regime) (DECODE_TILE_ARGS: its options, default --ctas 3168).
+# `decode-loads` (not in `all`): nsa_decode_loads – a part's cache rows brought into shared
+# memory by cp.async and by TMA boxes, N CTAs at once (DECODE_LOADS_ARGS, default
+# --ctas 74,148,264,1216 --groups 2; --groups 1: contiguous rows).
 # `decode-hotspots` (not in `all`): Nsight Compute on the decode kernels of NCU_KERNELS (default
 # "parts topk picks"), each alone at DECODE_CONTEXT (default 65536), B = 1: duration, warp
 # instructions and stall cycles per instruction, then the source lines where the warps wait.
@@ -79,7 +82,7 @@ if [ "$what" = decode-compare ]; then
   done
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
-  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop nsa_decode_tile nsa_capi >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop nsa_decode_tile nsa_decode_loads nsa_capi >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = final ]; then
   ./build/tests/nsa_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" | head -40
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
@@ -198,6 +201,9 @@ if [ "$what" = decode-trace ]; then
 fi
 if [ "$what" = decode-tile ]; then
   ./build/nsa_decode_tile ${DECODE_TILE_ARGS:---ctas 3168} 2>&1 | tee "$out/decode_tile.txt"
+fi
+if [ "$what" = decode-loads ]; then
+  ./build/nsa_decode_loads ${DECODE_LOADS_ARGS:---ctas 74,148,264,1216 --groups 2} 2>&1 | tee "$out/decode_loads.txt"
 fi
 if [ "$what" = decode-hotspots ]; then
   for k in ${NCU_KERNELS:-parts topk picks}; do

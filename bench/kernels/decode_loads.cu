@@ -3,15 +3,18 @@
 // "cache rows issued" mark 2.6–3.6 µs after the CTA started: issuing 16 cp.async of 16 bytes a
 // thread should take a fraction of that, unless each SM can keep only so many bytes in flight.
 // This program times N CTAs (one part each: 128 key rows and 128 value rows of 128 bytes, a group's
-// rows 256 bytes apart, as m7c's caches) loading rows from memory that is not in L2, two ways:
+// rows 256 bytes apart as m7c's caches, or G·128 with --groups G) loading rows from memory that is
+// not in L2, two ways:
 //   cp.async   every thread 16-byte copies, as tile_issue_rows (decode_tile.cuh) does;
 //   tma        one thread, two tensor-map boxes (common/tma.h: 64 columns × 128 rows, the 128-byte
 //              swizzle – for d_k = 64 the same order as the tile's key_piece), one mbarrier.
 // Thread 0 of each CTA reads %globaltimer at its start, after the copies are issued and once they
 // have landed; per launch the median and the last CTA, then the median over launches. Each launch
 // reads rows no launch before it touched for a while (a 1 GiB window walked in order), so the
-// bytes come from HBM as a decode step's do. Benchmarks only.
-//   nsa_decode_loads [--ctas 1,74,148,264] [--reps 40]
+// bytes come from HBM as a decode step's do. Benchmarks only. What it showed (H200): TMA issues in
+// 0.2 µs what cp.async issues in 0.9–1.8, lands 74 CTAs' rows about as fast, and falls behind past
+// a CTA an SM at this row stride – hence the parts kernel's rule (nsa_decode.cu, PartMaps).
+//   nsa_decode_loads [--ctas 1,74,148,264] [--reps 40] [--groups 2]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,7 +36,7 @@ using nsa::cuda::decode::DecodeDims;
 using nsa::cuda::decode::kPartKeys;
 using nsa::cuda::decode::Tile;
 
-constexpr int kGroups = 2, kDim = 64;
+constexpr int kDim = 64;
 constexpr int kStamps = 3;  // start, issued, landed
 
 __device__ __forceinline__ unsigned long long now() {
@@ -46,7 +49,7 @@ __device__ __forceinline__ unsigned long long now() {
 template <bool kTma>
 __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
     load_rows(const bf16* k, const bf16* v, const __grid_constant__ CUtensorMap k_map,
-              const __grid_constant__ CUtensorMap v_map, int64_t first,
+              const __grid_constant__ CUtensorMap v_map, int groups, int64_t first,
               unsigned long long* stamps) {
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ uint64_t bar;
@@ -67,9 +70,9 @@ __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
     nsa::cuda::mbarrier_wait(&bar, 0);
   } else {
     DecodeDims m{};
-    m.dk = kDim, m.dv = kDim, m.G = kGroups;
+    m.dk = kDim, m.dv = kDim, m.G = groups;
     const Tile tl = nsa::cuda::decode::carve_tile(smem, kDim, kDim);
-    const int64_t stride = int64_t{kGroups} * kDim;
+    const int64_t stride = int64_t{groups} * kDim;
     nsa::cuda::decode::tile_issue_rows(m, tl, kPartKeys, k + row0 * stride, v + row0 * stride,
                                        stride, stride);
     nsa::cuda::cp_async_commit();
@@ -103,32 +106,36 @@ double median(std::vector<double> x) {
 
 int run(int argc, char** argv) {
   std::vector<int> ctas_list = {1, 74, 148, 264};
-  int reps = 40;
+  int reps = 40, groups = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--ctas" && i + 1 < argc) {
       ctas_list = parse_list(argv[++i]);
     } else if (arg == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (arg == "--groups" && i + 1 < argc) {
+      groups = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: nsa_decode_loads [--ctas 1,74,148,264] [--reps 40]\n");
+      std::fprintf(stderr,
+                   "usage: nsa_decode_loads [--ctas 1,74,148,264] [--reps 40] [--groups 2]\n");
       return 2;
     }
   }
   const int max_ctas = *std::max_element(ctas_list.begin(), ctas_list.end());
-  if (reps < 2 || max_ctas < 1 || max_ctas > 4096) {
-    std::fprintf(stderr, "nsa_decode_loads: --reps at least 2, --ctas entries 1..4096\n");
+  if (reps < 2 || max_ctas < 1 || max_ctas > 4096 || groups < 1 || groups > 8) {
+    std::fprintf(stderr,
+                 "nsa_decode_loads: --reps at least 2, --ctas entries 1..4096, --groups 1..8\n");
     return 2;
   }
   // 512 MiB each for K and V: rows [R, G, 64] bf16.
-  const int64_t rows = (int64_t{512} << 20) / (kGroups * kDim * sizeof(bf16));
+  const int64_t rows = (int64_t{512} << 20) / (groups * kDim * sizeof(bf16));
   bf16 *k = nullptr, *v = nullptr;
-  NSA_CUDA_CHECK(cudaMalloc(&k, rows * kGroups * kDim * sizeof(bf16)));
-  NSA_CUDA_CHECK(cudaMalloc(&v, rows * kGroups * kDim * sizeof(bf16)));
-  NSA_CUDA_CHECK(cudaMemset(k, 0, rows * kGroups * kDim * sizeof(bf16)));
-  NSA_CUDA_CHECK(cudaMemset(v, 0, rows * kGroups * kDim * sizeof(bf16)));
-  const CUtensorMap k_map = nsa::cuda::make_group_rows_map(k, rows, kGroups, kDim, kPartKeys);
-  const CUtensorMap v_map = nsa::cuda::make_group_rows_map(v, rows, kGroups, kDim, kPartKeys);
+  NSA_CUDA_CHECK(cudaMalloc(&k, rows * groups * kDim * sizeof(bf16)));
+  NSA_CUDA_CHECK(cudaMalloc(&v, rows * groups * kDim * sizeof(bf16)));
+  NSA_CUDA_CHECK(cudaMemset(k, 0, rows * groups * kDim * sizeof(bf16)));
+  NSA_CUDA_CHECK(cudaMemset(v, 0, rows * groups * kDim * sizeof(bf16)));
+  const CUtensorMap k_map = nsa::cuda::make_group_rows_map(k, rows, groups, kDim, kPartKeys);
+  const CUtensorMap v_map = nsa::cuda::make_group_rows_map(v, rows, groups, kDim, kPartKeys);
   unsigned long long* stamps = nullptr;
   NSA_CUDA_CHECK(cudaMalloc(&stamps, size_t{4096} * kStamps * sizeof(unsigned long long)));
   const size_t smem = 1024 + nsa::cuda::decode::tile_bytes(kDim, kDim);
@@ -137,10 +144,11 @@ int run(int argc, char** argv) {
   NSA_CUDA_CHECK(cudaFuncSetAttribute(load_rows<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   std::printf(
-      "a part's cache rows (128 K + 128 V rows of 128 B, 32 KiB) from HBM into shared memory, "
+      "a part's cache rows (128 K + 128 V rows of 128 B, %d B apart: 32 KiB) from HBM into shared "
+      "memory, "
       "N CTAs at once; µs from the CTA's start, median of %d launches (each the median / last "
       "CTA)\n",
-      reps);
+      groups * 128, reps);
   std::printf("%8s %6s | %8s %8s | %8s %8s | %10s\n", "way", "CTAs", "issued", "last", "landed",
               "last", "GB/s (all)");
   int64_t first = 0;
@@ -150,7 +158,7 @@ int run(int argc, char** argv) {
       for (int r = 0; r <= reps; ++r) {
         if (first + int64_t{ctas} * kPartKeys > rows) first = 0;
         (tma ? load_rows<true> : load_rows<false>)<<<ctas, nsa::cuda::decode::kPartThreads, smem>>>(
-            k, v, k_map, v_map, first, stamps);
+            k, v, k_map, v_map, groups, first, stamps);
         NSA_CUDA_CHECK(cudaGetLastError());
         first += int64_t{ctas} * kPartKeys;
         std::vector<unsigned long long> s(static_cast<size_t>(ctas) * kStamps);
