@@ -28,6 +28,7 @@
 #include "cuda/common/tma.h"
 #include "cuda/nsa/decode_tile.cuh"
 #include "guarded_main.h"
+#include "int_list.h"
 
 namespace {
 
@@ -87,18 +88,6 @@ __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
   }
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t comma = s.find(',', at);
-    out.push_back(std::atoi(s.substr(at, comma - at).c_str()));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
-
 double median(std::vector<double> x) {
   std::sort(x.begin(), x.end());
   return x.empty() ? 0.0 : x[x.size() / 2];
@@ -110,7 +99,7 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--ctas" && i + 1 < argc) {
-      ctas_list = parse_list(argv[++i]);
+      ctas_list = parse_int_list(argv[++i]);
     } else if (arg == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (arg == "--groups" && i + 1 < argc) {

@@ -24,6 +24,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/nsa/decode_tile.cuh"
 #include "guarded_main.h"
+#include "int_list.h"
 
 namespace {
 
@@ -98,18 +99,6 @@ __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
   if (record) *ns = total;
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t comma = s.find(',', at);
-    out.push_back(std::atoi(s.substr(at, comma - at).c_str()));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
-
 int run(int argc, char** argv) {
   int hpg = 6, dk = 64, dv = 64, reps = 200, ctas = 0;
   std::vector<int> keys = {128, 64, 16};
@@ -123,7 +112,7 @@ int run(int argc, char** argv) {
     } else if (arg == "--dv" && has_value) {
       dv = std::atoi(argv[++i]);
     } else if (arg == "--keys" && has_value) {
-      keys = parse_list(argv[++i]);
+      keys = parse_int_list(argv[++i]);
     } else if (arg == "--reps" && has_value) {
       reps = std::atoi(argv[++i]);
     } else if (arg == "--ctas" && has_value) {
