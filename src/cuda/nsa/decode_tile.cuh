@@ -94,18 +94,18 @@ __device__ __forceinline__ Tile carve_tile(unsigned char* base, int dk, int dv) 
   return t;
 }
 
-// The tile of a part whose cache rows the copy engine brings (d_k = d_v = 64; nsa_decode.cu): the
-// keys first, at the next 1024-byte boundary (the 128-byte swizzle's period – under it a box of
-// 64-column key rows lands in key_piece's order), the values next (a box 72 columns wide: the
-// padded rows), q last. `base` needs tile_bytes(64, 64) + kTileAlignSlack bytes.
-constexpr int kTileAlignSlack = 1024;
+// The tile of a part whose cache rows the copy engine brings (d_k = d_v = kTmaHeadDim;
+// nsa_decode.cu): the keys first, at the next 1024-byte boundary (the 128-byte swizzle's period –
+// under it a box of 64-column key rows lands in key_piece's order), the values next (a box 72
+// columns wide: the padded rows), q last. `base` needs tile_bytes(64, 64) + kTileAlignSlack bytes.
+constexpr int kTmaHeadDim = 64, kTileAlignSlack = 1024;
 __device__ __forceinline__ Tile carve_tile_aligned64(unsigned char* base) {
   const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(base));
   unsigned char* keys = base + ((kTileAlignSlack - at % kTileAlignSlack) % kTileAlignSlack);
   Tile t;
-  t.qs = tile_stride(64), t.vs = tile_stride(64), t.nk = 8;
+  t.qs = tile_stride(kTmaHeadDim), t.vs = tile_stride(kTmaHeadDim), t.nk = kTmaHeadDim / 8;
   t.k = reinterpret_cast<bf16*>(keys);
-  t.v = reinterpret_cast<bf16*>(keys + tile_key_bytes(64));
+  t.v = reinterpret_cast<bf16*>(keys + tile_key_bytes(kTmaHeadDim));
   t.q = t.v + kPartKeys * t.vs;
   return t;
 }

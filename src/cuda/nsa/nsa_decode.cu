@@ -91,20 +91,15 @@ enum class PartKind { kCompressed, kWindow, kBlock0, kDense };
 // in the caches yet) is put in from the inputs, and a compressed token that completes at t is
 // averaged here. The CTA of part 0 also appends the token's K/V. Six CTAs a multiprocessor (the
 // tile's shared memory allows six; the bound keeps the registers at ≤ 80, without spills).
-// With maps.on, the copy engine brings the part's cache rows (NsaDecodeCuda::tma_rows_): one
+// With maps.on, the copy engine brings the part's cache rows (NsaDecodeCuda::part_maps_): one
 // thread issues two boxes of 128 rows – keys (64 columns, swizzled) and values (72 columns: the
 // padded rows, zeros past the last group) of group g – at row b·rows + first of the cache's map,
 // which frees the other threads at once; the trace put 2.3 µs of a 64k, B = 1 layer (3.6 in the
 // model's step) on issuing the same rows as 16-byte cp.async (docs/perf.md). Rows past the part's
 // count are junk or zeros, fixed as cp.async's stale rows are (tile_fix_rows).
-struct PartMaps {
-  CUtensorMap k[3], v[3];  // compressed, window, selected caches
-  int on;
-};
-
 template <bool kTrace>
 __global__ void __launch_bounds__(kPartThreads, 6)
-    parts_kernel(const DecodeParams p, const __grid_constant__ PartMaps maps) {
+    parts_kernel(const DecodeParams p, const __grid_constant__ DecodePartMaps maps) {
   const DecodeDims& m = p.dims;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ uint64_t rows_landed;        // maps.on: the boxes' barrier
@@ -145,9 +140,10 @@ __global__ void __launch_bounds__(kPartThreads, 6)
       const int32_t at = static_cast<int32_t>(b * rows + first);
       mbarrier_init_one(&rows_landed);
       mbarrier_init_fence();
-      mbarrier_expect_bytes(&rows_landed, kPartKeys * (64 + tile_stride(64)) * sizeof(bf16));
-      tma_load_box_2d(tl.k, &maps.k[which], g * 64, at, &rows_landed);
-      tma_load_box_2d(tl.v, &maps.v[which], g * 64, at, &rows_landed);
+      mbarrier_expect_bytes(&rows_landed,
+                            kPartKeys * (kTmaHeadDim + tile_stride(kTmaHeadDim)) * sizeof(bf16));
+      tma_load_box_2d(tl.k, &maps.k[which], g * kTmaHeadDim, at, &rows_landed);
+      tma_load_box_2d(tl.v, &maps.v[which], g * kTmaHeadDim, at, &rows_landed);
     }
     __syncthreads();  // the barrier is initialised before any thread waits on it
   } else {
@@ -454,17 +450,19 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   // The parts' rows by the copy engine where the grid is at most a CTA an SM (batch 1 at 64k for
   // m7c): there it issues in 0.2 µs what cp.async issues in 0.9-1.8 (nsa_decode_loads, H200); at
   // larger grids its 128-byte rows, 256 bytes apart, came in slower than cp.async's.
-  tma_rows_ = dk == 64 && dv == 64 && G >= 2 && B_ * G * grid_y <= current_sm_count() &&
-              B_ * max_len < (int64_t{1} << 31);
-  if (tma_rows_) {
+  part_maps_.on = dk == kTmaHeadDim && dv == kTmaHeadDim && G >= 2 &&
+                  B_ * G * grid_y <= current_sm_count() && B_ * max_len < (int64_t{1} << 31);
+  if (part_maps_.on) {
     const bf16* const caches[3][2] = {
         {k_cmp_.get(), v_cmp_.get()}, {k_win_.get(), v_win_.get()}, {k_sel_.get(), v_sel_.get()}};
     const int64_t rows[3] = {B_ * max_cmp_, B_ * cfg.w, B_ * max_len};
     for (int i = 0; i < 3; ++i) {
       if (caches[i][0] == nullptr) continue;  // dense: the selected caches only
-      row_maps_[2 * i] = make_row_box_map(caches[i][0], rows[i], G * 64, 64, kPartKeys, true);
-      row_maps_[2 * i + 1] =
-          make_row_box_map(caches[i][1], rows[i], G * 64, tile_stride(64), kPartKeys, false);
+      const int64_t width = G * kTmaHeadDim;
+      part_maps_.k[i] =
+          make_row_box_map(caches[i][0], rows[i], width, kTmaHeadDim, kPartKeys, true);
+      part_maps_.v[i] = make_row_box_map(caches[i][1], rows[i], width, tile_stride(kTmaHeadDim),
+                                         kPartKeys, false);
     }
   }
   for (const bool traced : {false, true}) {  // the kernels with and without trace points
@@ -546,12 +544,8 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   const unsigned parts =
       static_cast<unsigned>(dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
   const bool traced = p.trace != nullptr;
-  PartMaps maps{};
-  maps.on = tma_rows_ ? 1 : 0;
-  for (int i = 0; i < 3 && tma_rows_; ++i)
-    maps.k[i] = row_maps_[2 * i], maps.v[i] = row_maps_[2 * i + 1];
   launch_dependent(traced ? parts_kernel<true> : parts_kernel<false>, dim3(BG, parts),
-                   dim3(kPartThreads), parts_smem_bytes(), stream, p, maps);
+                   dim3(kPartThreads), parts_smem_bytes(), stream, p, part_maps_);
   if (dense_) {
     launch_dependent(dense_combine_kernel,
                      dim3(static_cast<unsigned>(B_), static_cast<unsigned>(c.heads)),
@@ -664,7 +658,7 @@ const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
 // The parts kernel's tile, with the slack that aligns it for the copy engine's boxes.
 size_t NsaDecodeCuda::parts_smem_bytes() const {
   return tile_bytes(static_cast<int>(cfg_.dk), static_cast<int>(cfg_.dv)) +
-         (tma_rows_ ? kTileAlignSlack : 0);
+         (part_maps_.on ? kTileAlignSlack : 0);
 }
 
 // The picks kernel's tile, its selection scratch, its partial and a later part's, its inbox.

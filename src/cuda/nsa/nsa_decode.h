@@ -39,6 +39,15 @@
 
 namespace nsa::cuda {
 
+// The parts kernel's cache rows by the copy engine (TMA) instead of cp.async, where that wins
+// (d_k = d_v = 64, G ≥ 2, a grid of at most a CTA an SM; nsa_decode.cu): on, and the maps of the
+// compressed, window and selected caches' key rows (swizzled) and value rows (padded) – the
+// kernel's parameter, as NsaDecodeCuda keeps it and passes it every step.
+struct DecodePartMaps {
+  CUtensorMap k[3], v[3];  // compressed, window, selected caches
+  int on;
+};
+
 class NsaDecodeCuda {
  public:
   // dense: the baseline (full causal attention over the selected branch's K/V, no gates).
@@ -121,11 +130,8 @@ class NsaDecodeCuda {
   int64_t cmp_parts_ = 0, win_parts_ = 0, block0_parts_ = 0, late_parts_ = 0, pick_parts_ = 0;
   int64_t dense_parts_ = 0, slots_ = 0;
   unsigned picks_cluster_ = 1;  // CTAs of the picks kernel per (sequence, group)
-  // The parts kernel's cache rows by the copy engine (TMA) instead of cp.async, where it wins
-  // (d_k = d_v = 64, G ≥ 2, a grid of at most a CTA an SM): maps of the compressed, window and
-  // selected caches' key rows (swizzled) and value rows (padded), nsa_decode.cu.
-  bool tma_rows_ = false;
-  CUtensorMap row_maps_[2 * 3] = {};
+  // The parts kernel's cache rows by TMA where it wins (DecodePartMaps; constructor).
+  DecodePartMaps part_maps_{};
   bool warm_picks_ = false;  // the picks' dry selection before their wait (constructor)
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
