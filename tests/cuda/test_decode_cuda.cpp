@@ -259,8 +259,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // tiny's attention, lengths far past w, with many emissions and blocks.
         LayerCase{"tiny", make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64}), 2, 333},
-        // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions; its parts grid is
-        // under a CTA an SM, so the parts' rows come by TMA boxes (the other shapes: cp.async).
+        // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions; its parts and picks
+        // grids are under a CTA an SM, so both kernels' rows come by TMA boxes (the picks' with
+        // the row at t put in from the inputs; the other shapes: cp.async).
         LayerCase{"m7c", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 1, 700},
         // l_sel = 128 (one block per 128-key part), dv ≠ dk, one group of 16 heads, n_sel = 3
         // (nothing to pick: the picks kernel only combines).
@@ -293,8 +294,8 @@ INSTANTIATE_TEST_SUITE_P(
 // compressed tokens (25 compressed parts, pre-merged per head), 779 candidate blocks (13 block
 // top-n chunks whose candidate lists are merged), 4 window parts and 13 picked blocks in 7 parts.
 // Same checks as above: o within 2^-7·max|o| + 1e-3, selections identical but for fp32 near ties.
-// Its parts grid (2 sequences × 2 groups × 30 parts) takes the TMA rows on a 132-SM GPU, at b·rows
-// offsets.
+// Its parts grid (2 sequences × 2 groups × 30 parts) and picks grid (2 × 2 × 8 CTAs) take the TMA
+// rows on a 132-SM GPU, at b·rows offsets.
 TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
   const NsaConfig c = make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512});
   const std::vector<int64_t> lengths = {50001, 12345};

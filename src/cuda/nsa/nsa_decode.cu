@@ -238,17 +238,23 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
 // (push_partial), and gates its own share of the group's heads into o once its inbox is full: the
 // top-n kernel's pre-merged partials (loaded while the pushes land) and every CTA's partial of the
 // selected branch. No cluster barrier on the way: a CTA waits only for the bytes it reads.
-template <bool kTrace>
-__global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams p) {
+// With kTma (NsaDecodeCuda::pick_maps_.on), the picked and forced blocks' rows come by
+// TMA as the parts' do: per part, a key box and a value box of l_sel = 64 rows per block (two
+// blocks a part), the row at position t then put in from the inputs, the rows past the count
+// zeroed (tile_fix_rows) – instead of a row address per thread and 16-byte cp.async.
+template <bool kTrace, bool kTma>
+__global__ void __launch_bounds__(kPartThreads)
+    picks_kernel(const DecodeParams p, const __grid_constant__ DecodePickMaps maps) {
   const DecodeDims& m = p.dims;
   trace_mark<kTrace>(p, kTracePicks, 0);  // start
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ KeyRows rows;
   __shared__ int slot[kMaxSel], picks[kMaxSel];
-  __shared__ uint64_t received;  // the inbox's barrier: one arrival and its bytes
+  __shared__ uint64_t received;     // the inbox's barrier: one arrival and its bytes
+  __shared__ uint64_t rows_landed;  // kTma: the boxes' barrier, a phase per part
   const int rank = blockIdx.x, cluster = gridDim.x, bg = blockIdx.y, b = bg / m.G, g = bg % m.G;
-  const Tile tl = carve_tile(smem, m.dk, m.dv);
-  unsigned char* after_tile = smem + tile_bytes(m.dk, m.dv);
+  const Tile tl = kTma ? carve_tile_aligned64(smem) : carve_tile(smem, m.dk, m.dv);
+  unsigned char* after_tile = smem + (kTma ? kTileAlignSlack : 0) + tile_bytes(m.dk, m.dv);
   const SelectScratch scratch = carve_select(after_tile, m);
   unsigned char* after_select = after_tile + select_scratch_bytes(m.sel_chunks, m.n_sel);
   const SmemPartial own = carve_partial(after_select, m);
@@ -262,6 +268,7 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   if (threadIdx.x == 0) {
     mbarrier_init_one(&received);
     mbarrier_expect_bytes(&received, static_cast<uint32_t>((cluster - 1) * nh * (m.dv + 2) * 4));
+    if (kTma) mbarrier_init_one(&rows_landed);
     mbarrier_init_fence();
   }
   cluster_arrive_relaxed();
@@ -270,6 +277,8 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
   tile_issue_q(m, p.q, b, g, tl);
   cp_async_commit();
   const InputRows in = input_rows(p, kSel, b, g);
+  // kTma: the token's rows, put into the tile where a part holds position t.
+  const uint4 piece = kTma ? load_input_piece(m, in.k, in.v) : make_uint4(0, 0, 0, 0);
   // The selection's code twice (p.warm_picks): a dry pass before the wait on empty candidate lists
   // (its slot and picks are overwritten), then the real one – 5 % off the attention at B = 1
   // (docs/perf.md), most likely because the instructions are fetched while the kernel before still
@@ -297,22 +306,49 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
     for (int j = threadIdx.x; j < m.n_sel; j += blockDim.x)
       p.sel[static_cast<int64_t>(bg) * m.n_sel + j] = slot[j];
   }
+  uint32_t phase = 0;  // kTma: the parts whose boxes rows_landed has seen
   for (int y = rank; y < m.late_parts + m.pick_parts; y += cluster) {
     const bool late = y < m.late_parts;
     const int k = late ? y : y - m.late_parts;
     const auto block_at = [&](int e) { return late ? late_block(m, t, e) : picks[e]; };
     const SelPart sp = sel_part(m, t, k, late ? num_late(m, t) : npicks, block_at);
-    for (int c = threadIdx.x; c < sp.count; c += blockDim.x) {
-      const int64_t pos = static_cast<int64_t>(block_at(sp.e0 + m.div_seg.div(c))) * m.l_sel +
-                          sp.off + m.div_seg.mod(c);
-      rows.k[c] = pos == t ? in.k : row(p.k_sel, b, m.max_len, pos, g, m, m.dk);
-      rows.v[c] = pos == t ? in.v : row(p.v_sel, b, m.max_len, pos, g, m, m.dv);
+    if (kTma) {
+      // The part's blocks, l_sel = 64 rows each; the last may hold t (then it is the part's last).
+      if (threadIdx.x == 0 && sp.count > 0) {
+        ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // the tile's generic writes
+        mbarrier_expect_bytes(
+            &rows_landed,
+            sp.nseg * m.l_sel * (kTmaHeadDim + tile_stride(kTmaHeadDim)) * sizeof(bf16));
+        for (int e = 0; e < sp.nseg; ++e) {
+          const int32_t at = static_cast<int32_t>(
+              b * m.max_len + static_cast<int64_t>(block_at(sp.e0 + e)) * m.l_sel);
+          tma_load_box_2d(tl.k + e * m.l_sel * kTmaHeadDim, &maps.k, g * kTmaHeadDim, at,
+                          &rows_landed);
+          tma_load_box_2d(tl.v + e * m.l_sel * tl.vs, &maps.v, g * kTmaHeadDim, at, &rows_landed);
+        }
+      }
+      int patch = -1;  // t's row in the tile, if the part's last block holds it
+      if (sp.count > 0) {
+        const int at_t = t - block_at(sp.e0 + sp.nseg - 1) * m.l_sel;
+        if (at_t >= 0 && at_t < m.l_sel) patch = (sp.nseg - 1) * m.l_sel + at_t;
+      }
+      cp_async_wait<0>();  // the query (the first part)
+      if (sp.count > 0) mbarrier_wait(&rows_landed, phase++ % 2);
+      tile_fix_rows(m, tl, sp.count, patch, piece);
+      __syncthreads();
+    } else {
+      for (int c = threadIdx.x; c < sp.count; c += blockDim.x) {
+        const int64_t pos = static_cast<int64_t>(block_at(sp.e0 + m.div_seg.div(c))) * m.l_sel +
+                            sp.off + m.div_seg.mod(c);
+        rows.k[c] = pos == t ? in.k : row(p.k_sel, b, m.max_len, pos, g, m, m.dk);
+        rows.v[c] = pos == t ? in.v : row(p.v_sel, b, m.max_len, pos, g, m, m.dv);
+      }
+      __syncthreads();
+      tile_issue_kv(m, tl, rows, sp.count);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
     }
-    __syncthreads();
-    tile_issue_kv(m, tl, rows, sp.count);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
     if (y == rank) trace_mark<kTrace>(p, kTracePicks, 4);  // the first part's rows landed
     const SmemPartial out = y == rank ? own : extra;       // later parts are folded into own
     if (sp.count > 0) {
@@ -347,6 +383,14 @@ __global__ void __launch_bounds__(kPartThreads) picks_kernel(const DecodeParams 
         __float2bfloat16(gate_branches(m, pm, inbox, cluster, heads, hl, e));
   }
   trace_mark<kTrace>(p, kTracePicks, 7);  // combined
+}
+
+// The picks kernel's instance: with or without trace points, its rows by TMA or by cp.async – two
+// instances, so the cp.async path's code is what it was without the TMA path.
+using PicksKernel = void (*)(DecodeParams, DecodePickMaps);
+PicksKernel picks_kernel_for(bool traced, bool tma) {
+  if (traced) return tma ? picks_kernel<true, true> : picks_kernel<true, false>;
+  return tma ? picks_kernel<false, true> : picks_kernel<false, false>;
 }
 
 // Dense decoding, grid (B, H): one head's parts over 0..t merged into o.
@@ -441,17 +485,12 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
-  NSA_CHECK(
-      dense || picks_smem_bytes() <= 220 * 1024, "decode on the GPU: dk ", dk, ", dv ", dv, " and ",
-      hpg, " heads per group need ", picks_smem_bytes(),
-      " bytes of shared memory in a picks CTA, more than it has (220 KiB); use smaller heads");
-  // Dynamic shared memory beyond the default 48 KiB (the staged tile, and the picks' selection
-  // scratch): raised, never lowered, so every decoder alive (of any shape) can still launch.
-  // The parts' rows by the copy engine where the grid is at most a CTA an SM (batch 1 at 64k for
-  // m7c): there it issues in 0.2 µs what cp.async issues in 0.9-1.8 (nsa_decode_loads, H200); at
-  // larger grids its 128-byte rows, 256 bytes apart, came in slower than cp.async's.
+  // The parts' rows by the copy engine where the grid is at most two CTAs an SM (batch 1 at 64k
+  // and 128k, batch 2 at 64k for m7c): there it issues in 0.2 µs what cp.async issues in 0.9-1.8
+  // (nsa_decode_loads, H200); at larger grids its 128-byte rows, 256 bytes apart, came in slower
+  // than cp.async's. Two CTAs an SM: 128k, B = 1 attention 0.191 -> 0.186 ms (docs/perf.md).
   part_maps_.on = dk == kTmaHeadDim && dv == kTmaHeadDim && G >= 2 &&
-                  B_ * G * grid_y <= current_sm_count() && B_ * max_len < (int64_t{1} << 31);
+                  B_ * G * grid_y <= 2 * current_sm_count() && B_ * max_len < (int64_t{1} << 31);
   if (part_maps_.on) {
     const bf16* const caches[3][2] = {
         {k_cmp_.get(), v_cmp_.get()}, {k_win_.get(), v_win_.get()}, {k_sel_.get(), v_sel_.get()}};
@@ -465,15 +504,32 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
                                          kPartKeys, false);
     }
   }
+  // The picks' rows by TMA where their grid is at most a CTA an SM and a part is two 64-row
+  // blocks (m7c: l_sel = 64): 64k, B = 1 attention 0.161 -> 0.156 ms (H200, docs/perf.md).
+  pick_maps_.on = !dense && dk == kTmaHeadDim && dv == kTmaHeadDim && G >= 2 && cfg.l_sel == 64 &&
+                  kPartKeys == 2 * cfg.l_sel && B_ * G * picks_cluster_ <= current_sm_count() &&
+                  B_ * max_len < (int64_t{1} << 31);
+  if (pick_maps_.on) {
+    pick_maps_.k =
+        make_row_box_map(k_sel_.get(), B_ * max_len, G * kTmaHeadDim, kTmaHeadDim, cfg.l_sel, true);
+    pick_maps_.v = make_row_box_map(v_sel_.get(), B_ * max_len, G * kTmaHeadDim,
+                                    tile_stride(kTmaHeadDim), cfg.l_sel, false);
+  }
+  NSA_CHECK(
+      dense || picks_smem_bytes() <= 220 * 1024, "decode on the GPU: dk ", dk, ", dv ", dv, " and ",
+      hpg, " heads per group need ", picks_smem_bytes(),
+      " bytes of shared memory in a picks CTA, more than it has (220 KiB); use smaller heads");
+  // Dynamic shared memory beyond the default 48 KiB (the staged tile, and the picks' selection
+  // scratch): raised, never lowered, so every decoder alive (of any shape) can still launch.
   for (const bool traced : {false, true}) {  // the kernels with and without trace points
     allow_dynamic_smem(traced ? parts_kernel<true> : parts_kernel<false>, parts_smem_bytes());
     if (!dense) {
       allow_dynamic_smem(traced ? topk_kernel<true> : topk_kernel<false>, block_topk_smem_bytes());
-      allow_dynamic_smem(traced ? picks_kernel<true> : picks_kernel<false>, picks_smem_bytes());
+      allow_dynamic_smem(picks_kernel_for(traced, pick_maps_.on), picks_smem_bytes());
     }
     prefer_shared_carveout(traced ? parts_kernel<true> : parts_kernel<false>);
     prefer_shared_carveout(traced ? topk_kernel<true> : topk_kernel<false>);
-    prefer_shared_carveout(traced ? picks_kernel<true> : picks_kernel<false>);
+    if (!dense) prefer_shared_carveout(picks_kernel_for(traced, pick_maps_.on));
   }
   prefer_shared_carveout(dense_combine_kernel);
   // The picks' dry pass where their grid is at most one CTA an SM (batch 1 to 8 for m7c): there the
@@ -555,9 +611,9 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   launch_dependent(traced ? topk_kernel<true> : topk_kernel<false>,
                    dim3(BG, static_cast<unsigned>(sel_chunks_ + m.hpg)), dim3(kTopkThreads),
                    block_topk_smem_bytes(), stream, p);
-  launch_dependent_clusters(traced ? picks_kernel<true> : picks_kernel<false>,
-                            dim3(picks_cluster_, BG), picks_cluster_, dim3(kPartThreads),
-                            picks_smem_bytes(), stream, p);
+  launch_dependent_clusters(picks_kernel_for(traced, pick_maps_.on), dim3(picks_cluster_, BG),
+                            picks_cluster_, dim3(kPartThreads), picks_smem_bytes(), stream, p,
+                            pick_maps_);
 }
 
 void NsaDecodeCuda::fill_random(int64_t len, uint64_t seed, cudaStream_t stream) {
@@ -664,8 +720,9 @@ size_t NsaDecodeCuda::parts_smem_bytes() const {
 // The picks kernel's tile, its selection scratch, its partial and a later part's, its inbox.
 size_t NsaDecodeCuda::picks_smem_bytes() const {
   const int hpg = static_cast<int>(cfg_.heads_per_group()), dv = static_cast<int>(cfg_.dv);
-  return tile_bytes(static_cast<int>(cfg_.dk), dv) + select_scratch_bytes(sel_chunks_, cfg_.n_sel) +
-         2 * smem_partial_bytes(hpg, dv) + inbox_bytes(hpg, dv);
+  return (pick_maps_.on ? kTileAlignSlack : 0) + tile_bytes(static_cast<int>(cfg_.dk), dv) +
+         select_scratch_bytes(sel_chunks_, cfg_.n_sel) + 2 * smem_partial_bytes(hpg, dv) +
+         inbox_bytes(hpg, dv);
 }
 
 // Block scores of a chunk, and the group probabilities of the compressed tokens that meet it.

@@ -40,11 +40,19 @@
 namespace nsa::cuda {
 
 // The parts kernel's cache rows by the copy engine (TMA) instead of cp.async, where that wins
-// (d_k = d_v = 64, G ≥ 2, a grid of at most a CTA an SM; nsa_decode.cu): on, and the maps of the
+// (d_k = d_v = 64, G ≥ 2, a grid of at most two CTAs an SM; nsa_decode.cu): on, and the maps of the
 // compressed, window and selected caches' key rows (swizzled) and value rows (padded) – the
 // kernel's parameter, as NsaDecodeCuda keeps it and passes it every step.
 struct DecodePartMaps {
   CUtensorMap k[3], v[3];  // compressed, window, selected caches
+  int on;
+};
+
+// The picks kernel's selected blocks by TMA where it pays (d_k = d_v = 64, l_sel = 64, a grid of at
+// most a CTA an SM; nsa_decode.cu): on, and the selected caches' maps of l_sel-row boxes (keys
+// swizzled, values padded) – the kernel's parameter, as DecodePartMaps.
+struct DecodePickMaps {
+  CUtensorMap k, v;
   int on;
 };
 
@@ -132,7 +140,8 @@ class NsaDecodeCuda {
   unsigned picks_cluster_ = 1;  // CTAs of the picks kernel per (sequence, group)
   // The parts kernel's cache rows by TMA where it wins (DecodePartMaps; constructor).
   DecodePartMaps part_maps_{};
-  bool warm_picks_ = false;  // the picks' dry selection before their wait (constructor)
+  DecodePickMaps pick_maps_{};  // the picks' rows by TMA where it wins (constructor)
+  bool warm_picks_ = false;     // the picks' dry selection before their wait (constructor)
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
   DeviceBuffer<float> scores_, part_ml_, part_o_;
