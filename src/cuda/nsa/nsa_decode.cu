@@ -485,12 +485,14 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
-  // The parts' rows by the copy engine where the grid is at most two CTAs an SM (batch 1 at 64k
-  // and 128k, batch 2 at 64k for m7c): there it issues in 0.2 µs what cp.async issues in 0.9-1.8
-  // (nsa_decode_loads, H200); at larger grids its 128-byte rows, 256 bytes apart, came in slower
-  // than cp.async's. Two CTAs an SM: 128k, B = 1 attention 0.191 -> 0.186 ms (docs/perf.md).
+  // The parts' rows by the copy engine where the grid is at most four CTAs an SM (m7c: batch 1 to
+  // 4 at 64k, 1 and 2 at 128k): there it issues in 0.2 µs what cp.async issues in 0.9-1.8
+  // (nsa_decode_loads, H200), and in the step the issue loop ran long. Past that (64k, B = 16: nine
+  // CTAs an SM) its 128-byte rows, 256 bytes apart, came in slower than cp.async's (the workshop).
+  // Measured on the H200 (docs/perf.md): two CTAs an SM took 128k, B = 1 from 0.191 to 0.186 ms,
+  // four took 128k, B = 2's step from 0.478 to 0.459 ms.
   part_maps_.on = dk == kTmaHeadDim && dv == kTmaHeadDim && G >= 2 &&
-                  B_ * G * grid_y <= 2 * current_sm_count() && B_ * max_len < (int64_t{1} << 31);
+                  B_ * G * grid_y <= 4 * current_sm_count() && B_ * max_len < (int64_t{1} << 31);
   if (part_maps_.on) {
     const bf16* const caches[3][2] = {
         {k_cmp_.get(), v_cmp_.get()}, {k_win_.get(), v_win_.get()}, {k_sel_.get(), v_sel_.get()}};

@@ -40,8 +40,8 @@
 namespace nsa::cuda {
 
 // The parts kernel's cache rows by the copy engine (TMA) instead of cp.async, where that wins
-// (d_k = d_v = 64, G ≥ 2, a grid of at most two CTAs an SM; nsa_decode.cu): on, and the maps of the
-// compressed, window and selected caches' key rows (swizzled) and value rows (padded) – the
+// (d_k = d_v = 64, G ≥ 2, a grid of at most four CTAs an SM; nsa_decode.cu): on, and the maps of
+// the compressed, window and selected caches' key rows (swizzled) and value rows (padded) – the
 // kernel's parameter, as NsaDecodeCuda keeps it and passes it every step.
 struct DecodePartMaps {
   CUtensorMap k[3], v[3];  // compressed, window, selected caches
