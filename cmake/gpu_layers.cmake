@@ -7,6 +7,7 @@ set(nsa_cuda_flags $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo
 add_library(nsa_model_cuda STATIC
   src/model/cuda/gemm.cpp
   src/model/cuda/gemv.cu
+  src/model/cuda/skinny_gemm.cu
   src/model/cuda/embedding.cu
   src/model/cuda/rmsnorm.cu
   src/model/cuda/reductions.cu

@@ -16,6 +16,7 @@
 #include "decode/model_decoder.h"
 #include "decode/nsa_decode_cache.h"
 #include "model/cuda/gemv.h"
+#include "model/cuda/skinny_gemm.h"
 
 namespace nsa::test {
 namespace {
@@ -446,12 +447,20 @@ TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
   expect_decoder_matches_cpu(GetParam(), 3);
 }
 
-// Five sequences: the linear layers run on cuBLASLt's GEMMs instead (more rows than the few-row
-// kernels take), the norm and the MLP activation as kernels of their own.
-TEST(CudaDecoderGemms, LogitsAndSelectionsMatchTheCpuDecoder) {
-  static_assert(5 > cuda::kGemvMaxRows, "five rows must take the GEMMs");
+// Five sequences: the linear layers run on the tensor-core skinny kernel instead (more rows than
+// the few-row kernels take; skinny_gemm.h), the norm and the MLP activation as kernels of their
+// own.
+TEST(CudaDecoderSkinny, LogitsAndSelectionsMatchTheCpuDecoder) {
+  static_assert(5 > cuda::kGemvMaxRows && 5 <= cuda::kSkinnyMaxRows,
+                "five rows must take the skinny kernel");
   expect_decoder_matches_cpu({}, 5);
   expect_decoder_matches_cpu({{"mlp", "silu"}, {"kv", "shared"}}, 5);
+}
+
+// Seventeen sequences: more rows than the skinny kernel takes, so cuBLASLt's GEMMs.
+TEST(CudaDecoderGemms, LogitsAndSelectionsMatchTheCpuDecoder) {
+  static_assert(17 > cuda::kSkinnyMaxRows, "seventeen rows must take the GEMMs");
+  expect_decoder_matches_cpu({}, 17);
 }
 
 // The GPU decoder compresses by averaging only: φ = mlp (which trains on the GPU) is refused

@@ -5,7 +5,8 @@
 // leave a tail. Also: the GEMM's residual form equals a copy followed by the in-place GEMM, RoPE
 // rotates by the angles computed on the host, and the column sums equal the host's; the decoder's
 // few-row products (gemv.h) against host sums, and a row's bits whatever the batch around it; the
-// decoder's one-kernel attention inputs (decode_projection.h) against the product + decode_inputs.
+// decoder's one-kernel attention inputs (decode_projection.h) against the product + decode_inputs;
+// the decoder's batch products on the tensor cores (skinny_gemm.h) likewise against host sums.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "model/cuda/gemm.h"
 #include "model/cuda/gemv.h"
 #include "model/cuda/model_ops.h"
+#include "model/cuda/skinny_gemm.h"
 
 namespace nsa::cuda {
 namespace {
@@ -394,6 +396,59 @@ TEST(ModelOps, GemvRefusesWhatItDoesNotTake) {
   EXPECT_FALSE(gemv_fits(1, 8, gemv_normed_rows(xf.get() + 1, nw.get(), 1e-5f), w.get()));
   EXPECT_THROW(launch_gemv(gemv_rows(x.get()), w.get(), b16(x.get()), 1, 8, 1, 1.0f, nullptr),
                Error);
+}
+
+TEST(ModelOps, SkinnyGemmAgainstHostSums) {
+  // One n-tile (B ≤ 8) and two; in = 2080 and 4128: 65 and 129 chunks of 32 over 16 warps, so a
+  // warp's run takes its loop past the first loads (and some warps run short); out not a multiple
+  // of the 16 rows a CTA takes.
+  for (const auto& [B, in, out] : {std::tuple<int64_t, int64_t, int64_t>{4, 768, 130},
+                                   {9, 2080, 67},
+                                   {16, 64, 33},
+                                   {1, 32, 16},
+                                   {12, 4128, 40},
+                                   {8, 96, 7}}) {
+    SCOPED_TRACE(testing::Message() << "B=" << B << " in=" << in << " out=" << out);
+    const auto x = to_bf16(random_floats(B * in, 30)), w = to_bf16(random_floats(out * in, 31));
+    const auto res = random_floats(B * out, 32);
+    Placed<bf16> px(x, 0), pw(w, 0), yb(B * out, 0);
+    Placed<float> y(B * out, 0), yacc(res, 0);
+    launch_skinny_gemm(px.get(), pw.get(), f32(y.get()), B, in, out, 0.0f, nullptr);
+    launch_skinny_gemm(px.get(), pw.get(), f32(yacc.get()), B, in, out, 1.0f, nullptr);
+    launch_skinny_gemm(px.get(), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
+    const auto hy = y.host(), hacc = yacc.host();
+    const auto hb = yb.host();
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t n = 0; n < out; ++n) {
+        const auto [ref, mag] = host_dot(x, w, b, n, in);
+        const int64_t i = b * out + n;
+        ASSERT_NEAR(hy[i], ref, 4e-5 * mag + 1e-6) << "b=" << b << " n=" << n;
+        ASSERT_EQ(hacc[i], res[i] + hy[i]) << "y += x·Wᵀ at b=" << b << " n=" << n;
+        ASSERT_EQ(__bfloat162float(hb[i]), __bfloat162float(__float2bfloat16(hy[i])))
+            << "the bf16 result is the fp32 one rounded, b=" << b << " n=" << n;
+      }
+    }
+    // Each row alone gives its bits of the batch (fixed order, whatever the other rows hold; a
+    // row past 8 moves from the second n-tile to the first).
+    for (int64_t b = 0; b < B; ++b) {
+      Placed<float> yb1(out, 0);
+      launch_skinny_gemm(px.get() + b * in, pw.get(), f32(yb1.get()), 1, in, out, 0.0f, nullptr);
+      expect_same_bits(yb1.host(),
+                       std::vector<float>(hy.begin() + b * out, hy.begin() + (b + 1) * out),
+                       "a row alone");
+    }
+  }
+}
+
+TEST(ModelOps, SkinnyGemmRefusesWhatItDoesNotTake) {
+  DeviceBuffer<bf16> x(64), w(64);
+  EXPECT_FALSE(skinny_gemm_fits(kSkinnyMaxRows + 1, 32, x.get(), w.get()));
+  EXPECT_FALSE(skinny_gemm_fits(0, 32, x.get(), w.get()));
+  EXPECT_FALSE(skinny_gemm_fits(1, 48, x.get(), w.get()));
+  EXPECT_FALSE(skinny_gemm_fits(1, 32, x.get() + 1, w.get()));
+  EXPECT_TRUE(skinny_gemm_fits(kSkinnyMaxRows, 32, x.get(), w.get()));
+  EXPECT_THROW(launch_skinny_gemm(x.get(), w.get(), b16(x.get()), 1, 32, 1, 1.0f, nullptr), Error);
+  EXPECT_THROW(launch_skinny_gemm(x.get(), w.get(), f32(nullptr), 1, 48, 1, 0.0f, nullptr), Error);
 }
 
 // A decode step's fused projection laid out as the decoder lays it out (decode_inputs_layout) and

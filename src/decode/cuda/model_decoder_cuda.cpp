@@ -7,6 +7,7 @@
 #include "cuda/nsa/nsa_decode.h"
 #include "model/cuda/decode_projection.h"
 #include "model/cuda/model_cuda.h"
+#include "model/cuda/skinny_gemm.h"
 #include "nsa/error.h"
 
 namespace nsa::cuda {
@@ -125,6 +126,15 @@ bool ModelDecoderCuda::few_rows(int64_t in, const GemvInput& x, const bf16* w,
   return B_ <= kGemvFasterRows && gemv_fits(B_, in, x, w, w3);
 }
 
+void ModelDecoderCuda::rows_linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out,
+                                   float beta, cudaStream_t st) {
+  if (skinny_gemm_fits(B_, in, x, w)) {
+    launch_skinny_gemm(x, w, y, B_, in, out, beta, st);
+  } else {
+    gemm_.linear_forward(x, w, y, B_, in, out, beta, st);
+  }
+}
+
 void ModelDecoderCuda::normed_linear(const float* norm_w, const bf16* w, GemmOut y, int64_t out,
                                      cudaStream_t st) {
   const int64_t D = cfg_.dim;
@@ -134,7 +144,7 @@ void ModelDecoderCuda::normed_linear(const float* norm_w, const bf16* w, GemmOut
     return;
   }
   launch_rmsnorm_forward(x.x_f32, norm_w, x.eps, h_.get(), rstd_.get(), B_, D, st);
-  gemm_.linear_forward(h_.get(), w, y, B_, D, out, 0.0f, st);
+  rows_linear(h_.get(), w, y, D, out, 0.0f, st);
 }
 
 void ModelDecoderCuda::attention_inputs(const LayerWeights& w, cudaStream_t st) {
@@ -156,7 +166,7 @@ void ModelDecoderCuda::residual_linear(const bf16* x, const bf16* w, int64_t in,
   if (few_rows(in, gemv_rows(x), w)) {
     launch_gemv(gemv_rows(x), w, f32(x_.get()), B_, in, D, 1.0f, st);
   } else {
-    gemm_.linear_forward(x, w, f32(x_.get()), B_, in, D, 1.0f, st);
+    rows_linear(x, w, f32(x_.get()), in, D, 1.0f, st);
   }
 }
 
@@ -170,8 +180,8 @@ void ModelDecoderCuda::mlp_in(const LayerWeights& w, cudaStream_t st) {
     return;
   }
   launch_rmsnorm_forward(x.x_f32, x.norm_w, x.eps, h_.get(), rstd_.get(), B_, D, st);
-  gemm_.linear_forward(h_.get(), w.w1.get(), b16(u1_.get()), B_, D, F_, 0.0f, st);
-  if (w3) gemm_.linear_forward(h_.get(), w3, b16(u3_.get()), B_, D, F_, 0.0f, st);
+  rows_linear(h_.get(), w.w1.get(), b16(u1_.get()), D, F_, 0.0f, st);
+  if (w3) rows_linear(h_.get(), w3, b16(u3_.get()), D, F_, 0.0f, st);
   launch_swiglu_forward(u1_.get(), w3 ? u3_.get() : nullptr, m_.get(), B_ * F_, st);
 }
 

@@ -82,8 +82,12 @@ class ModelDecoderCuda {
   };
   void record_step();  // the kernels of one step, on stream_
   // The step's linear layers: the few-row kernels (model/cuda/gemv.h, the RMSNorm folded in)
-  // up to kGemvFasterRows rows where they fit (few_rows), else the norm kernel and the GEMMs.
+  // up to kGemvFasterRows rows where they fit (few_rows), else the norm kernel and rows_linear.
   bool few_rows(int64_t in, const GemvInput& x, const bf16* w, const bf16* w3 = nullptr) const;
+  // y (+)= x·Wᵀ for the step's B_ rows: the tensor-core skinny kernel up to kSkinnyMaxRows rows
+  // where it fits (model/cuda/skinny_gemm.h), else the GEMM.
+  void rows_linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out, float beta,
+                   cudaStream_t st);
   // y = RMSNorm(x_; norm_w)·Wᵀ.
   void normed_linear(const float* norm_w, const bf16* w, GemmOut y, int64_t out, cudaStream_t st);
   // The attention inputs (q_, k_, v_, gates_) of RMSNorm(x_; attn_norm) at positions_: one kernel

@@ -20,7 +20,7 @@ namespace nsa::cuda {
 // the few-row kernels lose to the GEMMs from a handful of rows on: measured in the decoder step
 // (H100, m7c_125m, 64k context; docs/perf.md) at B = 1 / 2 / 3 / 4 / 6 / 16 the step took
 // 0.88 / 0.91 / 0.97 / 1.01 / 1.12 / 1.67× the GEMMs' time. The decoder uses them up to
-// kGemvFasterRows.
+// kGemvFasterRows, and the tensor-core skinny kernel (skinny_gemm.h) from there to 16 rows.
 constexpr int64_t kGemvMaxRows = 4;
 constexpr int64_t kGemvFasterRows = 3;
 
