@@ -307,6 +307,24 @@ std::pair<double, double> host_dot(const std::vector<bf16>& x, const std::vector
   return {sum, mag};
 }
 
+// A product's three results against host sums: y = x·Wᵀ within rel_tol·Σ|x·w|, y += x·Wᵀ from
+// res equal to res + y, and the bf16 result equal to y rounded.
+void expect_product_results(const std::vector<bf16>& x, const std::vector<bf16>& w,
+                            const std::vector<float>& res, const std::vector<float>& hy,
+                            const std::vector<float>& hacc, const std::vector<bf16>& hb, int64_t B,
+                            int64_t in, int64_t out, double rel_tol) {
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t n = 0; n < out; ++n) {
+      const auto [ref, mag] = host_dot(x, w, b, n, in);
+      const int64_t i = b * out + n;
+      ASSERT_NEAR(hy[i], ref, rel_tol * mag + 1e-6) << "b=" << b << " n=" << n;
+      ASSERT_EQ(hacc[i], res[i] + hy[i]) << "y += x·Wᵀ at b=" << b << " n=" << n;
+      ASSERT_EQ(__bfloat162float(hb[i]), __bfloat162float(__float2bfloat16(hy[i])))
+          << "the bf16 result is the fp32 one rounded, b=" << b << " n=" << n;
+    }
+  }
+}
+
 TEST(ModelOps, GemvAgainstHostSums) {
   // in = 2056: past the kernel's prefetched chunks (2048), so its loop runs too.
   for (const auto& [B, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 768, 130},
@@ -323,16 +341,7 @@ TEST(ModelOps, GemvAgainstHostSums) {
     launch_gemv(gemv_rows(px.get()), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
     const auto hy = y.host(), hacc = yacc.host();
     const auto hb = yb.host();
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t n = 0; n < out; ++n) {
-        const auto [ref, mag] = host_dot(x, w, b, n, in);
-        const int64_t i = b * out + n;
-        ASSERT_NEAR(hy[i], ref, 1e-5 * mag + 1e-6) << "b=" << b << " n=" << n;
-        ASSERT_EQ(hacc[i], res[i] + hy[i]) << "y += x·Wᵀ at b=" << b << " n=" << n;
-        ASSERT_EQ(__bfloat162float(hb[i]), __bfloat162float(__float2bfloat16(hy[i])))
-            << "the bf16 result is the fp32 one rounded, b=" << b << " n=" << n;
-      }
-    }
+    expect_product_results(x, w, res, hy, hacc, hb, B, in, out, 1e-5);
     // Row 0 alone gives row 0's bits of the batch (fixed order, whatever the other rows hold).
     Placed<float> y0(out, 0);
     launch_gemv(gemv_rows(px.get()), pw.get(), f32(y0.get()), 1, in, out, 0.0f, nullptr);
@@ -418,16 +427,7 @@ TEST(ModelOps, SkinnyGemmAgainstHostSums) {
     launch_skinny_gemm(px.get(), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
     const auto hy = y.host(), hacc = yacc.host();
     const auto hb = yb.host();
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t n = 0; n < out; ++n) {
-        const auto [ref, mag] = host_dot(x, w, b, n, in);
-        const int64_t i = b * out + n;
-        ASSERT_NEAR(hy[i], ref, 4e-5 * mag + 1e-6) << "b=" << b << " n=" << n;
-        ASSERT_EQ(hacc[i], res[i] + hy[i]) << "y += x·Wᵀ at b=" << b << " n=" << n;
-        ASSERT_EQ(__bfloat162float(hb[i]), __bfloat162float(__float2bfloat16(hy[i])))
-            << "the bf16 result is the fp32 one rounded, b=" << b << " n=" << n;
-      }
-    }
+    expect_product_results(x, w, res, hy, hacc, hb, B, in, out, 4e-5);
     // Each row alone gives its bits of the batch (fixed order, whatever the other rows hold; a
     // row past 8 moves from the second n-tile to the first).
     for (int64_t b = 0; b < B; ++b) {
