@@ -13,7 +13,8 @@
 // reads rows no launch before it touched for a while (a 1 GiB window walked in order), so the
 // bytes come from HBM as a decode step's do. Benchmarks only. What it showed (H200): TMA issues in
 // 0.2 µs what cp.async issues in 0.9–1.8, lands 74 CTAs' rows about as fast, and falls behind past
-// a CTA an SM at this row stride – hence the parts kernel's rule (nsa_decode.cu, PartMaps).
+// a CTA an SM at this row stride – the parts kernel's first rule (nsa_decode.cu, DecodePartMaps;
+// measured in the step since, it takes TMA up to four CTAs an SM).
 //   nsa_decode_loads [--ctas 1,74,148,264] [--reps 40] [--groups 2]
 #include <cuda_runtime.h>
 

@@ -10,6 +10,7 @@
 
 #include "common/fast_exp.cuh"
 #include "common/mma.cuh"
+#include "common/tma.cuh"
 #include "decode_params.cuh"
 
 namespace nsa::cuda::decode {
@@ -108,6 +109,22 @@ __device__ __forceinline__ Tile carve_tile_aligned64(unsigned char* base) {
   t.v = reinterpret_cast<bf16*>(keys + tile_key_bytes(kTmaHeadDim));
   t.q = t.v + kPartKeys * t.vs;
   return t;
+}
+
+// The bytes of `rows` cache rows brought by tile_issue_row_boxes: keys of kTmaHeadDim columns and
+// the padded value rows.
+__device__ __forceinline__ uint32_t row_boxes_bytes(int rows) {
+  return static_cast<uint32_t>(rows * (kTmaHeadDim + tile_stride(kTmaHeadDim)) * sizeof(bf16));
+}
+
+// One thread: a key box and a value box (NsaDecodeCuda's maps: make_row_box_map, keys swizzled,
+// values 72 columns wide) of group g's cache rows from row `at` into the tile from row r0 on
+// (carve_tile_aligned64's), completing on `bar` – the parts' and the picks' TMA rows.
+__device__ __forceinline__ void tile_issue_row_boxes(const Tile& tl, int r0, const CUtensorMap* k,
+                                                     const CUtensorMap* v, int g, int32_t at,
+                                                     uint64_t* bar) {
+  tma_load_box_2d(tl.k + r0 * kTmaHeadDim, k, g * kTmaHeadDim, at, bar);
+  tma_load_box_2d(tl.v + r0 * tl.vs, v, g * kTmaHeadDim, at, bar);
 }
 
 // Starts copying the group's q rows ([hpg, dk] bf16, contiguous in q [B, H, dk]); rows hpg .. 15

@@ -140,10 +140,8 @@ __global__ void __launch_bounds__(kPartThreads, 6)
       const int32_t at = static_cast<int32_t>(b * rows + first);
       mbarrier_init_one(&rows_landed);
       mbarrier_init_fence();
-      mbarrier_expect_bytes(&rows_landed,
-                            kPartKeys * (kTmaHeadDim + tile_stride(kTmaHeadDim)) * sizeof(bf16));
-      tma_load_box_2d(tl.k, &maps.k[which], g * kTmaHeadDim, at, &rows_landed);
-      tma_load_box_2d(tl.v, &maps.v[which], g * kTmaHeadDim, at, &rows_landed);
+      mbarrier_expect_bytes(&rows_landed, row_boxes_bytes(kPartKeys));
+      tile_issue_row_boxes(tl, 0, &maps.k[which], &maps.v[which], g, at, &rows_landed);
     }
     __syncthreads();  // the barrier is initialised before any thread waits on it
   } else {
@@ -316,15 +314,11 @@ __global__ void __launch_bounds__(kPartThreads)
       // The part's blocks, l_sel = 64 rows each; the last may hold t (then it is the part's last).
       if (threadIdx.x == 0 && sp.count > 0) {
         ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // the tile's generic writes
-        mbarrier_expect_bytes(
-            &rows_landed,
-            sp.nseg * m.l_sel * (kTmaHeadDim + tile_stride(kTmaHeadDim)) * sizeof(bf16));
+        mbarrier_expect_bytes(&rows_landed, row_boxes_bytes(sp.nseg * m.l_sel));
         for (int e = 0; e < sp.nseg; ++e) {
           const int32_t at = static_cast<int32_t>(
               b * m.max_len + static_cast<int64_t>(block_at(sp.e0 + e)) * m.l_sel);
-          tma_load_box_2d(tl.k + e * m.l_sel * kTmaHeadDim, &maps.k, g * kTmaHeadDim, at,
-                          &rows_landed);
-          tma_load_box_2d(tl.v + e * m.l_sel * tl.vs, &maps.v, g * kTmaHeadDim, at, &rows_landed);
+          tile_issue_row_boxes(tl, e * m.l_sel, &maps.k, &maps.v, g, at, &rows_landed);
         }
       }
       int patch = -1;  // t's row in the tile, if the part's last block holds it
