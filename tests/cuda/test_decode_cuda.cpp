@@ -447,9 +447,8 @@ TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
   expect_decoder_matches_cpu(GetParam(), 3);
 }
 
-// Five sequences: the linear layers run on the tensor-core skinny kernel instead (more rows than
-// the few-row kernels take; skinny_gemm.h), the norm and the MLP activation as kernels of their
-// own.
+// Five sequences: the linear layers run on the tensor-core skinny kernels instead (more rows than
+// the few-row kernels take; skinny_gemm.h), the RMSNorm and the MLP's activation folded in.
 TEST(CudaDecoderSkinny, LogitsAndSelectionsMatchTheCpuDecoder) {
   static_assert(5 > cuda::kGemvMaxRows && 5 <= cuda::kSkinnyMaxRows,
                 "five rows must take the skinny kernel");

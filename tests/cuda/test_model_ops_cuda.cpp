@@ -4,9 +4,9 @@
 // aligned addresses and at addresses one element off (forcing the scalar path) – with sizes that
 // leave a tail. Also: the GEMM's residual form equals a copy followed by the in-place GEMM, RoPE
 // rotates by the angles computed on the host, and the column sums equal the host's; the decoder's
-// few-row products (gemv.h) against host sums, and a row's bits whatever the batch around it; the
-// decoder's one-kernel attention inputs (decode_projection.h) against the product + decode_inputs;
-// the decoder's batch products on the tensor cores (skinny_gemm.h) likewise against host sums.
+// small-batch products (gemv.h's few-row kernels, skinny_gemm.h's tensor-core ones) against host
+// sums, and a row's bits whatever the batch around it; the decoder's one-kernel attention inputs
+// (decode_projection.h) against the product + decode_inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -307,89 +307,126 @@ std::pair<double, double> host_dot(const std::vector<bf16>& x, const std::vector
   return {sum, mag};
 }
 
-// A product's three results against host sums: y = x·Wᵀ within rel_tol·Σ|x·w|, y += x·Wᵀ from
-// res equal to res + y, and the bf16 result equal to y rounded.
-void expect_product_results(const std::vector<bf16>& x, const std::vector<bf16>& w,
-                            const std::vector<float>& res, const std::vector<float>& hy,
-                            const std::vector<float>& hacc, const std::vector<bf16>& hb, int64_t B,
-                            int64_t in, int64_t out, double rel_tol) {
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t n = 0; n < out; ++n) {
-      const auto [ref, mag] = host_dot(x, w, b, n, in);
-      const int64_t i = b * out + n;
-      ASSERT_NEAR(hy[i], ref, rel_tol * mag + 1e-6) << "b=" << b << " n=" << n;
-      ASSERT_EQ(hacc[i], res[i] + hy[i]) << "y += x·Wᵀ at b=" << b << " n=" << n;
-      ASSERT_EQ(__bfloat162float(hb[i]), __bfloat162float(__float2bfloat16(hy[i])))
-          << "the bf16 result is the fp32 one rounded, b=" << b << " n=" << n;
+// The decoder's two families of small-batch products (gemv.h: up to 4 rows; skinny_gemm.h: up
+// to 16 on the tensor cores), the same calls, with the shapes each is tested on and the bound of
+// its fp32 sums' rounding (relative to Σ|x·w|).
+struct SmallProducts {
+  const char* name;
+  decltype(&launch_gemv) plain;
+  decltype(&launch_gemv_swiglu) swiglu;
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes;  // B, in, out
+  std::vector<std::pair<int64_t, int64_t>> normed_shapes;     // B, in
+  std::vector<int64_t> swiglu_rows;                           // B of the SwiGLU test
+  double rel_tol;
+};
+
+std::vector<SmallProducts> small_products() {
+  // Few-row: in = 2056 is past the kernel's prefetched chunks (2048), so its loop runs too.
+  // Skinny: one n-tile (B ≤ 8) and two; in = 2080 and 4128 are 65 and 129 chunks of 32 over 16
+  // warps, so a warp's run takes its loop past the first loads (and some warps run short); out
+  // not a multiple of the 16 rows a CTA takes. The normed shapes keep their staged rows within
+  // the 200 KiB the kernel takes (16 rows of 2080 would not: skinny_gemm_fits refuses them).
+  return {{"few-row",
+           launch_gemv,
+           launch_gemv_swiglu,
+           {{1, 768, 130}, {3, 8, 5}, {4, 2056, 67}, {2, 768, 33}},
+           {{1, 768}, {3, 2056}, {4, 64}},
+           {1, 4},
+           1e-5},
+          {"skinny",
+           launch_skinny_gemm,
+           launch_skinny_swiglu,
+           {{4, 768, 130}, {9, 2080, 67}, {16, 64, 33}, {1, 32, 16}, {12, 4128, 40}, {8, 96, 7}},
+           {{4, 768}, {16, 1056}, {10, 2080}, {9, 64}},
+           {4, 11},
+           4e-5}};
+}
+
+TEST(ModelOps, SmallProductsAgainstHostSums) {
+  for (const SmallProducts& k : small_products()) {
+    for (const auto& [B, in, out] : k.shapes) {
+      SCOPED_TRACE(testing::Message() << k.name << " B=" << B << " in=" << in << " out=" << out);
+      const auto x = to_bf16(random_floats(B * in, 20)), w = to_bf16(random_floats(out * in, 21));
+      const auto res = random_floats(B * out, 22);
+      Placed<bf16> px(x, 0), pw(w, 0), yb(B * out, 0);
+      Placed<float> y(B * out, 0), yacc(res, 0);
+      k.plain(gemv_rows(px.get()), pw.get(), f32(y.get()), B, in, out, 0.0f, nullptr);
+      k.plain(gemv_rows(px.get()), pw.get(), f32(yacc.get()), B, in, out, 1.0f, nullptr);
+      k.plain(gemv_rows(px.get()), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
+      const auto hy = y.host(), hacc = yacc.host();
+      const auto hb = yb.host();
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t n = 0; n < out; ++n) {
+          const auto [ref, mag] = host_dot(x, w, b, n, in);
+          const int64_t i = b * out + n;
+          ASSERT_NEAR(hy[i], ref, k.rel_tol * mag + 1e-6) << "b=" << b << " n=" << n;
+          ASSERT_EQ(hacc[i], res[i] + hy[i]) << "y += x·Wᵀ at b=" << b << " n=" << n;
+          ASSERT_EQ(__bfloat162float(hb[i]), __bfloat162float(__float2bfloat16(hy[i])))
+              << "the bf16 result is the fp32 one rounded, b=" << b << " n=" << n;
+        }
+      }
+      // Each row alone gives its bits of the batch (fixed order, whatever the other rows hold;
+      // in the skinny kernel a row past 8 moves from the second n-tile to the first).
+      for (int64_t b = 0; b < B; ++b) {
+        Placed<float> y1(out, 0);
+        k.plain(gemv_rows(px.get() + b * in), pw.get(), f32(y1.get()), 1, in, out, 0.0f, nullptr);
+        expect_same_bits(y1.host(),
+                         std::vector<float>(hy.begin() + b * out, hy.begin() + (b + 1) * out),
+                         "a row alone");
+      }
     }
   }
 }
 
-TEST(ModelOps, GemvAgainstHostSums) {
-  // in = 2056: past the kernel's prefetched chunks (2048), so its loop runs too.
-  for (const auto& [B, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 768, 130},
-                                   {3, 8, 5},
-                                   {4, 2056, 67},
-                                   {2, 768, 33}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << B << " in=" << in << " out=" << out);
-    const auto x = to_bf16(random_floats(B * in, 20)), w = to_bf16(random_floats(out * in, 21));
-    const auto res = random_floats(B * out, 22);
-    Placed<bf16> px(x, 0), pw(w, 0), yb(B * out, 0);
-    Placed<float> y(B * out, 0), yacc(res, 0);
-    launch_gemv(gemv_rows(px.get()), pw.get(), f32(y.get()), B, in, out, 0.0f, nullptr);
-    launch_gemv(gemv_rows(px.get()), pw.get(), f32(yacc.get()), B, in, out, 1.0f, nullptr);
-    launch_gemv(gemv_rows(px.get()), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
-    const auto hy = y.host(), hacc = yacc.host();
-    const auto hb = yb.host();
-    expect_product_results(x, w, res, hy, hacc, hb, B, in, out, 1e-5);
-    // Row 0 alone gives row 0's bits of the batch (fixed order, whatever the other rows hold).
-    Placed<float> y0(out, 0);
-    launch_gemv(gemv_rows(px.get()), pw.get(), f32(y0.get()), 1, in, out, 0.0f, nullptr);
-    expect_same_bits(y0.host(), std::vector<float>(hy.begin(), hy.begin() + out), "row 0 alone");
-  }
-}
-
-TEST(ModelOps, GemvSwigluAgainstHostSums) {
-  const int64_t B = 4, in = 768, out = 96;
-  const auto x = to_bf16(random_floats(B * in, 30, 0.05f));
-  const auto w1 = to_bf16(random_floats(out * in, 31)), w3 = to_bf16(random_floats(out * in, 32));
-  Placed<bf16> px(x, 0), pw1(w1, 0), pw3(w3, 0), m(B * out, 0), m_silu(B * out, 0);
-  Placed<float> u1(B * out, 0), u3(B * out, 0);
-  launch_gemv_swiglu(gemv_rows(px.get()), pw1.get(), pw3.get(), m.get(), B, in, out, nullptr);
-  launch_gemv_swiglu(gemv_rows(px.get()), pw1.get(), nullptr, m_silu.get(), B, in, out, nullptr);
-  launch_gemv(gemv_rows(px.get()), pw1.get(), f32(u1.get()), B, in, out, 0.0f, nullptr);
-  launch_gemv(gemv_rows(px.get()), pw3.get(), f32(u3.get()), B, in, out, 0.0f, nullptr);
-  const auto hm = m.host(), hs = m_silu.host();
-  const auto h1 = u1.host(), h3 = u3.host();
-  const auto silu = [](float a) { return a / (1.0f + std::exp(-a)); };
-  for (int64_t i = 0; i < B * out; ++i) {
-    // u1, u3 are the plain products' sums (the same lanes, the same order) rounded to bf16.
-    const float a = __bfloat162float(__float2bfloat16(h1[i]));
-    const float c = __bfloat162float(__float2bfloat16(h3[i]));
-    const float want = silu(a) * c, want_silu = silu(a);
-    ASSERT_NEAR(__bfloat162float(hm[i]), want, std::fabs(want) / 128 + 1e-6) << i;
-    ASSERT_NEAR(__bfloat162float(hs[i]), want_silu, std::fabs(want_silu) / 128 + 1e-6) << i;
+TEST(ModelOps, SmallProductsSwigluAgainstHostSums) {
+  for (const SmallProducts& k : small_products()) {
+    for (const int64_t B : k.swiglu_rows) {
+      SCOPED_TRACE(testing::Message() << k.name << " B=" << B);
+      const int64_t in = 768, out = 96;
+      const auto x = to_bf16(random_floats(B * in, 30, 0.05f));
+      const auto w1 = to_bf16(random_floats(out * in, 31)),
+                 w3 = to_bf16(random_floats(out * in, 32));
+      Placed<bf16> px(x, 0), pw1(w1, 0), pw3(w3, 0), m(B * out, 0), m_silu(B * out, 0);
+      Placed<float> u1(B * out, 0), u3(B * out, 0);
+      k.swiglu(gemv_rows(px.get()), pw1.get(), pw3.get(), m.get(), B, in, out, nullptr);
+      k.swiglu(gemv_rows(px.get()), pw1.get(), nullptr, m_silu.get(), B, in, out, nullptr);
+      k.plain(gemv_rows(px.get()), pw1.get(), f32(u1.get()), B, in, out, 0.0f, nullptr);
+      k.plain(gemv_rows(px.get()), pw3.get(), f32(u3.get()), B, in, out, 0.0f, nullptr);
+      const auto hm = m.host(), hs = m_silu.host();
+      const auto h1 = u1.host(), h3 = u3.host();
+      const auto silu = [](float a) { return a / (1.0f + std::exp(-a)); };
+      for (int64_t i = 0; i < B * out; ++i) {
+        // u1, u3 are the plain products' sums (the same order) rounded to bf16.
+        const float a = __bfloat162float(__float2bfloat16(h1[i]));
+        const float c = __bfloat162float(__float2bfloat16(h3[i]));
+        const float want = silu(a) * c, want_silu = silu(a);
+        ASSERT_NEAR(__bfloat162float(hm[i]), want, std::fabs(want) / 128 + 1e-6) << i;
+        ASSERT_NEAR(__bfloat162float(hs[i]), want_silu, std::fabs(want_silu) / 128 + 1e-6) << i;
+      }
+    }
   }
 }
 
 // The RMSNorm folded into the products gives the bits of the norm kernel followed by them.
-TEST(ModelOps, GemvWithTheNormEqualsNormThenGemv) {
-  for (const auto& [B, in] : {std::pair<int64_t, int64_t>{1, 768}, {3, 2056}, {4, 64}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << B << " in=" << in);
-    const int64_t out = 70;
-    const auto xf = random_floats(B * in, 40, 3.0f), nw = random_floats(in, 41);
-    const auto w1 = to_bf16(random_floats(out * in, 42)), w3 = to_bf16(random_floats(out * in, 43));
-    Placed<float> px(xf, 0), pn(nw, 0), rstd(B, 0), y_fused(B * out, 0), y_plain(B * out, 0);
-    Placed<bf16> h(B * in, 0), pw1(w1, 0), pw3(w3, 0), m_fused(B * out, 0), m_plain(B * out, 0);
-    launch_rmsnorm_forward(px.get(), pn.get(), 1e-5f, h.get(), rstd.get(), B, in, nullptr);
-    const GemvInput normed = gemv_normed_rows(px.get(), pn.get(), 1e-5f);
-    launch_gemv(normed, pw1.get(), f32(y_fused.get()), B, in, out, 0.0f, nullptr);
-    launch_gemv(gemv_rows(h.get()), pw1.get(), f32(y_plain.get()), B, in, out, 0.0f, nullptr);
-    expect_same_bits(y_fused.host(), y_plain.host(), "RMSNorm(x)·Wᵀ");
-    launch_gemv_swiglu(normed, pw1.get(), pw3.get(), m_fused.get(), B, in, out, nullptr);
-    launch_gemv_swiglu(gemv_rows(h.get()), pw1.get(), pw3.get(), m_plain.get(), B, in, out,
-                       nullptr);
-    expect_same_bits(m_fused.host(), m_plain.host(), "swiglu of RMSNorm(x)");
+TEST(ModelOps, SmallProductsWithTheNormEqualNormThenProducts) {
+  for (const SmallProducts& k : small_products()) {
+    for (const auto& [B, in] : k.normed_shapes) {
+      SCOPED_TRACE(testing::Message() << k.name << " B=" << B << " in=" << in);
+      const int64_t out = 70;
+      const auto xf = random_floats(B * in, 40, 3.0f), nw = random_floats(in, 41);
+      const auto w1 = to_bf16(random_floats(out * in, 42)),
+                 w3 = to_bf16(random_floats(out * in, 43));
+      Placed<float> px(xf, 0), pn(nw, 0), rstd(B, 0), y_fused(B * out, 0), y_plain(B * out, 0);
+      Placed<bf16> h(B * in, 0), pw1(w1, 0), pw3(w3, 0), m_fused(B * out, 0), m_plain(B * out, 0);
+      launch_rmsnorm_forward(px.get(), pn.get(), 1e-5f, h.get(), rstd.get(), B, in, nullptr);
+      const GemvInput normed = gemv_normed_rows(px.get(), pn.get(), 1e-5f);
+      k.plain(normed, pw1.get(), f32(y_fused.get()), B, in, out, 0.0f, nullptr);
+      k.plain(gemv_rows(h.get()), pw1.get(), f32(y_plain.get()), B, in, out, 0.0f, nullptr);
+      expect_same_bits(y_fused.host(), y_plain.host(), "RMSNorm(x)·Wᵀ");
+      k.swiglu(normed, pw1.get(), pw3.get(), m_fused.get(), B, in, out, nullptr);
+      k.swiglu(gemv_rows(h.get()), pw1.get(), pw3.get(), m_plain.get(), B, in, out, nullptr);
+      expect_same_bits(m_fused.host(), m_plain.host(), "swiglu of RMSNorm(x)");
+    }
   }
 }
 
@@ -407,48 +444,24 @@ TEST(ModelOps, GemvRefusesWhatItDoesNotTake) {
                Error);
 }
 
-TEST(ModelOps, SkinnyGemmAgainstHostSums) {
-  // One n-tile (B ≤ 8) and two; in = 2080 and 4128: 65 and 129 chunks of 32 over 16 warps, so a
-  // warp's run takes its loop past the first loads (and some warps run short); out not a multiple
-  // of the 16 rows a CTA takes.
-  for (const auto& [B, in, out] : {std::tuple<int64_t, int64_t, int64_t>{4, 768, 130},
-                                   {9, 2080, 67},
-                                   {16, 64, 33},
-                                   {1, 32, 16},
-                                   {12, 4128, 40},
-                                   {8, 96, 7}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << B << " in=" << in << " out=" << out);
-    const auto x = to_bf16(random_floats(B * in, 30)), w = to_bf16(random_floats(out * in, 31));
-    const auto res = random_floats(B * out, 32);
-    Placed<bf16> px(x, 0), pw(w, 0), yb(B * out, 0);
-    Placed<float> y(B * out, 0), yacc(res, 0);
-    launch_skinny_gemm(px.get(), pw.get(), f32(y.get()), B, in, out, 0.0f, nullptr);
-    launch_skinny_gemm(px.get(), pw.get(), f32(yacc.get()), B, in, out, 1.0f, nullptr);
-    launch_skinny_gemm(px.get(), pw.get(), b16(yb.get()), B, in, out, 0.0f, nullptr);
-    const auto hy = y.host(), hacc = yacc.host();
-    const auto hb = yb.host();
-    expect_product_results(x, w, res, hy, hacc, hb, B, in, out, 4e-5);
-    // Each row alone gives its bits of the batch (fixed order, whatever the other rows hold; a
-    // row past 8 moves from the second n-tile to the first).
-    for (int64_t b = 0; b < B; ++b) {
-      Placed<float> yb1(out, 0);
-      launch_skinny_gemm(px.get() + b * in, pw.get(), f32(yb1.get()), 1, in, out, 0.0f, nullptr);
-      expect_same_bits(yb1.host(),
-                       std::vector<float>(hy.begin() + b * out, hy.begin() + (b + 1) * out),
-                       "a row alone");
-    }
-  }
-}
-
 TEST(ModelOps, SkinnyGemmRefusesWhatItDoesNotTake) {
   DeviceBuffer<bf16> x(64), w(64);
-  EXPECT_FALSE(skinny_gemm_fits(kSkinnyMaxRows + 1, 32, x.get(), w.get()));
-  EXPECT_FALSE(skinny_gemm_fits(0, 32, x.get(), w.get()));
-  EXPECT_FALSE(skinny_gemm_fits(1, 48, x.get(), w.get()));
-  EXPECT_FALSE(skinny_gemm_fits(1, 32, x.get() + 1, w.get()));
-  EXPECT_TRUE(skinny_gemm_fits(kSkinnyMaxRows, 32, x.get(), w.get()));
-  EXPECT_THROW(launch_skinny_gemm(x.get(), w.get(), b16(x.get()), 1, 32, 1, 1.0f, nullptr), Error);
-  EXPECT_THROW(launch_skinny_gemm(x.get(), w.get(), f32(nullptr), 1, 48, 1, 0.0f, nullptr), Error);
+  EXPECT_FALSE(skinny_gemm_fits(kSkinnyMaxRows + 1, 32, gemv_rows(x.get()), w.get()));
+  EXPECT_FALSE(skinny_gemm_fits(0, 32, gemv_rows(x.get()), w.get()));
+  EXPECT_FALSE(skinny_gemm_fits(1, 48, gemv_rows(x.get()), w.get()));
+  EXPECT_FALSE(skinny_gemm_fits(1, 32, gemv_rows(x.get() + 1), w.get()));
+  EXPECT_TRUE(skinny_gemm_fits(kSkinnyMaxRows, 32, gemv_rows(x.get()), w.get()));
+  DeviceBuffer<float> xf(64), nw(64);
+  EXPECT_TRUE(skinny_gemm_fits(1, 32, gemv_normed_rows(xf.get(), nw.get(), 1e-5f), w.get()));
+  EXPECT_FALSE(skinny_gemm_fits(1, 32, gemv_normed_rows(xf.get(), nullptr, 1e-5f), w.get()));
+  EXPECT_FALSE(skinny_gemm_fits(16, 8192, gemv_normed_rows(xf.get(), nw.get(), 1e-5f), w.get()))
+      << "normalised rows past 200 KiB of shared memory";
+  EXPECT_THROW(
+      launch_skinny_gemm(gemv_rows(x.get()), w.get(), b16(x.get()), 1, 32, 1, 1.0f, nullptr),
+      Error);
+  EXPECT_THROW(
+      launch_skinny_gemm(gemv_rows(x.get()), w.get(), f32(nullptr), 1, 48, 1, 0.0f, nullptr),
+      Error);
 }
 
 // A decode step's fused projection laid out as the decoder lays it out (decode_inputs_layout) and

@@ -128,8 +128,8 @@ bool ModelDecoderCuda::few_rows(int64_t in, const GemvInput& x, const bf16* w,
 
 void ModelDecoderCuda::rows_linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out,
                                    float beta, cudaStream_t st) {
-  if (skinny_gemm_fits(B_, in, x, w)) {
-    launch_skinny_gemm(x, w, y, B_, in, out, beta, st);
+  if (skinny_gemm_fits(B_, in, gemv_rows(x), w)) {
+    launch_skinny_gemm(gemv_rows(x), w, y, B_, in, out, beta, st);
   } else {
     gemm_.linear_forward(x, w, y, B_, in, out, beta, st);
   }
@@ -141,6 +141,10 @@ void ModelDecoderCuda::normed_linear(const float* norm_w, const bf16* w, GemmOut
   const GemvInput x = gemv_normed_rows(x_.get(), norm_w, static_cast<float>(cfg_.norm_eps));
   if (few_rows(D, x, w)) {
     launch_gemv(x, w, y, B_, D, out, 0.0f, st);
+    return;
+  }
+  if (skinny_gemm_fits(B_, D, x, w)) {  // the norm folded into the skinny product
+    launch_skinny_gemm(x, w, y, B_, D, out, 0.0f, st);
     return;
   }
   launch_rmsnorm_forward(x.x_f32, norm_w, x.eps, h_.get(), rstd_.get(), B_, D, st);
@@ -177,6 +181,10 @@ void ModelDecoderCuda::mlp_in(const LayerWeights& w, cudaStream_t st) {
       gemv_normed_rows(x_.get(), w.ffn_norm.get(), static_cast<float>(cfg_.norm_eps));
   if (few_rows(D, x, w.w1.get(), w3)) {  // the norm, both products and m in one pass
     launch_gemv_swiglu(x, w.w1.get(), w3, m_.get(), B_, D, F_, st);
+    return;
+  }
+  if (skinny_gemm_fits(B_, D, x, w.w1.get(), w3)) {  // the same on the tensor cores
+    launch_skinny_swiglu(x, w.w1.get(), w3, m_.get(), B_, D, F_, st);
     return;
   }
   launch_rmsnorm_forward(x.x_f32, x.norm_w, x.eps, h_.get(), rstd_.get(), B_, D, st);

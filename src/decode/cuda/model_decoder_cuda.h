@@ -82,7 +82,8 @@ class ModelDecoderCuda {
   };
   void record_step();  // the kernels of one step, on stream_
   // The step's linear layers: the few-row kernels (model/cuda/gemv.h, the RMSNorm folded in)
-  // up to kGemvFasterRows rows where they fit (few_rows), else the norm kernel and rows_linear.
+  // up to kGemvFasterRows rows where they fit (few_rows), else the skinny kernels (the norm folded
+  // in as well) up to kSkinnyMaxRows, else the norm kernel and the GEMMs.
   bool few_rows(int64_t in, const GemvInput& x, const bf16* w, const bf16* w3 = nullptr) const;
   // y (+)= x·Wᵀ for the step's B_ rows: the tensor-core skinny kernel up to kSkinnyMaxRows rows
   // where it fits (model/cuda/skinny_gemm.h), else the GEMM.

@@ -26,7 +26,7 @@ constexpr int kPrefetch = 8;  // chunks per lane loaded before the wait (in ≤ 
 // Normalised input: its B fp32 rows and the norm weight staged in shared memory, up to this.
 constexpr size_t kMaxStagedBytes = 200 * 1024;
 
-inline size_t staged_bytes(int64_t B, int64_t in) {
+__host__ __device__ inline size_t staged_bytes(int64_t B, int64_t in) {
   return static_cast<size_t>((B + 1) * in) * sizeof(float);
 }
 

@@ -4,11 +4,16 @@
 // serve two m16n8k16 k-steps – columns 0-3 of the thread's 8 as the step's logical columns
 // 2·tig, 2·tig + 1, 2·tig + 8, 2·tig + 9 (tig = lane % 4), columns 4-7 the next step's. W and x
 // take the same permutation, so each k-step sums 16 distinct columns once: the product is x·Wᵀ
-// with the columns in another (fixed) order. No shared memory but the warps' partial tiles.
+// with the columns in another (fixed) order. Normalised rows are staged in shared memory (the norm
+// weight before the wait, the fp32 rows after, gemv_warp.cuh's staging) and written there once as
+// the bf16 rows the norm kernel would have written; the MMAs then read x from there.
 #include <algorithm>
 
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dynamic_smem.h"
 #include "cuda/common/mma.cuh"
+#include "model/cuda/gemv_warp.cuh"
+#include "model/cuda/pointwise.cuh"
 #include "model/cuda/skinny_gemm.h"
 #include "nsa/error.h"
 
@@ -19,46 +24,97 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kRowsPerCta = 16;    // the MMA's M: rows of W
 constexpr int kChunkCols = 32;     // a thread's 16 bytes × 4 lanes of a quad
-constexpr int kChunksPerLoad = 4;  // chunks a warp has in flight (W: 8 loads a thread)
+constexpr int kChunksPerLoad = 4;  // chunks a warp has in flight (W: 8 loads a thread, 16 with W3)
 constexpr int kMaxWarps = 16;
 constexpr int kMaxTiles = 2;  // n-tiles of 8 rows of x: B ≤ 16
+constexpr int kRowPad = 8;    // bf16 after each staged row: its 16-byte pieces spread over banks
 
 struct SkinnyArgs {
-  const bf16* x;
-  const bf16* w;
-  void* y;
-  int B, in, out;
+  gemv_warp::Operands ops;  // x (bf16, or fp32 rows with a norm weight), W1, W3 (SwiGLU), B, in
+  void* y;                  // [B, out]: fp32 or bf16 (plain), bf16 m (SwiGLU)
+  int out;
   bool y_bf16, accumulate;
 };
+
+// Shared memory of a normalised input: the fp32 rows [B, in] and the norm weight [in]
+// (gemv_warp's staging), then the bf16 rows [B, in + kRowPad].
+size_t normed_bytes(int64_t B, int64_t in) {
+  return gemv_warp::staged_bytes(B, in) + static_cast<size_t>(B * (in + kRowPad)) * sizeof(bf16);
+}
 
 __device__ __forceinline__ uint4 load_w(const bf16* w, int64_t row, int in, int col, bool live) {
   if (!live) return make_uint4(0, 0, 0, 0);
   return __ldg(reinterpret_cast<const uint4*>(w + row * in + col));
 }
 
-// NT n-tiles of x (8 rows each).
-template <int NT>
+// After stage_rows: the rows' 1 / RMS (a warp a row, warp_rms_rstd: the norm kernel's bits), then
+// the normalised bf16 rows into xb, the whole CTA.
+__device__ __forceinline__ void normalise_rows(const gemv_warp::Operands& a, const float* xs,
+                                               bf16* xb) {
+  __shared__ float rstd[kSkinnyMaxRows];
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int b = threadIdx.x / 32; b < a.B; b += warps) {
+    const float4* row = reinterpret_cast<const float4*>(xs + static_cast<int64_t>(b) * a.in);
+    const float r = warp_rms_rstd(a.in, a.x.eps, lane, [&](int64_t q, float v[4]) {
+      const float4 x = row[q];
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    });
+    if (lane == 0) rstd[b] = r;
+  }
+  __syncthreads();
+  const float* nw = xs + static_cast<int64_t>(a.B) * a.in;
+  for (int i = threadIdx.x; i < a.B * a.in; i += blockDim.x) {
+    const int b = i / a.in, k = i % a.in;
+    xb[b * (a.in + kRowPad) + k] = __float2bfloat16(rms_normed(xs[i], rstd[b], nw[k]));
+  }
+  __syncthreads();
+}
+
+// NT n-tiles of x (8 rows each); kNorm: x normalised on the way (staged); kSwiglu: W1 and W3, m
+// out.
+template <int NT, bool kNorm, bool kSwiglu>
 __global__ void __launch_bounds__(32 * kMaxWarps) skinny_kernel(const SkinnyArgs a) {
-  __shared__ float partial[kMaxWarps][NT * 4][32];
+  constexpr int kSums = kSwiglu ? 2 : 1;
+  __shared__ float partial[kMaxWarps][kSums * NT * 4][32];
+  extern __shared__ __align__(16) unsigned char staged[];  // kNorm: normed_bytes
+  const gemv_warp::Operands& o = a.ops;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int gid = lane / 4, tig = lane % 4;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerCta;
   const bool live_a = r0 + gid < a.out, live_b = r0 + gid + 8 < a.out;
-  const int chunks = a.in / kChunkCols, per = (chunks + warps - 1) / warps;
+  const bool two = kSwiglu && o.w3;
+  const int chunks = o.in / kChunkCols, per = (chunks + warps - 1) / warps;
   const int c_begin = min(chunks, warp * per), c_end = min(chunks, c_begin + per);
-  uint4 wa[kChunksPerLoad], wb[kChunksPerLoad];
+  uint4 wa[kSums][kChunksPerLoad], wb[kSums][kChunksPerLoad];
   const auto load_run = [&](int c0) {
 #pragma unroll
     for (int j = 0; j < kChunksPerLoad; ++j) {
       const bool in_run = c0 + j < c_end;
       const int col = (c0 + j) * kChunkCols + tig * 8;
-      wa[j] = load_w(a.w, r0 + gid, a.in, col, in_run && live_a);
-      wb[j] = load_w(a.w, r0 + gid + 8, a.in, col, in_run && live_b);
+#pragma unroll
+      for (int s = 0; s < kSums; ++s) {
+        const bf16* w = s == 0 ? o.w1 : o.w3;
+        const bool use = s == 0 || two;
+        wa[s][j] = load_w(w, r0 + gid, o.in, col, use && in_run && live_a);
+        wb[s][j] = load_w(w, r0 + gid + 8, o.in, col, use && in_run && live_b);
+      }
     }
   };
-  load_run(c_begin);           // W never changes: loaded before the wait
+  float* xs = reinterpret_cast<float*>(staged);
+  bf16* xb = reinterpret_cast<bf16*>(staged + gemv_warp::staged_bytes(o.B, o.in));
+  load_run(c_begin);  // W never changes: loaded before the wait
+  if (kNorm) gemv_warp::stage_norm_weight(o, xs);
   wait_for_previous_kernel();  // x (and y) come from the kernels before
-  float acc[NT][4] = {};
+  if (kNorm) {
+    gemv_warp::stage_rows(o, xs);
+    normalise_rows(o, xs, xb);
+  }
+  const auto x_piece = [&](int n, int col) {
+    if (n >= o.B) return make_uint4(0, 0, 0, 0);
+    if (kNorm) return *reinterpret_cast<const uint4*>(xb + n * (o.in + kRowPad) + col);
+    return __ldg(reinterpret_cast<const uint4*>(o.x.x + static_cast<int64_t>(n) * o.in + col));
+  };
+  float acc[kSums][NT][4] = {};
   for (int c0 = c_begin; c0 < c_end; c0 += kChunksPerLoad) {
     if (c0 != c_begin) load_run(c0);
 #pragma unroll
@@ -67,24 +123,24 @@ __global__ void __launch_bounds__(32 * kMaxWarps) skinny_kernel(const SkinnyArgs
       const int col = (c0 + j) * kChunkCols + tig * 8;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const int n = nt * 8 + gid;
-        const uint4 xv =
-            n < a.B
-                ? __ldg(reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(n) * a.in + col))
-                : make_uint4(0, 0, 0, 0);
-        const uint32_t a0[4] = {wa[j].x, wb[j].x, wa[j].y, wb[j].y};
-        const uint32_t b0[2] = {xv.x, xv.y};
-        mma_16816(acc[nt], a0, b0);
-        const uint32_t a1[4] = {wa[j].z, wb[j].z, wa[j].w, wb[j].w};
-        const uint32_t b1[2] = {xv.z, xv.w};
-        mma_16816(acc[nt], a1, b1);
+        const uint4 xv = x_piece(nt * 8 + gid, col);
+        const uint32_t b0[2] = {xv.x, xv.y}, b1[2] = {xv.z, xv.w};
+#pragma unroll
+        for (int s = 0; s < kSums; ++s) {
+          const uint32_t a0[4] = {wa[s][j].x, wb[s][j].x, wa[s][j].y, wb[s][j].y};
+          mma_16816(acc[s][nt], a0, b0);
+          const uint32_t a1[4] = {wa[s][j].z, wb[s][j].z, wa[s][j].w, wb[s][j].w};
+          mma_16816(acc[s][nt], a1, b1);
+        }
       }
     }
   }
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int s = 0; s < kSums; ++s)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) partial[warp][nt * 4 + e][lane] = acc[nt][e];
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) partial[warp][(s * NT + nt) * 4 + e][lane] = acc[s][nt][e];
   __syncthreads();
   // Value i of lane l: tile i / 4, element i % 4 (c0, c1: row gid; c2, c3: row gid + 8; columns
   // 2·tig and 2·tig + 1 of the tile), summed over the warps in order.
@@ -92,47 +148,85 @@ __global__ void __launch_bounds__(32 * kMaxWarps) skinny_kernel(const SkinnyArgs
     const int i = v / 32, l = v % 32, nt = i / 4, e = i % 4;
     const int64_t row = r0 + l / 4 + (e >= 2 ? 8 : 0);
     const int n = nt * 8 + (l % 4) * 2 + (e & 1);
-    if (row >= a.out || n >= a.B) continue;
-    float sum = 0.0f;
-    for (int w = 0; w < warps; ++w) sum += partial[w][i][l];
+    if (row >= a.out || n >= o.B) continue;
+    float sum[kSums] = {};
+    for (int w = 0; w < warps; ++w)
+#pragma unroll
+      for (int s = 0; s < kSums; ++s) sum[s] += partial[w][s * NT * 4 + i][l];
     const int64_t at = static_cast<int64_t>(n) * a.out + row;
-    if (a.y_bf16) {
-      static_cast<bf16*>(a.y)[at] = __float2bfloat16(sum);
+    if (kSwiglu) {  // u1, u3 rounded to bf16 as the GEMMs' bf16 results, then m's arithmetic
+      const float u1 = __bfloat162float(__float2bfloat16(sum[0]));
+      const float u3 = two ? __bfloat162float(__float2bfloat16(sum[kSums - 1])) : 1.0f;
+      static_cast<bf16*>(a.y)[at] = __float2bfloat16(swiglu_value(u1, u3));
+    } else if (a.y_bf16) {
+      static_cast<bf16*>(a.y)[at] = __float2bfloat16(sum[0]);
     } else {
       float* y = static_cast<float*>(a.y);
-      y[at] = a.accumulate ? y[at] + sum : sum;
+      y[at] = a.accumulate ? y[at] + sum[0] : sum[0];
     }
   }
 }
 
-}  // namespace
-
-bool skinny_gemm_fits(int64_t B, int64_t in, const bf16* x, const bf16* w) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return B >= 1 && B <= kSkinnyMaxRows && in > 0 && in % kChunkCols == 0 &&
-         in < (int64_t{1} << 31) && x && w && aligned(x) && aligned(w);
-}
-
-void launch_skinny_gemm(const bf16* x, const bf16* w, GemmOut y, int64_t B, int64_t in, int64_t out,
-                        float beta, cudaStream_t stream) {
-  NSA_CHECK(skinny_gemm_fits(B, in, x, w), "launch_skinny_gemm: B = ", B, " rows and in = ", in,
-            " (B in [1, ", kSkinnyMaxRows,
-            "], in a positive multiple of 32 below 2^31, x and W 16-byte aligned; else use Gemm)");
-  NSA_CHECK(out >= 0 && out < (int64_t{1} << 31), "launch_skinny_gemm: out = ", out,
-            " outside [0, 2^31)");
-  NSA_CHECK(beta == 0.0f || (beta == 1.0f && !y.bf16),
-            "launch_skinny_gemm: beta must be 0, or 1 with an fp32 result (got ", beta, ")");
-  if (out == 0) return;
-  const SkinnyArgs a{
-      x,      w,           y.ptr, static_cast<int>(B), static_cast<int>(in), static_cast<int>(out),
-      y.bf16, beta == 1.0f};
+template <bool kNorm, bool kSwiglu>
+void launch_tiles(const SkinnyArgs& a, cudaStream_t stream) {
   // Warps a CTA: enough that each has at most kChunksPerLoad chunks in flight at once.
-  const int64_t chunks = in / kChunkCols;
+  const int64_t chunks = a.ops.in / kChunkCols;
   const int warps = static_cast<int>(
       std::min<int64_t>(kMaxWarps, (chunks + kChunksPerLoad - 1) / kChunksPerLoad));
-  const dim3 grid(static_cast<unsigned>((out + kRowsPerCta - 1) / kRowsPerCta));
-  const auto kernel = B <= 8 ? skinny_kernel<1> : skinny_kernel<kMaxTiles>;
-  launch_dependent(kernel, grid, dim3(32 * warps), 0, stream, a);
+  const dim3 grid(static_cast<unsigned>((a.out + kRowsPerCta - 1) / kRowsPerCta));
+  const auto kernel =
+      a.ops.B <= 8 ? skinny_kernel<1, kNorm, kSwiglu> : skinny_kernel<kMaxTiles, kNorm, kSwiglu>;
+  const size_t smem = kNorm ? normed_bytes(a.ops.B, a.ops.in) : 0;
+  allow_dynamic_smem(kernel, smem);
+  launch_dependent(kernel, grid, dim3(32 * warps), smem, stream, a);
+}
+
+template <bool kSwiglu>
+void launch(const SkinnyArgs& a, cudaStream_t stream) {
+  if (a.out == 0) return;
+  if (a.ops.x.x_f32) {
+    launch_tiles<true, kSwiglu>(a, stream);
+  } else {
+    launch_tiles<false, kSwiglu>(a, stream);
+  }
+}
+
+void check_args(int64_t B, int64_t in, int64_t out, const GemvInput& x, const bf16* w,
+                const bf16* w3, const char* what) {
+  NSA_CHECK(skinny_gemm_fits(B, in, x, w, w3), what, ": B = ", B, " rows and in = ", in,
+            " (B in [1, ", kSkinnyMaxRows,
+            "], in a positive multiple of 32 below 2^31, 16-byte aligned operands, the rows bf16 "
+            "or fp32 with a norm weight, normalised rows within 200 KiB; else use Gemm)");
+  NSA_CHECK(out >= 0 && out < (int64_t{1} << 31), what, ": out = ", out, " outside [0, 2^31)");
+}
+
+}  // namespace
+
+bool skinny_gemm_fits(int64_t B, int64_t in, const GemvInput& x, const bf16* w, const bf16* w3) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool rows =
+      x.x_f32 ? !x.x && x.norm_w && aligned(x.x_f32) && aligned(x.norm_w) : x.x && aligned(x.x);
+  return rows && B >= 1 && B <= kSkinnyMaxRows && in > 0 && in % kChunkCols == 0 &&
+         in < (int64_t{1} << 31) && w && aligned(w) && (!w3 || aligned(w3)) &&
+         (!x.x_f32 || normed_bytes(B, in) <= gemv_warp::kMaxStagedBytes);
+}
+
+void launch_skinny_gemm(const GemvInput& x, const bf16* w, GemmOut y, int64_t B, int64_t in,
+                        int64_t out, float beta, cudaStream_t stream) {
+  check_args(B, in, out, x, w, nullptr, "launch_skinny_gemm");
+  NSA_CHECK(beta == 0.0f || (beta == 1.0f && !y.bf16),
+            "launch_skinny_gemm: beta must be 0, or 1 with an fp32 result (got ", beta, ")");
+  const SkinnyArgs a{gemv_warp::Operands{x, w, nullptr, static_cast<int>(B), static_cast<int>(in)},
+                     y.ptr, static_cast<int>(out), y.bf16, beta == 1.0f};
+  launch<false>(a, stream);
+}
+
+void launch_skinny_swiglu(const GemvInput& x, const bf16* w1, const bf16* w3, bf16* m, int64_t B,
+                          int64_t in, int64_t out, cudaStream_t stream) {
+  check_args(B, in, out, x, w1, w3, "launch_skinny_swiglu");
+  const SkinnyArgs a{gemv_warp::Operands{x, w1, w3, static_cast<int>(B), static_cast<int>(in)}, m,
+                     static_cast<int>(out), true, false};
+  launch<true>(a, stream);
 }
 
 }  // namespace nsa::cuda
