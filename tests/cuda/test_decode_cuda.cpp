@@ -441,9 +441,12 @@ void expect_decoder_matches_cpu(const std::map<std::string, std::string>& overri
 
 class CudaDecoder : public ::testing::TestWithParam<std::map<std::string, std::string>> {};
 
-// Three sequences: the linear layers run on the few-row kernels (gemv.h).
+// One sequence: the linear layers run on the few-row kernels (gemv.h) and the projection with
+// the step's inputs fused in; three sequences: the skinny kernels (skinny_gemm.h).
 TEST_P(CudaDecoder, LogitsAndSelectionsMatchTheCpuDecoder) {
-  static_assert(3 <= cuda::kGemvFasterRows, "three rows must take the few-row kernels");
+  static_assert(1 <= cuda::kGemvFasterRows && 3 > cuda::kGemvFasterRows,
+                "one row must take the few-row kernels, three the skinny ones");
+  expect_decoder_matches_cpu(GetParam(), 1);
   expect_decoder_matches_cpu(GetParam(), 3);
 }
 

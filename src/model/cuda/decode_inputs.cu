@@ -5,8 +5,9 @@
 // trip to memory after its wait: the position and its rotary angles (pow and sincos in double,
 // once per sequence and pair – the same call, so the same bits, as per head) come before the wait,
 // the projection row lands in shared memory in one batch of copies after it. Used after a GEMM
-// (prefill; decoding with more rows than the few-row kernels take): at B ≤ 3 the decoder makes the
-// same inputs in the product's own kernel (decode_projection.h), with this file's element math.
+// (prefill; decoding past the rows the few-row kernels take, kGemvFasterRows): at one row the
+// decoder makes the same inputs in the product's own kernel (decode_projection.h), with this
+// file's element math.
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/dynamic_smem.h"

@@ -19,10 +19,12 @@ namespace nsa::cuda {
 // Rows the kernels take. Each row of x costs every W chunk a load and 8 conversions and FMAs, so
 // the few-row kernels lose to the GEMMs from a handful of rows on: measured in the decoder step
 // (H100, m7c_125m, 64k context; docs/perf.md) at B = 1 / 2 / 3 / 4 / 6 / 16 the step took
-// 0.88 / 0.91 / 0.97 / 1.01 / 1.12 / 1.67× the GEMMs' time. The decoder uses them up to
-// kGemvFasterRows, and the tensor-core skinny kernel (skinny_gemm.h) from there to 16 rows.
+// 0.88 / 0.91 / 0.97 / 1.01 / 1.12 / 1.67× the GEMMs' time. The tensor-core skinny kernels
+// (skinny_gemm.h) beat them from two rows on (H200, 64k: the step at B = 2 / 3 took 0.405 /
+// 0.437 ms on them against 0.431 / 0.515 here), so the decoder uses these at one row only
+// (kGemvFasterRows) and the skinny kernels from there to 16 rows.
 constexpr int64_t kGemvMaxRows = 4;
-constexpr int64_t kGemvFasterRows = 3;
+constexpr int64_t kGemvFasterRows = 1;
 
 // The rows a product reads: bf16 rows as they are, or fp32 rows RMS-normalised on the fly with
 // weight norm_w – launch_rmsnorm_forward's arithmetic and bf16 rounding bit for bit, so the
