@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-tile|decode-loads|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-kernels|decode-tile|decode-loads|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -52,6 +52,11 @@
 # DECODE_BATCHES (as decode-compare), no SDPA, no prefill: the attention kernels' phase timestamps
 # (first / median / last CTA per phase, µs from the step's inputs being ready) of the attention
 # alone and inside the model's step, also as JSON lines in $OUT/decode_trace.jsonl.
+# `decode-kernels` (not in `all`): where a decoder step's time goes at DECODE_CONTEXTS and
+# DECODE_BATCHES: nsa_decode_timeline (each kernel's own time in the step's chain, CUPTI's trace),
+# then Nsight Compute's duration and DRAM throughput of the step's linear layers (NCU_PRODUCTS, a
+# kernel regex, default the few-row, skinny and projection kernels; the first NCU_LAUNCHES,
+# default 120, launches each alone), by kernel and grid (bench/ncu_summary.py --by-grid).
 # `copy` (not in `all`): a training experiment for `small` (byte vocabulary) – copying from
 # beyond the window, all branches against the window only (see the section below). The needle
 # experiment has its own script, scripts/needle_run.sh.
@@ -198,6 +203,22 @@ if [ "$what" = decode-trace ]; then
   ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-65536,131072}" \
     --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script off --trace \
     --json "$out/decode_trace.jsonl" 2>&1 | tee "$out/decode_trace.txt"
+fi
+if [ "$what" = decode-kernels ]; then
+  ninja -C build nsa_decode_timeline >>"$out/build.log" 2>&1 || echo "nsa_decode_timeline did not build (CUPTI?)"
+  contexts=${DECODE_CONTEXTS:-65536} batches=${DECODE_BATCHES:-1,4,16}
+  for c in ${contexts//,/ }; do
+    for b in ${batches//,/ }; do
+      echo "== timeline: context $c, B = $b"
+      ./build/nsa_decode_timeline --context "$c" --batch "$b" --steps 30 2>&1 | sed -n '/own time per kernel/,$p'
+      echo "== ncu: the linear layers alone, context $c, B = $b"
+      /usr/local/cuda/bin/ncu --clock-control none --csv -k "regex:${NCU_PRODUCTS:-skinny|gemv|decode_projection|decode_inputs}" \
+        -c "${NCU_LAUNCHES:-120}" --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        ./build/nsa bench decode --device cuda --contexts "$c" --batches "$b" --prefill none --sdpa-script off \
+        --steps 2 >/tmp/products.csv 2>/dev/null
+      python3 bench/ncu_summary.py /tmp/products.csv --by-grid --top 20
+    done
+  done 2>&1 | tee "$out/decode_kernels.txt"
 fi
 if [ "$what" = decode-tile ]; then
   ./build/nsa_decode_tile ${DECODE_TILE_ARGS:---ctas 3168} 2>&1 | tee "$out/decode_tile.txt"
