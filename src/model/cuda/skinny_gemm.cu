@@ -42,13 +42,22 @@ size_t normed_bytes(int64_t B, int64_t in) {
   return gemv_warp::staged_bytes(B, in) + static_cast<size_t>(B * (in + kRowPad)) * sizeof(bf16);
 }
 
+// A CTA's warps, which split `in`: enough that each has at most kChunksPerLoad chunks in flight at
+// once. (All kMaxWarps where the CTA normalises the rows, to share that work, cost B = 2 and 4
+// 6-16 µs a step and the LM head at B = 4 4 µs: docs/perf.md.)
+__host__ __device__ inline int run_warps(int in) {
+  const int chunks = in / kChunkCols;
+  return min(kMaxWarps, (chunks + kChunksPerLoad - 1) / kChunksPerLoad);
+}
+
 __device__ __forceinline__ uint4 load_w(const bf16* w, int64_t row, int in, int col, bool live) {
   if (!live) return make_uint4(0, 0, 0, 0);
   return __ldg(reinterpret_cast<const uint4*>(w + row * in + col));
 }
 
 // After stage_rows: the rows' 1 / RMS (a warp a row, warp_rms_rstd: the norm kernel's bits), then
-// the normalised bf16 rows into xb, the whole CTA.
+// the normalised bf16 rows into xb, the whole CTA, 8 elements a thread at a time (in % 32 == 0):
+// an element a thread with a division by `in` each cost the 16-row products 4-5 µs (docs/perf.md).
 __device__ __forceinline__ void normalise_rows(const gemv_warp::Operands& a, const float* xs,
                                                bf16* xb) {
   __shared__ float rstd[kSkinnyMaxRows];
@@ -63,9 +72,15 @@ __device__ __forceinline__ void normalise_rows(const gemv_warp::Operands& a, con
   }
   __syncthreads();
   const float* nw = xs + static_cast<int64_t>(a.B) * a.in;
-  for (int i = threadIdx.x; i < a.B * a.in; i += blockDim.x) {
-    const int b = i / a.in, k = i % a.in;
-    xb[b * (a.in + kRowPad) + k] = __float2bfloat16(rms_normed(xs[i], rstd[b], nw[k]));
+  const int pieces = a.in / 8;  // of 8 elements a row
+  for (int i = threadIdx.x; i < a.B * pieces; i += blockDim.x) {
+    const int b = i / pieces, k = (i - b * pieces) * 8;
+    float x[8], w[8];
+    load_f32x8(xs + static_cast<int64_t>(b) * a.in + k, x);
+    load_f32x8(nw + k, w);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = rms_normed(x[e], rstd[b], w[e]);
+    store_bf16x8(xb + b * (a.in + kRowPad) + k, x);  // rounded to nearest, as __float2bfloat16
   }
   __syncthreads();
 }
@@ -78,7 +93,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) skinny_kernel(const SkinnyArgs
   __shared__ float partial[kMaxWarps][kSums * NT * 4][32];
   extern __shared__ __align__(16) unsigned char staged[];  // kNorm: normed_bytes
   const gemv_warp::Operands& o = a.ops;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = run_warps(a.ops.in);
   const int gid = lane / 4, tig = lane % 4;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerCta;
   const bool live_a = r0 + gid < a.out, live_b = r0 + gid + 8 < a.out;
@@ -105,6 +120,26 @@ __global__ void __launch_bounds__(32 * kMaxWarps) skinny_kernel(const SkinnyArgs
   load_run(c_begin);  // W never changes: loaded before the wait
   if (kNorm) gemv_warp::stage_norm_weight(o, xs);
   wait_for_previous_kernel();  // x (and y) come from the kernels before
+  // The outputs this thread writes: v = threadIdx.x + j·blockDim (j < kOuts), at index `at` of y.
+  // The residual's old values (accumulate) are loaded first, so that their round trip overlaps the
+  // products instead of following them.
+  constexpr int kOuts = NT * 4;  // a thread's outputs at most (one warp: NT·4·32 values / 32)
+  const auto out_at = [&](int v, int64_t& at) {
+    const int i = v / 32, l = v % 32, nt = i / 4, e = i % 4;
+    const int64_t row = r0 + l / 4 + (e >= 2 ? 8 : 0);
+    const int n = nt * 8 + (l % 4) * 2 + (e & 1);
+    at = static_cast<int64_t>(n) * a.out + row;
+    return row < a.out && n < o.B;
+  };
+  float y_old[kOuts] = {};
+  if (!kSwiglu && a.accumulate) {
+#pragma unroll
+    for (int j = 0; j < kOuts; ++j) {
+      const int v = threadIdx.x + j * blockDim.x;
+      int64_t at;
+      if (v < kOuts * 32 && out_at(v, at)) y_old[j] = static_cast<const float*>(a.y)[at];
+    }
+  }
   if (kNorm) {
     gemv_warp::stage_rows(o, xs);
     normalise_rows(o, xs, xb);
@@ -142,18 +177,19 @@ __global__ void __launch_bounds__(32 * kMaxWarps) skinny_kernel(const SkinnyArgs
 #pragma unroll
       for (int e = 0; e < 4; ++e) partial[warp][(s * NT + nt) * 4 + e][lane] = acc[s][nt][e];
   __syncthreads();
-  // Value i of lane l: tile i / 4, element i % 4 (c0, c1: row gid; c2, c3: row gid + 8; columns
-  // 2·tig and 2·tig + 1 of the tile), summed over the warps in order.
-  for (int v = threadIdx.x; v < NT * 4 * 32; v += blockDim.x) {
-    const int i = v / 32, l = v % 32, nt = i / 4, e = i % 4;
-    const int64_t row = r0 + l / 4 + (e >= 2 ? 8 : 0);
-    const int n = nt * 8 + (l % 4) * 2 + (e & 1);
-    if (row >= a.out || n >= o.B) continue;
+  // Value i of lane l (v = 32·i + l): tile i / 4, element i % 4 (c0, c1: row gid; c2, c3: row
+  // gid + 8; columns 2·tig and 2·tig + 1 of the tile), summed over the warps in order.
+#pragma unroll
+  for (int j = 0; j < kOuts; ++j) {
+    const int v = threadIdx.x + j * blockDim.x;
+    if (v >= kOuts * 32) break;
+    const int i = v / 32, l = v % 32;
+    int64_t at;
+    if (!out_at(v, at)) continue;
     float sum[kSums] = {};
     for (int w = 0; w < warps; ++w)
 #pragma unroll
       for (int s = 0; s < kSums; ++s) sum[s] += partial[w][s * NT * 4 + i][l];
-    const int64_t at = static_cast<int64_t>(n) * a.out + row;
     if (kSwiglu) {  // u1, u3 rounded to bf16 as the GEMMs' bf16 results, then m's arithmetic
       const float u1 = __bfloat162float(__float2bfloat16(sum[0]));
       const float u3 = two ? __bfloat162float(__float2bfloat16(sum[kSums - 1])) : 1.0f;
@@ -161,18 +197,14 @@ __global__ void __launch_bounds__(32 * kMaxWarps) skinny_kernel(const SkinnyArgs
     } else if (a.y_bf16) {
       static_cast<bf16*>(a.y)[at] = __float2bfloat16(sum[0]);
     } else {
-      float* y = static_cast<float*>(a.y);
-      y[at] = a.accumulate ? y[at] + sum[0] : sum[0];
+      static_cast<float*>(a.y)[at] = a.accumulate ? y_old[j] + sum[0] : sum[0];
     }
   }
 }
 
 template <bool kNorm, bool kSwiglu>
 void launch_tiles(const SkinnyArgs& a, cudaStream_t stream) {
-  // Warps a CTA: enough that each has at most kChunksPerLoad chunks in flight at once.
-  const int64_t chunks = a.ops.in / kChunkCols;
-  const int warps = static_cast<int>(
-      std::min<int64_t>(kMaxWarps, (chunks + kChunksPerLoad - 1) / kChunksPerLoad));
+  const int warps = run_warps(a.ops.in);
   const dim3 grid(static_cast<unsigned>((a.out + kRowsPerCta - 1) / kRowsPerCta));
   const auto kernel =
       a.ops.B <= 8 ? skinny_kernel<1, kNorm, kSwiglu> : skinny_kernel<kMaxTiles, kNorm, kSwiglu>;
