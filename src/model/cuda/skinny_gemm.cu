@@ -42,9 +42,9 @@ size_t normed_bytes(int64_t B, int64_t in) {
   return gemv_warp::staged_bytes(B, in) + static_cast<size_t>(B * (in + kRowPad)) * sizeof(bf16);
 }
 
-// A CTA's warps, which split `in`: enough that each has at most kChunksPerLoad chunks in flight at
-// once. (All kMaxWarps where the CTA normalises the rows, to share that work, cost B = 2 and 4
-// 6-16 µs a step and the LM head at B = 4 4 µs: docs/perf.md.)
+// The warps that split `in`: enough that each has at most kChunksPerLoad chunks in flight at once –
+// the same for a normalised input as for a plain one, whatever the CTA's warps, so that both sum
+// the same chunks in the same order (the same bits).
 __host__ __device__ inline int run_warps(int in) {
   const int chunks = in / kChunkCols;
   return min(kMaxWarps, (chunks + kChunksPerLoad - 1) / kChunksPerLoad);
@@ -204,7 +204,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps) skinny_kernel(const SkinnyArgs
 
 template <bool kNorm, bool kSwiglu>
 void launch_tiles(const SkinnyArgs& a, cudaStream_t stream) {
-  const int warps = run_warps(a.ops.in);
+  // Past 8 rows (two n-tiles) the CTAs that normalise the rows take all kMaxWarps to share that
+  // work; their extra warps have no run of `in` (run_warps in the kernel).
+  const int warps = kNorm && a.ops.B > 8 ? kMaxWarps : run_warps(a.ops.in);
   const dim3 grid(static_cast<unsigned>((a.out + kRowsPerCta - 1) / kRowsPerCta));
   const auto kernel =
       a.ops.B <= 8 ? skinny_kernel<1, kNorm, kSwiglu> : skinny_kernel<kMaxTiles, kNorm, kSwiglu>;
