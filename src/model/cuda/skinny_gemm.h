@@ -1,4 +1,4 @@
-// Linear layers for a batch of decoding rows (4 to 16 sequences): y = x·Wᵀ with M = B rows is
+// Linear layers for a batch of decoding rows (2 to 16 sequences): y = x·Wᵀ with M = B rows is
 // bound by reading W, and cuBLAS' GEMMs take about as long at M = 16 as at 4 (docs/perf.md); the
 // few-row kernels (gemv.h) pay per row in conversions and FMAs. Here the tensor cores do the
 // arithmetic with W as the MMA's row operand: (W·xᵀ)ᵀ, m16n8k16 tiles of 16 rows of W against 8
