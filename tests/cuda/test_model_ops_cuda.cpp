@@ -325,7 +325,7 @@ std::vector<SmallProducts> small_products() {
   // Skinny: one n-tile (B ≤ 8) and two; in = 2080 and 4128 are 65 and 129 chunks of 32 over 16
   // warps, so a warp's run takes its loop past the first loads (and some warps run short); out
   // not a multiple of the 16 rows a CTA takes. The normed shapes keep their staged rows within
-  // the 200 KiB the kernel takes (16 rows of 2080 would not: skinny_gemm_fits refuses them).
+  // the 192 KiB the kernel takes (16 rows of 2080 would not: skinny_gemm_fits refuses them).
   return {{"few-row",
            launch_gemv,
            launch_gemv_swiglu,
@@ -455,7 +455,10 @@ TEST(ModelOps, SkinnyGemmRefusesWhatItDoesNotTake) {
   EXPECT_TRUE(skinny_gemm_fits(1, 32, gemv_normed_rows(xf.get(), nw.get(), 1e-5f), w.get()));
   EXPECT_FALSE(skinny_gemm_fits(1, 32, gemv_normed_rows(xf.get(), nullptr, 1e-5f), w.get()));
   EXPECT_FALSE(skinny_gemm_fits(16, 8192, gemv_normed_rows(xf.get(), nw.get(), 1e-5f), w.get()))
-      << "normalised rows past 200 KiB of shared memory";
+      << "normalised rows past 192 KiB of shared memory";
+  EXPECT_FALSE(skinny_gemm_fits(16, 2016, gemv_normed_rows(xf.get(), nw.get(), 1e-5f), w.get()))
+      << "197 KiB of staged rows and the kernel's 32 KiB of partial tiles past a CTA's 227 KiB";
+  EXPECT_TRUE(skinny_gemm_fits(16, 1536, gemv_normed_rows(xf.get(), nw.get(), 1e-5f), w.get()));
   EXPECT_THROW(
       launch_skinny_gemm(gemv_rows(x.get()), w.get(), b16(x.get()), 1, 32, 1, 1.0f, nullptr),
       Error);

@@ -29,6 +29,16 @@ constexpr int kMaxWarps = 16;
 constexpr int kMaxTiles = 2;  // n-tiles of 8 rows of x: B ≤ 16
 constexpr int kRowPad = 8;    // bf16 after each staged row: its 16-byte pieces spread over banks
 
+// The normalised input's staging (dynamic shared memory) at most: with the kernel's own arrays
+// (the warps' partial tiles, up to 32 KiB, and the rows' 1 / RMS) within the 227 KiB a CTA may
+// have. (200 KiB, gemv_warp's limit, let 9-16 rows of in ≈ 1,900-2,040 pass the check and then
+// fail at the launch.)
+constexpr size_t kMaxNormedBytes = 192 * 1024;
+static_assert(kMaxNormedBytes + sizeof(float) * kMaxWarps * 2 * kMaxTiles * 4 * 32 +
+                      sizeof(float) * kSkinnyMaxRows <=
+                  227 * 1024,
+              "the staging and the kernel's static shared memory within a CTA's 227 KiB");
+
 struct SkinnyArgs {
   gemv_warp::Operands ops;  // x (bf16, or fp32 rows with a norm weight), W1, W3 (SwiGLU), B, in
   void* y;                  // [B, out]: fp32 or bf16 (plain), bf16 m (SwiGLU)
@@ -230,7 +240,7 @@ void check_args(int64_t B, int64_t in, int64_t out, const GemvInput& x, const bf
   NSA_CHECK(skinny_gemm_fits(B, in, x, w, w3), what, ": B = ", B, " rows and in = ", in,
             " (B in [1, ", kSkinnyMaxRows,
             "], in a positive multiple of 32 below 2^31, 16-byte aligned operands, the rows bf16 "
-            "or fp32 with a norm weight, normalised rows within 200 KiB; else use Gemm)");
+            "or fp32 with a norm weight, normalised rows within 192 KiB; else use Gemm)");
   NSA_CHECK(out >= 0 && out < (int64_t{1} << 31), what, ": out = ", out, " outside [0, 2^31)");
 }
 
@@ -242,7 +252,7 @@ bool skinny_gemm_fits(int64_t B, int64_t in, const GemvInput& x, const bf16* w, 
       x.x_f32 ? !x.x && x.norm_w && aligned(x.x_f32) && aligned(x.norm_w) : x.x && aligned(x.x);
   return rows && B >= 1 && B <= kSkinnyMaxRows && in > 0 && in % kChunkCols == 0 &&
          in < (int64_t{1} << 31) && w && aligned(w) && (!w3 || aligned(w3)) &&
-         (!x.x_f32 || normed_bytes(B, in) <= gemv_warp::kMaxStagedBytes);
+         (!x.x_f32 || normed_bytes(B, in) <= kMaxNormedBytes);
 }
 
 void launch_skinny_gemm(const GemvInput& x, const bf16* w, GemmOut y, int64_t B, int64_t in,

@@ -24,7 +24,7 @@ constexpr int64_t kSkinnyMaxRows = 16;
 
 // Whether the skinny kernels take the product: 1 ≤ B ≤ kSkinnyMaxRows, in a positive multiple of
 // 32 below 2^31, the rows (bf16, or fp32 with a norm weight) and W (and w3) 16-byte aligned, and
-// normalised rows' staging ((B + 1)·in floats and B·in bf16) within 200 KiB of shared memory;
+// normalised rows' staging ((B + 1)·in floats and B·in bf16) within 192 KiB of shared memory;
 // otherwise use Gemm (and launch_rmsnorm_forward).
 bool skinny_gemm_fits(int64_t B, int64_t in, const GemvInput& x, const __nv_bfloat16* w,
                       const __nv_bfloat16* w3 = nullptr);
