@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kThreads)
   // The next kernel may start now (common/dependent_launch.cuh, "early start"): decoding's
   // attention, whose first kernel reads only cache rows of earlier steps before its wait, or a
   // plain launch in prefill. Measured at batch 16 (this path; H200): the step 0.892 -> 0.886 ms at
-  // 64k, 1.098 -> 1.090 at 128k. The few-row projection (batch <= 3) does not: there the parts'
+  // 64k, 1.098 -> 1.090 at 128k. The few-row projection (batch 1) does not: there the parts'
   // row loads queued behind its weight loads and 64k, B = 1 lost 17 µs (docs/perf.md).
   let_next_kernel_start();
   __shared__ float cos_of[kMaxRopePairs], sin_of[kMaxRopePairs];
