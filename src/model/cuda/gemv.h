@@ -42,6 +42,12 @@ inline GemvInput gemv_normed_rows(const float* x, const float* norm_w, float eps
   return GemvInput{nullptr, x, norm_w, eps};
 }
 
+// The operand rules the small-batch products share (these and skinny_gemm.h's): one kind of rows
+// (bf16, or fp32 with a norm weight), `in` positive and below 2^31, and the rows, the norm weight,
+// W and W3 (where given) 16-byte aligned.
+bool small_product_operands_fit(int64_t in, const GemvInput& x, const __nv_bfloat16* w,
+                                const __nv_bfloat16* w3);
+
 // Whether the kernels take this product: 1 ≤ B ≤ kGemvMaxRows, in a multiple of 8 and the rows, W
 // (and w3) 16-byte aligned, normalised rows and their weight ((B + 1)·in floats) within 200 KiB of
 // shared memory; otherwise use Gemm (and launch_rmsnorm_forward).

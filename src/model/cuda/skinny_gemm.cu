@@ -247,12 +247,8 @@ void check_args(int64_t B, int64_t in, int64_t out, const GemvInput& x, const bf
 }  // namespace
 
 bool skinny_gemm_fits(int64_t B, int64_t in, const GemvInput& x, const bf16* w, const bf16* w3) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool rows =
-      x.x_f32 ? !x.x && x.norm_w && aligned(x.x_f32) && aligned(x.norm_w) : x.x && aligned(x.x);
-  return rows && B >= 1 && B <= kSkinnyMaxRows && in > 0 && in % kChunkCols == 0 &&
-         in < (int64_t{1} << 31) && w && aligned(w) && (!w3 || aligned(w3)) &&
-         (!x.x_f32 || normed_bytes(B, in) <= kMaxNormedBytes);
+  return small_product_operands_fit(in, x, w, w3) && B >= 1 && B <= kSkinnyMaxRows &&
+         in % kChunkCols == 0 && (!x.x_f32 || normed_bytes(B, in) <= kMaxNormedBytes);
 }
 
 void launch_skinny_gemm(const GemvInput& x, const bf16* w, GemmOut y, int64_t B, int64_t in,
