@@ -126,27 +126,42 @@ bool ModelDecoderCuda::few_rows(int64_t in, const GemvInput& x, const bf16* w,
   return B_ <= kGemvFasterRows && gemv_fits(B_, in, x, w, w3);
 }
 
+bool ModelDecoderCuda::small_linear(const GemvInput& x, const bf16* w, GemmOut y, int64_t in,
+                                    int64_t out, float beta, cudaStream_t st) {
+  if (few_rows(in, x, w)) {
+    launch_gemv(x, w, y, B_, in, out, beta, st);
+  } else if (skinny_gemm_fits(B_, in, x, w)) {
+    launch_skinny_gemm(x, w, y, B_, in, out, beta, st);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool ModelDecoderCuda::small_swiglu(const GemvInput& x, const bf16* w1, const bf16* w3,
+                                    cudaStream_t st) {
+  const int64_t D = cfg_.dim;
+  if (few_rows(D, x, w1, w3)) {
+    launch_gemv_swiglu(x, w1, w3, m_.get(), B_, D, F_, st);
+  } else if (skinny_gemm_fits(B_, D, x, w1, w3)) {
+    launch_skinny_swiglu(x, w1, w3, m_.get(), B_, D, F_, st);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void ModelDecoderCuda::rows_linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out,
                                    float beta, cudaStream_t st) {
-  if (skinny_gemm_fits(B_, in, gemv_rows(x), w)) {
-    launch_skinny_gemm(gemv_rows(x), w, y, B_, in, out, beta, st);
-  } else {
+  if (!small_linear(gemv_rows(x), w, y, in, out, beta, st))
     gemm_.linear_forward(x, w, y, B_, in, out, beta, st);
-  }
 }
 
 void ModelDecoderCuda::normed_linear(const float* norm_w, const bf16* w, GemmOut y, int64_t out,
                                      cudaStream_t st) {
   const int64_t D = cfg_.dim;
   const GemvInput x = gemv_normed_rows(x_.get(), norm_w, static_cast<float>(cfg_.norm_eps));
-  if (few_rows(D, x, w)) {
-    launch_gemv(x, w, y, B_, D, out, 0.0f, st);
-    return;
-  }
-  if (skinny_gemm_fits(B_, D, x, w)) {  // the norm folded into the skinny product
-    launch_skinny_gemm(x, w, y, B_, D, out, 0.0f, st);
-    return;
-  }
+  if (small_linear(x, w, y, D, out, 0.0f, st)) return;  // the norm folded into the product
   launch_rmsnorm_forward(x.x_f32, norm_w, x.eps, h_.get(), rstd_.get(), B_, D, st);
   rows_linear(h_.get(), w, y, D, out, 0.0f, st);
 }
@@ -166,12 +181,7 @@ void ModelDecoderCuda::attention_inputs(const LayerWeights& w, cudaStream_t st) 
 }
 
 void ModelDecoderCuda::residual_linear(const bf16* x, const bf16* w, int64_t in, cudaStream_t st) {
-  const int64_t D = cfg_.dim;
-  if (few_rows(in, gemv_rows(x), w)) {
-    launch_gemv(gemv_rows(x), w, f32(x_.get()), B_, in, D, 1.0f, st);
-  } else {
-    rows_linear(x, w, f32(x_.get()), in, D, 1.0f, st);
-  }
+  rows_linear(x, w, f32(x_.get()), in, cfg_.dim, 1.0f, st);
 }
 
 void ModelDecoderCuda::mlp_in(const LayerWeights& w, cudaStream_t st) {
@@ -179,14 +189,7 @@ void ModelDecoderCuda::mlp_in(const LayerWeights& w, cudaStream_t st) {
   const bf16* w3 = cfg_.mlp == "swiglu" ? w.w3.get() : nullptr;
   const GemvInput x =
       gemv_normed_rows(x_.get(), w.ffn_norm.get(), static_cast<float>(cfg_.norm_eps));
-  if (few_rows(D, x, w.w1.get(), w3)) {  // the norm, both products and m in one pass
-    launch_gemv_swiglu(x, w.w1.get(), w3, m_.get(), B_, D, F_, st);
-    return;
-  }
-  if (skinny_gemm_fits(B_, D, x, w.w1.get(), w3)) {  // the same on the tensor cores
-    launch_skinny_swiglu(x, w.w1.get(), w3, m_.get(), B_, D, F_, st);
-    return;
-  }
+  if (small_swiglu(x, w.w1.get(), w3, st)) return;  // the norm, both products and m in one pass
   launch_rmsnorm_forward(x.x_f32, x.norm_w, x.eps, h_.get(), rstd_.get(), B_, D, st);
   rows_linear(h_.get(), w.w1.get(), b16(u1_.get()), D, F_, 0.0f, st);
   if (w3) rows_linear(h_.get(), w3, b16(u3_.get()), D, F_, 0.0f, st);

@@ -81,12 +81,16 @@ class ModelDecoderCuda {
     DeviceBuffer<bf16> w_in, wo, w1, w2, w3;
   };
   void record_step();  // the kernels of one step, on stream_
-  // The step's linear layers: the few-row kernels (model/cuda/gemv.h, the RMSNorm folded in)
-  // up to kGemvFasterRows rows where they fit (few_rows), else the skinny kernels (the norm folded
-  // in as well) up to kSkinnyMaxRows, else the norm kernel and the GEMMs.
+  // The step's linear layers: the few-row kernels (model/cuda/gemv.h) up to kGemvFasterRows rows
+  // where they fit (few_rows), else the tensor-core skinny kernels (skinny_gemm.h) up to
+  // kSkinnyMaxRows, both with the RMSNorm folded in where x is normalised (small_linear, and
+  // small_swiglu for the MLP's first half into m_; false: neither takes it), else the norm kernel
+  // and the GEMMs.
   bool few_rows(int64_t in, const GemvInput& x, const bf16* w, const bf16* w3 = nullptr) const;
-  // y (+)= x·Wᵀ for the step's B_ rows: the tensor-core skinny kernel up to kSkinnyMaxRows rows
-  // where it fits (model/cuda/skinny_gemm.h), else the GEMM.
+  bool small_linear(const GemvInput& x, const bf16* w, GemmOut y, int64_t in, int64_t out,
+                    float beta, cudaStream_t st);
+  bool small_swiglu(const GemvInput& x, const bf16* w1, const bf16* w3, cudaStream_t st);
+  // y (+)= x·Wᵀ for the step's B_ rows: small_linear where it takes them, else the GEMM.
   void rows_linear(const bf16* x, const bf16* w, GemmOut y, int64_t in, int64_t out, float beta,
                    cudaStream_t st);
   // y = RMSNorm(x_; norm_w)·Wᵀ.
