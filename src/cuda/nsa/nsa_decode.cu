@@ -440,10 +440,14 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
   // Candidate blocks per block top-n CTA: kTopkChunk, or a multiple of it so that at most
   // kMaxTopkChunks CTAs per (sequence, group) leave candidate lists for the picks CTAs to rank.
-  const int64_t max_blocks = max_len / cfg.l_sel + 1;
+  // The candidates of position t are blocks 1 .. c − 2 (c = t / l_sel; 0, c − 1 and c are
+  // forced), so the last position, max_len − 1, has the most: a 64k decoder's 1,022 blocks take
+  // 16 chunks of 64 (not 17 with an empty one), a 128k decoder's 2,045 take 32 of 64 (not 17 of
+  // 128).
+  const int64_t max_candidates = std::max<int64_t>(1, (max_len - 1) / cfg.l_sel - 2);
   const int64_t span = int64_t{kTopkChunk} * kMaxTopkChunks;
-  sel_chunk_ = kTopkChunk * ceil_div(max_blocks, span);
-  sel_chunks_ = ceil_div(max_blocks, sel_chunk_);
+  sel_chunk_ = kTopkChunk * ceil_div(max_candidates, span);
+  sel_chunks_ = ceil_div(max_candidates, sel_chunk_);
   NSA_CHECK(block_topk_smem_bytes() <= 160 * 1024, "decode on the GPU: max length ", max_len,
             " needs more shared memory for the block scores than a CTA has; shorten it");
   if (dense) {
