@@ -11,6 +11,7 @@
 
 #include "../common/test_util.h"
 #include "cuda/common/device_buffer.h"
+#include "cuda/device.h"
 #include "cuda/nsa/nsa_decode.h"
 #include "decode/cuda/model_decoder_cuda.h"
 #include "decode/model_decoder.h"
@@ -67,7 +68,17 @@ struct LayerCase {
   NsaConfig cfg;
   int64_t batch, steps;
   int64_t max_len = 0;  // the caches' capacity (0: steps); it sets the block top-n chunk size
+  // The SMs from which both kernels' rows must come as TMA boxes (0: never – the shape takes the
+  // 16-byte copies); asserted, so that a change of the choice cannot leave a path untested.
+  int tma_from_sms = 0;
 };
+
+// The rows' path the constructor chose, against the one the case expects on this GPU.
+void expect_rows_path(const cuda::NsaDecodeCuda& gpu, int tma_from_sms) {
+  const bool tma = tma_from_sms > 0 && cuda::current_sm_count() >= tma_from_sms;
+  EXPECT_EQ(gpu.parts_rows_by_tma(), tma) << "the parts' rows path";
+  EXPECT_EQ(gpu.picks_rows_by_tma(), tma) << "the picks' rows path";
+}
 
 // Branch br's K and V (nk / nv values): the compressed branch's on the quarter grid (exact
 // averages: selections can differ only at fp32 near ties), the others normal.
@@ -142,6 +153,7 @@ TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
   const NsaConfig& c = lc.cfg;
   const int64_t B = lc.batch, H = c.heads, G = c.groups;
   cuda::NsaDecodeCuda gpu(c, B, std::max(lc.steps, lc.max_len), false);
+  expect_rows_path(gpu, lc.tma_from_sms);
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   DeviceBuffer<int32_t> pos(B);
   DeviceBuffer<bf16> o(B * H * c.dv);
@@ -260,10 +272,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // tiny's attention, lengths far past w, with many emissions and blocks.
         LayerCase{"tiny", make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64}), 2, 333},
-        // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions; its parts and picks
-        // grids are under a CTA an SM, so both kernels' rows come by TMA boxes (the picks' with
-        // the row at t put in from the inputs; the other shapes: cp.async).
-        LayerCase{"m7c", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 1, 700},
+        // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions; its parts (12 CTAs)
+        // and picks (16) grids are under a CTA an SM from 16 SMs on, so both kernels' rows come
+        // by TMA boxes (the picks' with the row at t put in from the inputs; the other shapes:
+        // cp.async).
+        LayerCase{"m7c", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 1, 700, 0, 16},
         // l_sel = 128 (one block per 128-key part), dv ≠ dk, one group of 16 heads, n_sel = 3
         // (nothing to pick: the picks kernel only combines).
         LayerCase{"wide", make_config({16, 1, 32, 48}, {32, 16, 128, 3, 96}), 3, 420},
@@ -303,6 +316,7 @@ TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
   const int64_t B = static_cast<int64_t>(lengths.size()), H = c.heads, G = c.groups, steps = 70;
   const int64_t kw = G * c.dk, vw = G * c.dv;
   cuda::NsaDecodeCuda gpu(c, B, lengths[0] + steps, false);
+  expect_rows_path(gpu, 32);  // parts 2 × 2 × 30 CTAs ≤ 4 an SM, picks 2 × 2 × 8 ≤ 1 an SM
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   std::mt19937 rng(29);
   // The prompts' K/V per branch, packed back to back on the GPU, one tensor per prompt on the CPU;

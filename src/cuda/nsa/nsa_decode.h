@@ -90,6 +90,10 @@ class NsaDecodeCuda {
   int64_t kv_bytes_per_step(int64_t t) const;
   // Cache bytes held on the device.
   size_t bytes() const;
+  // Whether the parts' and the picks' cache rows come as TMA boxes (the constructor's choice from
+  // the shape and the grids' sizes against the SMs) – for tests that must cover both paths.
+  bool parts_rows_by_tma() const { return part_maps_.on != 0; }
+  bool picks_rows_by_tma() const { return pick_maps_.on != 0; }
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
   // on `stream` after this call have every CTA of the three kernels stamp %globaltimer at fixed
