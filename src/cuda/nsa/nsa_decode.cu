@@ -442,7 +442,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   // kMaxTopkChunks CTAs per (sequence, group) leave candidate lists for the picks CTAs to rank.
   // The candidates of position t are blocks 1 .. c − 2 (c = t / l_sel; 0, c − 1 and c are
   // forced), so the last position, max_len − 1, has the most: a 64k decoder's 1,022 blocks take
-  // 16 chunks of 64 (not 17 with an empty one), a 128k decoder's 2,045 take 32 of 64 (not 17 of
+  // 16 chunks of 64 (not 17 with an empty one), a 128k decoder's 2,046 take 32 of 64 (not 17 of
   // 128).
   const int64_t max_candidates = std::max<int64_t>(1, (max_len - 1) / cfg.l_sel - 2);
   const int64_t span = int64_t{kTopkChunk} * kMaxTopkChunks;
