@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the CUDA tests (and compute-sanitizer on a small case), then the
 # attention benchmarks (NSA and dense) – one call, logs to $OUT (or out/). Used with the device tool.
-#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-kernels|decode-tile|decode-loads|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
+#   bash scripts/device_run.sh [tests|bench|workshop|compare|final|model|decode|decode-compare|decode-trace|decode-kernels|decode-tile|decode-loads|decode-select|decode-hotspots|copy|pytorch|pytorch-compare|hotspots|all]
 # `compare` (not in `all`): the attention benchmark of this tree and of the build BASE (a commit,
 # default HEAD~1) in the same call, the dense baseline, and Nsight Compute's per-kernel times of
 # one forward + backward (NCU_SHAPES, config:S pairs; of both builds unless NCU_BASE=0).
@@ -45,9 +45,14 @@
 # `decode-loads` (not in `all`): nsa_decode_loads – a part's cache rows brought into shared
 # memory by cp.async and by TMA boxes, N CTAs at once (DECODE_LOADS_ARGS, default
 # --ctas 74,148,264,1216 --groups 2; --groups 1: contiguous rows).
+# `decode-select` (not in `all`): nsa_decode_select – the picks kernel's merge of the top-n chunks'
+# lists (select_blocks) timed alone in one CTA, cycles per phase at 64k and 128k, the selection
+# checked against the exact top-n (DECODE_SELECT_ARGS: its options); then Nsight Compute's source
+# lines where its warp waits, at 64k.
 # `decode-hotspots` (not in `all`): Nsight Compute on the decode kernels of NCU_KERNELS (default
 # "parts topk picks"), each alone at DECODE_CONTEXT (default 65536), B = 1: duration, warp
-# instructions and stall cycles per instruction, then the source lines where the warps wait.
+# instructions and stall cycles per instruction, then the source lines where the warps wait
+# (NCU_SAMPLING: the sampling interval, 0 .. 31 or auto – 0 for the few warps of a B = 1 kernel).
 # `decode-trace` (not in `all`): `nsa bench decode --device cuda --trace` at DECODE_CONTEXTS and
 # DECODE_BATCHES (as decode-compare), no SDPA, no prefill: the attention kernels' phase timestamps
 # (first / median / last CTA per phase, µs from the step's inputs being ready) of the attention
@@ -87,7 +92,7 @@ if [ "$what" = decode-compare ]; then
   done
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
-  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop nsa_decode_tile nsa_decode_loads nsa_capi >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  ninja -C build -j16 nsa nsa_cuda_tests nsa_workshop nsa_decode_tile nsa_decode_loads nsa_decode_select nsa_capi >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = final ]; then
   ./build/tests/nsa_cuda_tests 2>&1 | tee "$out/cuda_tests.log" | grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" | head -40
   /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/nsa_cuda_tests \
@@ -225,14 +230,26 @@ fi
 if [ "$what" = decode-tile ]; then
   ./build/nsa_decode_tile ${DECODE_TILE_ARGS:---ctas 3168} 2>&1 | tee "$out/decode_tile.txt"
 fi
+if [ "$what" = decode-select ]; then
+  {
+    ./build/nsa_decode_select ${DECODE_SELECT_ARGS:-}
+    echo "== ncu select_loop (nsa_decode_select --contexts 65536): where the merge's warp waits"
+    /usr/local/cuda/bin/ncu --clock-control none --section SourceCounters --section WarpStateStats \
+      --import-source yes -k regex:select_loop -c 1 -f -o /tmp/hot_select ./build/nsa_decode_select \
+      --contexts 65536 >/dev/null 2>&1
+    /usr/local/cuda/bin/ncu --import /tmp/hot_select.ncu-rep --page source --csv --print-source cuda,sass \
+      >/tmp/hot_select.csv 2>/dev/null
+    python3 bench/ncu_hotspots.py /tmp/hot_select.csv --top "${HOTSPOT_TOP:-30}"
+  } 2>&1 | tee "$out/decode_select.txt"
+fi
 if [ "$what" = decode-loads ]; then
   ./build/nsa_decode_loads ${DECODE_LOADS_ARGS:---ctas 74,148,264,1216 --groups 2} 2>&1 | tee "$out/decode_loads.txt"
 fi
 if [ "$what" = decode-hotspots ]; then
   for k in ${NCU_KERNELS:-parts topk picks}; do
     echo "== ncu ${k}_kernel, m7c_125m decode, context ${DECODE_CONTEXT:-65536}, B = 1"
-    /usr/local/cuda/bin/ncu --clock-control none --cache-control none --section SourceCounters \
-      --section WarpStateStats --section LaunchStats --import-source yes -k "regex:${k}_kernel" -s 200 -c 1 \
+    /usr/local/cuda/bin/ncu --clock-control none --cache-control none --warp-sampling-interval "${NCU_SAMPLING:-auto}" \
+      --section SourceCounters --section WarpStateStats --section LaunchStats --import-source yes -k "regex:${k}_kernel" -s 200 -c 1 \
       -f -o "/tmp/hot_$k" ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXT:-65536}" \
       --batches 1 --prefill none --sdpa-script off --steps 5 >"$out/ncu_$k.log" 2>&1
     /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page raw --csv --metrics \

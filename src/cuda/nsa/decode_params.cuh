@@ -66,6 +66,12 @@ __device__ __forceinline__ Candidate candidate_key(float score, int block) {
 __device__ __forceinline__ int candidate_block(Candidate key) {
   return static_cast<int>(~static_cast<uint32_t>(key));
 }
+// Candidates between the starts of two chunks' lists (n_sel entries, then a pad to an odd count):
+// the picks CTA's warp reads entry i of every list at once, and 8-byte entries an odd count apart
+// fall into different banks – n_sel = 16 apart, 16 lists were one bank's 16-way conflict.
+__host__ __device__ constexpr int candidate_stride(int n_sel) {
+  return n_sel | 1;
+}
 
 // The one parameter struct every decode kernel takes (as NsaParams for the training kernels):
 // the sizes, the step's inputs and outputs, the caches and the scratch between the kernels.
@@ -84,7 +90,7 @@ struct DecodeParams {
   // raw rows, the compressed tokens.
   bf16 *k_sel, *v_sel, *k_win, *v_win, *k_raw, *v_raw, *k_cmp, *v_cmp;
   // Scratch: compressed scores [B, H, max_cmp]; partials [B·G, slots, hpg, 2 | dv]; block
-  // candidates [B·G, sel_chunks, n_sel].
+  // candidates [B·G, sel_chunks, candidate_stride(n_sel)].
   float *scores, *part_ml, *part_o;
   Candidate* cand;
   // Whether the picks kernel runs its selection once before its wait, on empty lists (a dry pass

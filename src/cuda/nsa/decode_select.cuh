@@ -72,9 +72,10 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   const int t = pos[b];
   const int n = num_cmp(m, t), parts = (n + kPartKeys - 1) / kPartKeys;
   const int c = m.div_lsel.div(t), forced = num_forced(m, t), free = m.n_sel - forced;
-  Candidate* out = cand + (static_cast<int64_t>(bg) * m.sel_chunks + chunk) * m.n_sel;
-  for (int k = threadIdx.x; k < m.n_sel; k += blockDim.x) out[k] = kNoCandidate;
-  const int j1 = min(j0 + m.sel_chunk, c - 1);  // [j0, j1)
+  const int stride = candidate_stride(m.n_sel);
+  Candidate* out = cand + (static_cast<int64_t>(bg) * m.sel_chunks + chunk) * stride;
+  for (int k = threadIdx.x; k < stride; k += blockDim.x) out[k] = kNoCandidate;  // and the pad
+  const int j1 = min(j0 + m.sel_chunk, c - 1);                                   // [j0, j1)
   if (j0 >= j1 || free <= 0) return;
   const int gi1 = min(n - 1, i_end(j1 - 1));
 #pragma unroll
@@ -148,141 +149,229 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
 }
 
 // Shared memory of select_blocks, carved after the picks kernel's tile: the chunks' lists
-// (sel_chunks × n_sel candidates), the candidates kept for ranking (at most as many) and the
-// selection's list.
+// (sel_chunks × candidate_stride(n_sel) candidates, as in global memory), the candidates kept for
+// ranking (at most sel_chunks × n_sel), θ's sample (32) and the picks' list. The loops load
+// kSelectBatch entries before they compare any (a loop that compared each load first waited a
+// shared-memory latency per entry: nsa_decode_select), so the arrays end kSelectBatch entries
+// of slack past their counts, and each starts 16-byte aligned for the paired loads.
+constexpr int kSelectBatch = 8;
+
 struct SelectScratch {
-  Candidate *cand, *kept;
+  Candidate *cand, *kept, *sample;
   int* list;  // [kMaxSel]
 };
 
+// Offsets (in candidates) of the scratch's arrays, and its bytes: one layout for the host's size
+// and the kernel's carving.
+struct SelectLayout {
+  int64_t kept, sample, list, bytes;
+};
+
+__host__ __device__ constexpr SelectLayout select_layout(int64_t sel_chunks, int64_t n_sel) {
+  const auto even = [](int64_t n) { return (n + 1) / 2 * 2; };  // 16-byte steps
+  const int64_t lists = sel_chunks * candidate_stride(static_cast<int>(n_sel));
+  const int64_t kept = even(lists + kSelectBatch);
+  const int64_t sample = kept + even(sel_chunks * n_sel + kSelectBatch);
+  const int64_t list = sample + 32;
+  return {kept, sample, list,
+          list * static_cast<int64_t>(sizeof(Candidate)) +
+              (kMaxSel + kSelectBatch) * static_cast<int64_t>(sizeof(int))};
+}
+
 __host__ __device__ constexpr size_t select_scratch_bytes(int64_t sel_chunks, int64_t n_sel) {
-  return 2 * static_cast<size_t>(sel_chunks * n_sel) * sizeof(Candidate) + kMaxSel * sizeof(int);
+  return static_cast<size_t>(select_layout(sel_chunks, n_sel).bytes);
 }
 
 __device__ __forceinline__ SelectScratch carve_select(unsigned char* base, const DecodeDims& m) {
+  const SelectLayout at = select_layout(m.sel_chunks, m.n_sel);
   SelectScratch s;
-  const int n = m.sel_chunks * m.n_sel;
   s.cand = reinterpret_cast<Candidate*>(base);
-  s.kept = s.cand + n;
-  s.list = reinterpret_cast<int*>(s.kept + n);
+  s.kept = s.cand + at.kept;
+  s.sample = s.cand + at.sample;
+  s.list = reinterpret_cast<int*>(s.cand + at.list);
   return s;
 }
+static_assert((kMaxSel + kSelectBatch) * sizeof(int) % 16 == 0, "the scratch's end stays aligned");
 static_assert(kMaxTopkChunks <= 32, "select_blocks takes a lane per chunk list");
 
 __device__ __forceinline__ bool beats(Candidate a, Candidate b) {
   return a > b;
 }
 
+// How many of the candidates a[0, n) beat y (a 16-byte aligned, readable to n rounded up to
+// kSelectBatch): kSelectBatch at a time, all loaded (paired) before any is compared. Every lane
+// reads the same entries (broadcasts).
+__device__ __forceinline__ int count_beating(const Candidate* a, int n, Candidate y) {
+  int count = 0;
+  for (int u0 = 0; u0 < n; u0 += kSelectBatch) {
+    ulonglong2 v[kSelectBatch / 2];
+#pragma unroll
+    for (int i = 0; i < kSelectBatch / 2; ++i)
+      v[i] = reinterpret_cast<const ulonglong2*>(a + u0)[i];
+#pragma unroll
+    for (int i = 0; i < kSelectBatch / 2; ++i) {
+      count += u0 + 2 * i < n && beats(v[i].x, y) ? 1 : 0;
+      count += u0 + 2 * i + 1 < n && beats(v[i].y, y) ? 1 : 0;
+    }
+  }
+  return count;
+}
+
+// How many of the distinct blocks a[0, n) lie below v (a as count_beating's).
+__device__ __forceinline__ int count_below(const int* a, int n, int v) {
+  int count = 0;
+  for (int q0 = 0; q0 < n; q0 += kSelectBatch) {
+    int4 w[kSelectBatch / 4];
+#pragma unroll
+    for (int i = 0; i < kSelectBatch / 4; ++i) w[i] = reinterpret_cast<const int4*>(a + q0)[i];
+#pragma unroll
+    for (int i = 0; i < kSelectBatch / 4; ++i) {
+      const int q = q0 + 4 * i;
+      count += (q < n && w[i].x < v) + (q + 1 < n && w[i].y < v) + (q + 2 < n && w[i].z < v) +
+               (q + 3 < n && w[i].w < v);
+    }
+  }
+  return count;
+}
+
 // Starts copying every chunk's candidate list of group-row bg into sh.cand (the chunks that hold
 // candidates at this step's position are a prefix; the position is not needed yet).
 __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Candidate* cand, int bg,
                                                  const SelectScratch& sh) {
-  const int* in =
-      reinterpret_cast<const int*>(cand + static_cast<int64_t>(bg) * m.sel_chunks * m.n_sel);
+  const int lists = m.sel_chunks * candidate_stride(m.n_sel);
+  const int* in = reinterpret_cast<const int*>(cand + static_cast<int64_t>(bg) * lists);
   int* out = reinterpret_cast<int*>(sh.cand);
-  for (int i = threadIdx.x; i < 2 * m.sel_chunks * m.n_sel; i += blockDim.x)
-    cp_async4(out + i, in + i);
+  for (int i = threadIdx.x; i < 2 * lists; i += blockDim.x) cp_async4(out + i, in + i);
 }
 
-// The selection at position t from the candidate lists in sh.cand (landed, after a barrier): all
-// selected blocks ascending, −1 padded, into slot[0, n_sel), and the picked (non-forced) ones
-// ascending into picks[]; returns their number. Forced 0, c − 1, c; then the best npicks of the
-// chunks' candidates by (score desc, index asc) – a strict order (blocks are distinct), and the
-// global best are among the chunks' bests. Each list is sorted in that order with its empty
-// entries last. Pruned before ranking by θ, a candidate that at least npicks candidates beat or
-// equal, so that no candidate worse than θ is picked and whatever beats a kept candidate is kept
-// too: a kept candidate's rank among the kept (a count over them) is its global rank. θ is the
-// better of two such bounds: the best of the lists' entries npicks − 1 (that list's first npicks
-// are not worse), and the npicks-th best of 32 of the best candidates (the lists' first entries,
-// round robin) – the second keeps about npicks + 3 of ~220 candidates on random scores at 64k.
-// One warp does it all (the others wait at the one barrier at the end): shuffles and independent
-// loads, no barrier between the loops, the kept candidates placed by a prefix sum instead of
-// atomics – no faster in the step than the CTA-wide version it replaced (docs/perf.md), but
-// shorter, and deterministic in where each kept candidate lands. slot and picks are shared
-// memory; every thread of the CTA calls it.
-__device__ int select_blocks(const DecodeDims& m, int t, const SelectScratch& sh, int* slot,
-                             int* picks) {
-  const int c = m.div_lsel.div(t), forced = num_forced(m, t), free = m.n_sel - forced;
-  const int chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
-  const int npicks = max(0, min(c - 2, free));
+// What the selection at position t needs besides the candidates – known before they land, so
+// that the picks kernel works it out while it waits for the top-n kernel: c = ⌊t / l_sel⌋, the
+// forced blocks' count, the picks' count (the candidates are blocks 1 .. c − 2), the chunks that
+// hold candidates (a prefix), the entries of a list that can matter, and the sample entry of this
+// lane (entry idx of list lane − idx·chunks; see select_blocks).
+struct SelectPlan {
+  int t, forced, npicks, chunks, span, idx;
+};
+
+__device__ __forceinline__ SelectPlan select_plan(const DecodeDims& m, int t) {
+  SelectPlan s;
+  const int c = m.div_lsel.div(t);
+  s.t = t;
+  s.forced = num_forced(m, t);
+  s.npicks = max(0, min(c - 2, m.n_sel - s.forced));
+  s.chunks = min(m.sel_chunks, (max(0, c - 2) + m.sel_chunk - 1) / m.sel_chunk);
+  s.span = min(m.n_sel, s.npicks);  // only a list's first npicks entries can be picked
+  // lane / chunks without a division: (lane + ½) / chunks is at least 1/64 from an integer.
+  const float lane = static_cast<float>(threadIdx.x % 32) + 0.5f;
+  s.idx = s.chunks > 0 ? static_cast<int>(lane * __frcp_rn(static_cast<float>(s.chunks))) : 0;
+  return s;
+}
+
+// Bits of a list's kept count (at most n_sel ≤ kMaxSel) for the prefix sum by ballots.
+constexpr int kKeptBits = 7;
+static_assert(kMaxSel < (1 << kKeptBits), "a list's kept count must fit kKeptBits bits");
+
+// The selection of plan s from the candidate lists in sh.cand (landed, after a barrier): all
+// selected blocks ascending, −1 padded, into slot[0, n_sel) – block 0, the picks, then the other
+// forced blocks c − 1, c (the candidates lie between) – and the picks ascending into picks[];
+// returns their number. The picks are the best npicks of the chunks' candidates by (score desc,
+// index asc) – a strict order (blocks are distinct), and the global best are among the chunks'
+// bests. Each list is sorted in that order with its empty entries last. Pruned before ranking by θ,
+// a candidate that at least npicks candidates beat or equal, so that no candidate worse than θ is
+// picked and whatever beats a kept candidate is kept too: a kept candidate's rank among the kept
+// (a count over them) is its global rank. θ is the better of two such bounds: the best of the
+// lists' entries npicks − 1 (that list's first npicks are not worse), and the npicks-th best of 32
+// of the best candidates (the lists' first entries, round robin) – the second keeps about npicks +
+// 3 of ~220 candidates on random scores at 64k. One warp does it all (the others wait at the one
+// barrier at the end): reductions, ballots, shuffles and independent loads, no barrier between the
+// loops, the kept candidates placed by a prefix sum instead of atomics – deterministic in where
+// each lands. slot and picks are shared memory; every thread of the CTA calls it. mark(k) records
+// a phase's end on the warp's first lane (the kernel workshop, bench/kernels/decode_select.cu): 0
+// θ and the kept counts, 1 the kept candidates placed, 2 ranked.
+template <typename Mark>
+__device__ int select_blocks(const DecodeDims& m, const SelectPlan& s, const SelectScratch& sh,
+                             int* slot, int* picks, Mark&& mark) {
   if (threadIdx.x < 32) {
     const unsigned all = 0xffffffffu;
-    const int lane = threadIdx.x;
-    if (lane < forced) sh.list[lane] = forced_block(m, t, lane);
-    // Only a list's first npicks entries can be picked, or beat a pick.
-    const int span = min(m.n_sel, npicks);
+    const int lane = threadIdx.x, stride = candidate_stride(m.n_sel);
     const Candidate empty = kNoCandidate;
-    const auto entry = [&](int list, int idx) { return sh.cand[list * m.n_sel + idx]; };
-    Candidate theta = empty;  // empty: every candidate is kept
-    int kept_here = 0;        // how many of list `lane`'s first entries are kept (a prefix)
-    if (span > 0) {           // (span > 0: chunks ≥ 1)
-      // θ's first bound, a lane per list, and the sample: entry k = idx·chunks + list < 32
-      // (entry idx of list `list`), lane k's own.
-      Candidate last = lane < chunks ? entry(lane, span - 1) : empty;
-      const int idx = lane / chunks;
-      const Candidate x = idx < span ? entry(lane - idx * chunks, idx) : empty;
-      int beaten_by = 0;
-#pragma unroll
-      for (int r = 0; r < 32; ++r) beaten_by += beats(__shfl_sync(all, x, r), x) ? 1 : 0;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const Candidate o = __shfl_xor_sync(all, last, off);
-        if (beats(o, last)) last = o;
-      }
-      theta = last;
-      const unsigned at = __ballot_sync(all, x != kNoCandidate && beaten_by == npicks - 1);
+    const auto entry = [&](int list, int idx) { return sh.cand[list * stride + idx]; };
+    int kept_here = 0;  // how many of list `lane`'s first entries are kept (a prefix)
+    if (s.span > 0) {   // (span > 0: chunks ≥ 1)
+      // θ's first bound, a lane per list (a 64-bit maximum as two 32-bit reductions), and the
+      // sample: entry k = idx·chunks + list < 32 (entry idx of list `list`), lane k's own.
+      const Candidate last = lane < s.chunks ? entry(lane, s.span - 1) : empty;
+      const Candidate x = s.idx < s.span ? entry(lane - s.idx * s.chunks, s.idx) : empty;
+      const uint32_t hi = __reduce_max_sync(all, static_cast<uint32_t>(last >> 32));
+      const uint32_t lo = __reduce_max_sync(
+          all, static_cast<uint32_t>(last >> 32) == hi ? static_cast<uint32_t>(last) : 0u);
+      Candidate theta = (static_cast<Candidate>(hi) << 32) | lo;
+      sh.sample[lane] = x;
+      __syncwarp();
+      const int beaten_by = count_beating(sh.sample, 32, x);
+      const unsigned at = __ballot_sync(all, x != kNoCandidate && beaten_by == s.npicks - 1);
       if (at != 0) {  // the sample's npicks-th best (real candidates are distinct)
         const Candidate s2 = __shfl_sync(all, x, __ffs(at) - 1);
         if (beats(s2, theta)) theta = s2;
       }
-      // Each list's kept entries are a prefix (sorted, empties last): count them, independent
-      // loads.
-      if (lane < chunks) {
-#pragma unroll 4
-        for (int i = 0; i < span; ++i) {
-          const Candidate y = entry(lane, i);
-          kept_here += y != kNoCandidate && !beats(theta, y) ? 1 : 0;
+      // Each list's kept entries are a prefix (sorted, empties last): count them, a batch of
+      // loads at a time.
+      if (lane < s.chunks) {
+        for (int i0 = 0; i0 < s.span; i0 += kSelectBatch) {
+          Candidate v[kSelectBatch];
+#pragma unroll
+          for (int i = 0; i < kSelectBatch; ++i) v[i] = entry(lane, i0 + i);
+#pragma unroll
+          for (int i = 0; i < kSelectBatch; ++i)
+            kept_here += i0 + i < s.span && v[i] != kNoCandidate && !beats(theta, v[i]) ? 1 : 0;
         }
       }
     }
-    // The kept candidates side by side: list `lane`'s at its exclusive prefix sum over the lanes.
-    int end = kept_here;
+    mark(0);
+    // The kept candidates side by side: list `lane`'s at its exclusive prefix sum over the lanes,
+    // summed a bit at a time by ballots (independent, where shuffles would be five steps in turn).
+    int start = 0, kept = 0;
+    const unsigned lower = (1u << lane) - 1u;
 #pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int o = __shfl_up_sync(all, end, off);
-      if (lane >= off) end += o;
+    for (int bit = 0; bit < kKeptBits; ++bit) {
+      const unsigned v = __ballot_sync(all, (kept_here >> bit) & 1);
+      start += __popc(v & lower) << bit;
+      kept += __popc(v) << bit;
     }
-    const int kept = __shfl_sync(all, end, 31);
-    for (int i = 0; i < kept_here; ++i) sh.kept[end - kept_here + i] = entry(lane, i);
+    for (int i0 = 0; i0 < kept_here; i0 += kSelectBatch) {
+      Candidate v[kSelectBatch];
+#pragma unroll
+      for (int i = 0; i < kSelectBatch; ++i) v[i] = entry(lane, i0 + i);
+#pragma unroll
+      for (int i = 0; i < kSelectBatch; ++i) {
+        if (i0 + i < kept_here) sh.kept[start + i0 + i] = v[i];
+      }
+    }
     __syncwarp();
-    // A kept candidate's rank: the kept that beat it.
+    mark(1);
+    // A kept candidate's rank: the kept that beat it; the picks in rank order into sh.list.
     for (int k = lane; k < kept; k += 32) {
       const Candidate y = sh.kept[k];
-      int rank = 0;
-#pragma unroll 8
-      for (int u = 0; u < kept; ++u) rank += beats(sh.kept[u], y) ? 1 : 0;
-      if (rank < npicks) sh.list[forced + rank] = candidate_block(y);
+      const int rank = count_beating(sh.kept, kept, y);
+      if (rank < s.npicks) sh.list[rank] = candidate_block(y);
     }
     __syncwarp();
-    // The selection ascending: entry k's place is the count of entries below it (all distinct), so
-    // places 0 .. total − 1 are filled once each and the rest padded in the same pass.
-    const int total = forced + npicks;
-    for (int k = total + lane; k < m.n_sel; k += 32) slot[k] = -1;
-    for (int k = lane; k < total; k += 32) {
+    mark(2);
+    // The picks ascending: pick k's place is the count of picks below it (all distinct), so places
+    // 0 .. npicks − 1 are filled once each; block 0 before them, c − 1 and c after, −1 past those.
+    for (int k = lane; k < s.npicks; k += 32) {
       const int v = sh.list[k];
-      int at = 0, at_pick = 0;
-#pragma unroll 8
-      for (int q = 0; q < total; ++q) {
-        const bool below = sh.list[q] < v;
-        at += below ? 1 : 0;
-        at_pick += below && q >= forced ? 1 : 0;
-      }
-      if (at < m.n_sel) slot[at] = v;
-      if (k >= forced) picks[at_pick] = v;
+      const int below = count_below(sh.list, s.npicks, v);
+      picks[below] = v;
+      slot[1 + below] = v;
     }
+    const int total = s.forced + s.npicks;
+    if (lane == 0) slot[0] = 0;
+    if (lane >= 1 && lane < s.forced) slot[s.npicks + lane] = forced_block(m, s.t, lane);
+    for (int k = total + lane; k < m.n_sel; k += 32) slot[k] = -1;
   }
   __syncthreads();
-  return npicks;
+  return s.npicks;
 }
 
 }  // namespace nsa::cuda::decode

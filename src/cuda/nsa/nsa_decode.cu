@@ -281,11 +281,12 @@ __global__ void __launch_bounds__(kPartThreads)
   // (its slot and picks are overwritten), then the real one – 5 % off the attention at B = 1
   // (docs/perf.md), most likely because the instructions are fetched while the kernel before still
   // runs: the selection phase itself did not shrink in the trace.
+  const SelectPlan plan = select_plan(m, t);  // before the wait, as the position allows
   int npicks = 0;
 #pragma unroll 1
   for (int pass = p.warm_picks ? 0 : 1; pass < 2; ++pass) {
     if (pass == 0) {
-      for (int i = threadIdx.x; i < m.sel_chunks * m.n_sel; i += blockDim.x)
+      for (int i = threadIdx.x; i < m.sel_chunks * candidate_stride(m.n_sel); i += blockDim.x)
         scratch.cand[i] = kNoCandidate;
     } else {
       wait_for_previous_kernel_only();  // the next kernel may start once the selection is made
@@ -296,7 +297,7 @@ __global__ void __launch_bounds__(kPartThreads)
     cp_async_wait<0>();
     __syncthreads();
     if (pass == 1) trace_mark<kTrace>(p, kTracePicks, 2);  // candidates landed
-    npicks = select_blocks(m, t, scratch, slot, picks);
+    npicks = select_blocks(m, plan, scratch, slot, picks, [](int) {});
   }
   trace_mark<kTrace>(p, kTracePicks, 3);  // selected
   let_next_kernel_start();
@@ -479,7 +480,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     k_cmp_.resize(B_ * max_cmp_ * G * dk);
     v_cmp_.resize(B_ * max_cmp_ * G * dv);
     scores_.resize(B_ * H * max_cmp_);
-    candidates_.resize(B_ * G * sel_chunks_ * cfg.n_sel);
+    candidates_.resize(B_ * G * sel_chunks_ * candidate_stride(static_cast<int>(cfg.n_sel)));
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }

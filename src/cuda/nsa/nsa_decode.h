@@ -149,7 +149,7 @@ class NsaDecodeCuda {
   bool dense_;
   DeviceBuffer<__nv_bfloat16> k_sel_, v_sel_, k_win_, v_win_, k_raw_, v_raw_, k_cmp_, v_cmp_;
   DeviceBuffer<float> scores_, part_ml_, part_o_;
-  DeviceBuffer<uint64_t> candidates_;  // [B, G, sel_chunks, n_sel] candidate keys
+  DeviceBuffer<uint64_t> candidates_;  // [B, G, sel_chunks, candidate_stride(n_sel)] keys
   DeviceBuffer<int32_t> sel_;
   DeviceBuffer<uint64_t> trace_;  // empty: no trace
   int64_t trace_ctas_ = 0, trace_calls_ = 1, trace_next_ = 0;
