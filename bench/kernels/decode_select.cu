@@ -3,11 +3,12 @@
 // picks kernel has them, the merge called back to back – the one-warp phase that the trace of a
 // 64k, B = 1 layer showed as its largest (1.8 µs, docs/perf.md), here with nothing else on the
 // GPU. Thread 0 reads clock64 before the call, at the merge's phase hooks (θ and the kept counts;
-// the kept candidates placed; ranked) and after its closing barrier; each phase's median over the
-// calls is printed, the first call apart (its code is cold). The lists are those of position
-// max_len − 1 with uniform random block scores: each chunk's best n_sel − 3 of its blocks, as
-// block_topk leaves them; the selection is checked against the exact top-n computed here, so a
-// wrong merge fails the run (exit 1). Benchmarks only.
+// the kept candidates placed; ranked), after its closing barrier, and after write_selection (the
+// picks ascending – in the picks kernel a second warp's work while the rows come, off the way);
+// each phase's median over the calls is printed, the first call apart (its code is cold). The lists
+// are those of position max_len − 1 with uniform random block scores: each chunk's best n_sel − 3
+// of its blocks, as block_topk leaves them; the selection is checked against the exact top-n
+// computed here, so a wrong merge fails the run (exit 1). Benchmarks only.
 //   nsa_decode_select [--contexts 65536,131072] [--n-sel 16] [--l-sel 64] [--reps 200]
 #include <cuda_runtime.h>
 
@@ -28,7 +29,8 @@ namespace {
 
 namespace dec = nsa::cuda::decode;
 
-constexpr int kPhases = 5;  // start, θ and counts, placed, ranked, end (after the closing barrier)
+// start, θ and counts, placed, ranked, the closing barrier, the selection written ascending
+constexpr int kPhases = 6;
 
 struct ClockStamps {
   long long* at;
@@ -43,7 +45,8 @@ __global__ void __launch_bounds__(dec::kPartThreads)
     select_loop(dec::DecodeDims m, int t, int reps, const dec::Candidate* lists, int* slot_out,
                 long long* stamps) {
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ int slot[dec::kMaxSel], picks[dec::kMaxSel];
+  __shared__ __align__(16) int picks[dec::kMaxSel];
+  __shared__ int slot[dec::kMaxSel];
   __shared__ long long at[kPhases];
   const dec::SelectScratch sh = dec::carve_select(smem, m);
   const dec::SelectPlan plan = dec::select_plan(m, t);
@@ -52,9 +55,12 @@ __global__ void __launch_bounds__(dec::kPartThreads)
     for (int i = threadIdx.x; i < n; i += blockDim.x) sh.cand[i] = lists[i];
     __syncthreads();
     if (threadIdx.x == 0) at[0] = clock64();
-    dec::select_blocks(m, plan, sh, slot, picks, ClockStamps{at});
+    dec::select_blocks(m, plan, sh, picks, ClockStamps{at});
+    if (threadIdx.x == 0) at[4] = clock64();
+    if (threadIdx.x < 32) dec::write_selection(m, plan, picks, slot);
+    __syncwarp();
     if (threadIdx.x == 0) {
-      at[kPhases - 1] = clock64();
+      at[5] = clock64();
       for (int i = 1; i < kPhases; ++i) stamps[r * (kPhases - 1) + i - 1] = at[i] - at[i - 1];
     }
     __syncthreads();
@@ -136,10 +142,10 @@ int time_context(int64_t max_len, int n_sel, int l_sel, int reps, std::mt19937& 
     return x[x.size() / 2];
   };
   const long long first = call[0];
-  std::printf("%8lld %6d %6d | %8lld %8lld | %8lld %8lld %8lld %8lld | %s\n",
+  std::printf("%8lld %6d %6d | %8lld %8lld | %8lld %8lld %8lld %8lld | %9lld | %s\n",
               static_cast<long long>(max_len), m.sel_chunks, npicks, median(call), first,
               median(phase[0]), median(phase[1]), median(phase[2]), median(phase[3]),
-              slot == expect ? "exact" : "WRONG");
+              median(phase[4]), slot == expect ? "exact" : "WRONG");
   return slot == expect ? 0 : 1;
 }
 
@@ -184,14 +190,15 @@ int run(int argc, char** argv) {
       "select_blocks alone, one CTA of %d threads: n_sel %d, l_sel %d, %d calls each, "
       "position max_len − 1, uniform random block scores\n",
       dec::kPartThreads, n_sel, l_sel, reps);
-  std::printf("%8s %6s %6s | %8s %8s | %8s %8s %8s %8s | %s\n", "max_len", "lists", "picks",
-              "median", "first", "θ+count", "placed", "ranked", "ordered", "selection");
+  std::printf("%8s %6s %6s | %8s %8s | %8s %8s %8s %8s | %9s | %s\n", "max_len", "lists", "picks",
+              "median", "first", "θ+count", "placed", "ranked", "barrier", "ascending",
+              "selection");
   std::mt19937 rng(1234);
   int bad = 0;
   for (const int ctx : contexts) bad += time_context(ctx, n_sel, l_sel, reps, rng);
   std::printf(
-      "(cycles of clock64 on thread 0, medians over the calls; 'ordered' ends after the "
-      "closing barrier)\n");
+      "(cycles of clock64 on thread 0, medians over the calls, 'ascending' included; 'barrier' "
+      "ends after the merge's closing barrier)\n");
   return bad == 0 ? 0 : 1;
 }
 

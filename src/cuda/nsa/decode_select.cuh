@@ -150,7 +150,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
 
 // Shared memory of select_blocks, carved after the picks kernel's tile: the chunks' lists
 // (sel_chunks × candidate_stride(n_sel) candidates, as in global memory), the candidates kept for
-// ranking (at most sel_chunks × n_sel), θ's sample (32) and the picks' list. The loops load
+// ranking (at most sel_chunks × n_sel) and θ's sample (32). The loops load
 // kSelectBatch entries before they compare any (a loop that compared each load first waited a
 // shared-memory latency per entry: nsa_decode_select), so the arrays end kSelectBatch entries
 // of slack past their counts, and each starts 16-byte aligned for the paired loads.
@@ -158,13 +158,12 @@ constexpr int kSelectBatch = 8;
 
 struct SelectScratch {
   Candidate *cand, *kept, *sample;
-  int* list;  // [kMaxSel]
 };
 
 // Offsets (in candidates) of the scratch's arrays, and its bytes: one layout for the host's size
 // and the kernel's carving.
 struct SelectLayout {
-  int64_t kept, sample, list, bytes;
+  int64_t kept, sample, bytes;
 };
 
 __host__ __device__ constexpr SelectLayout select_layout(int64_t sel_chunks, int64_t n_sel) {
@@ -172,10 +171,7 @@ __host__ __device__ constexpr SelectLayout select_layout(int64_t sel_chunks, int
   const int64_t lists = sel_chunks * candidate_stride(static_cast<int>(n_sel));
   const int64_t kept = even(lists + kSelectBatch);
   const int64_t sample = kept + even(sel_chunks * n_sel + kSelectBatch);
-  const int64_t list = sample + 32;
-  return {kept, sample, list,
-          list * static_cast<int64_t>(sizeof(Candidate)) +
-              (kMaxSel + kSelectBatch) * static_cast<int64_t>(sizeof(int))};
+  return {kept, sample, (sample + 32) * static_cast<int64_t>(sizeof(Candidate))};
 }
 
 __host__ __device__ constexpr size_t select_scratch_bytes(int64_t sel_chunks, int64_t n_sel) {
@@ -188,10 +184,8 @@ __device__ __forceinline__ SelectScratch carve_select(unsigned char* base, const
   s.cand = reinterpret_cast<Candidate*>(base);
   s.kept = s.cand + at.kept;
   s.sample = s.cand + at.sample;
-  s.list = reinterpret_cast<int*>(s.cand + at.list);
   return s;
 }
-static_assert((kMaxSel + kSelectBatch) * sizeof(int) % 16 == 0, "the scratch's end stays aligned");
 static_assert(kMaxTopkChunks <= 32, "select_blocks takes a lane per chunk list");
 
 __device__ __forceinline__ bool beats(Candidate a, Candidate b) {
@@ -217,7 +211,8 @@ __device__ __forceinline__ int count_beating(const Candidate* a, int n, Candidat
   return count;
 }
 
-// How many of the distinct blocks a[0, n) lie below v (a as count_beating's).
+// How many of the distinct blocks a[0, n) lie below v (a 16-byte aligned, readable to n rounded
+// up to kSelectBatch).
 __device__ __forceinline__ int count_below(const int* a, int n, int v) {
   int count = 0;
   for (int q0 = 0; q0 < n; q0 += kSelectBatch) {
@@ -270,27 +265,28 @@ __device__ __forceinline__ SelectPlan select_plan(const DecodeDims& m, int t) {
 // Bits of a list's kept count (at most n_sel ≤ kMaxSel) for the prefix sum by ballots.
 constexpr int kKeptBits = 7;
 static_assert(kMaxSel < (1 << kKeptBits), "a list's kept count must fit kKeptBits bits");
+static_assert(kMaxSel % kSelectBatch == 0, "write_selection reads picks[] in whole batches");
 
-// The selection of plan s from the candidate lists in sh.cand (landed, after a barrier): all
-// selected blocks ascending, −1 padded, into slot[0, n_sel) – block 0, the picks, then the other
-// forced blocks c − 1, c (the candidates lie between) – and the picks ascending into picks[];
-// returns their number. The picks are the best npicks of the chunks' candidates by (score desc,
-// index asc) – a strict order (blocks are distinct), and the global best are among the chunks'
-// bests. Each list is sorted in that order with its empty entries last. Pruned before ranking by θ,
-// a candidate that at least npicks candidates beat or equal, so that no candidate worse than θ is
-// picked and whatever beats a kept candidate is kept too: a kept candidate's rank among the kept
-// (a count over them) is its global rank. θ is the better of two such bounds: the best of the
-// lists' entries npicks − 1 (that list's first npicks are not worse), and the npicks-th best of 32
-// of the best candidates (the lists' first entries, round robin) – the second keeps about npicks +
-// 3 of ~220 candidates on random scores at 64k. One warp does it all (the others wait at the one
-// barrier at the end): reductions, ballots, shuffles and independent loads, no barrier between the
-// loops, the kept candidates placed by a prefix sum instead of atomics – deterministic in where
-// each lands. slot and picks are shared memory; every thread of the CTA calls it. mark(k) records
-// a phase's end on the warp's first lane (the kernel workshop, bench/kernels/decode_select.cu): 0
-// θ and the kept counts, 1 the kept candidates placed, 2 ranked.
+// The picks of plan s from the candidate lists in sh.cand (landed, after a barrier), best first,
+// into picks[]; returns their number. The attention takes them in any order (only a list's last
+// block may hold t, and picks lie below c − 1); write_selection puts them in ascending order later,
+// off the way to the attention. The picks are the best npicks of the chunks' candidates by (score
+// desc, index asc) – a strict order (blocks are distinct), and the global best are among the
+// chunks' bests. Each list is sorted in that order with its empty entries last. Pruned before
+// ranking by θ, a candidate that at least npicks candidates beat or equal, so that no candidate
+// worse than θ is picked and whatever beats a kept candidate is kept too: a kept candidate's rank
+// among the kept (a count over them) is its global rank. θ is the better of two such bounds: the
+// best of the lists' entries npicks − 1 (that list's first npicks are not worse), and the npicks-th
+// best of 32 of the best candidates (the lists' first entries, round robin) – the second keeps
+// about npicks + 3 of ~220 candidates on random scores at 64k. One warp does it all (the others
+// wait at the one barrier at the end): reductions, ballots, shuffles and independent loads, no
+// barrier between the loops, the kept candidates placed by a prefix sum instead of atomics –
+// deterministic in where each lands. picks is shared memory; every thread of the CTA calls it.
+// mark(k) records a phase's end on the warp's first lane (the kernel workshop,
+// bench/kernels/decode_select.cu): 0 θ and the kept counts, 1 the kept candidates placed, 2 ranked.
 template <typename Mark>
 __device__ int select_blocks(const DecodeDims& m, const SelectPlan& s, const SelectScratch& sh,
-                             int* slot, int* picks, Mark&& mark) {
+                             int* picks, Mark&& mark) {
   if (threadIdx.x < 32) {
     const unsigned all = 0xffffffffu;
     const int lane = threadIdx.x, stride = candidate_stride(m.n_sel);
@@ -349,29 +345,32 @@ __device__ int select_blocks(const DecodeDims& m, const SelectPlan& s, const Sel
     }
     __syncwarp();
     mark(1);
-    // A kept candidate's rank: the kept that beat it; the picks in rank order into sh.list.
+    // A kept candidate's rank: the kept that beat it; the picks in rank order.
     for (int k = lane; k < kept; k += 32) {
       const Candidate y = sh.kept[k];
       const int rank = count_beating(sh.kept, kept, y);
-      if (rank < s.npicks) sh.list[rank] = candidate_block(y);
+      if (rank < s.npicks) picks[rank] = candidate_block(y);
     }
-    __syncwarp();
     mark(2);
-    // The picks ascending: pick k's place is the count of picks below it (all distinct), so places
-    // 0 .. npicks − 1 are filled once each; block 0 before them, c − 1 and c after, −1 past those.
-    for (int k = lane; k < s.npicks; k += 32) {
-      const int v = sh.list[k];
-      const int below = count_below(sh.list, s.npicks, v);
-      picks[below] = v;
-      slot[1 + below] = v;
-    }
-    const int total = s.forced + s.npicks;
-    if (lane == 0) slot[0] = 0;
-    if (lane >= 1 && lane < s.forced) slot[s.npicks + lane] = forced_block(m, s.t, lane);
-    for (int k = total + lane; k < m.n_sel; k += 32) slot[k] = -1;
   }
   __syncthreads();
   return s.npicks;
+}
+
+// The selection of plan s ascending into out[0, n_sel) – block 0, the picks (picks[0, npicks),
+// shared memory, 16-byte aligned and readable to kMaxSel), then the other forced blocks c − 1, c
+// (the candidates lie between), −1 past those – by one warp: a pick's place is the count of picks
+// below it (all distinct), so places are filled once each.
+__device__ __forceinline__ void write_selection(const DecodeDims& m, const SelectPlan& s,
+                                                const int* picks, int* out) {
+  const int lane = threadIdx.x % 32;
+  for (int k = lane; k < s.npicks; k += 32) {
+    const int v = picks[k];
+    out[1 + count_below(picks, s.npicks, v)] = v;
+  }
+  if (lane == 0) out[0] = 0;
+  if (lane >= 1 && lane < s.forced) out[s.npicks + lane] = forced_block(m, s.t, lane);
+  for (int k = s.forced + s.npicks + lane; k < m.n_sel; k += 32) out[k] = -1;
 }
 
 }  // namespace nsa::cuda::decode

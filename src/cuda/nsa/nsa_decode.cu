@@ -229,17 +229,17 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
 }
 
 // Grid (cluster, B·G), one cluster of CTAs per (sequence, group): each CTA merges the chunks'
-// candidates into the selection (CTA 0 writes it out; the candidate lists are loaded with the
-// position) and attends its parts k = rank, rank + cluster, … of the forced blocks c − 1, c (k <
-// late_parts), then of the picked blocks, keeping their merged partial in its shared memory. Then
-// each CTA pushes every head's partial into the inbox of the CTA that gates that head
-// (push_partial), and gates its own share of the group's heads into o once its inbox is full: the
-// top-n kernel's pre-merged partials (loaded while the pushes land) and every CTA's partial of the
-// selected branch. No cluster barrier on the way: a CTA waits only for the bytes it reads.
-// With kTma (NsaDecodeCuda::pick_maps_.on), the picked and forced blocks' rows come by
-// TMA as the parts' do: per part, a key box and a value box of l_sel = 64 rows per block (two
-// blocks a part), the row at position t then put in from the inputs, the rows past the count
-// zeroed (tile_fix_rows) – instead of a row address per thread and 16-byte cp.async.
+// candidates into the selection (CTA 0's second warp writes it out while the rows come; the lists
+// are loaded with the position) and attends its parts k = rank, rank + cluster, … of the forced
+// blocks c − 1, c (k < late_parts), then of the picked blocks, keeping their merged partial in its
+// shared memory. Then each CTA pushes every head's partial into the inbox of the CTA that gates
+// that head (push_partial), and gates its own share of the group's heads into o once its inbox is
+// full: the top-n kernel's pre-merged partials (loaded while the pushes land) and every CTA's
+// partial of the selected branch. No cluster barrier on the way: a CTA waits only for the bytes it
+// reads. With kTma (NsaDecodeCuda::pick_maps_.on), the picked and forced blocks' rows come by TMA
+// as the parts' do: per part, a key box and a value box of l_sel = 64 rows per block (two blocks a
+// part), the row at position t then put in from the inputs, the rows past the count zeroed
+// (tile_fix_rows) – instead of a row address per thread and 16-byte cp.async.
 template <bool kTrace, bool kTma>
 __global__ void __launch_bounds__(kPartThreads)
     picks_kernel(const DecodeParams p, const __grid_constant__ DecodePickMaps maps) {
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kPartThreads)
   trace_mark<kTrace>(p, kTracePicks, 0);  // start
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ KeyRows rows;
-  __shared__ int slot[kMaxSel], picks[kMaxSel];
+  __shared__ __align__(16) int picks[kMaxSel];
   __shared__ uint64_t received;     // the inbox's barrier: one arrival and its bytes
   __shared__ uint64_t rows_landed;  // kTma: the boxes' barrier, a phase per part
   const int rank = blockIdx.x, cluster = gridDim.x, bg = blockIdx.y, b = bg / m.G, g = bg % m.G;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kPartThreads)
   // kTma: the token's rows, put into the tile where a part holds position t.
   const uint4 piece = kTma ? load_input_piece(m, in.k, in.v) : make_uint4(0, 0, 0, 0);
   // The selection's code twice (p.warm_picks): a dry pass before the wait on empty candidate lists
-  // (its slot and picks are overwritten), then the real one – 5 % off the attention at B = 1
+  // (its picks are overwritten), then the real one – 5 % off the attention at B = 1
   // (docs/perf.md), most likely because the instructions are fetched while the kernel before still
   // runs: the selection phase itself did not shrink in the trace.
   const SelectPlan plan = select_plan(m, t);  // before the wait, as the position allows
@@ -297,14 +297,15 @@ __global__ void __launch_bounds__(kPartThreads)
     cp_async_wait<0>();
     __syncthreads();
     if (pass == 1) trace_mark<kTrace>(p, kTracePicks, 2);  // candidates landed
-    npicks = select_blocks(m, plan, scratch, slot, picks, [](int) {});
+    npicks = select_blocks(m, plan, scratch, picks, [](int) {});
   }
   trace_mark<kTrace>(p, kTracePicks, 3);  // selected
   let_next_kernel_start();
-  if (rank == 0) {
-    for (int j = threadIdx.x; j < m.n_sel; j += blockDim.x)
-      p.sel[static_cast<int64_t>(bg) * m.n_sel + j] = slot[j];
-  }
+  // CTA 0's second warp writes the selection out, ascending, while the first part's rows come.
+  const auto publish_selection = [&](int y) {
+    if (rank == 0 && y == rank && threadIdx.x / 32 == 1)
+      write_selection(m, plan, picks, p.sel + static_cast<int64_t>(bg) * m.n_sel);
+  };
   uint32_t phase = 0;  // kTma: the parts whose boxes rows_landed has seen
   for (int y = rank; y < m.late_parts + m.pick_parts; y += cluster) {
     const bool late = y < m.late_parts;
@@ -327,6 +328,7 @@ __global__ void __launch_bounds__(kPartThreads)
         const int at_t = t - block_at(sp.e0 + sp.nseg - 1) * m.l_sel;
         if (at_t >= 0 && at_t < m.l_sel) patch = (sp.nseg - 1) * m.l_sel + at_t;
       }
+      publish_selection(y);
       cp_async_wait<0>();  // the query (the first part)
       if (sp.count > 0) mbarrier_wait(&rows_landed, phase++ % 2);
       tile_fix_rows(m, tl, sp.count, patch, piece);
@@ -341,6 +343,7 @@ __global__ void __launch_bounds__(kPartThreads)
       __syncthreads();
       tile_issue_kv(m, tl, rows, sp.count);
       cp_async_commit();
+      publish_selection(y);
       cp_async_wait<0>();
       __syncthreads();
     }
