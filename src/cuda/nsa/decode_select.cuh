@@ -268,10 +268,10 @@ static_assert(kMaxSel < (1 << kKeptBits), "a list's kept count must fit kKeptBit
 static_assert(kMaxSel % kSelectBatch == 0, "write_selection reads picks[] in whole batches");
 
 // The picks of plan s from the candidate lists in sh.cand (landed, after a barrier), best first,
-// into picks[]; returns their number. The attention takes them in any order (only a list's last
-// block may hold t, and picks lie below c − 1); write_selection puts them in ascending order later,
-// off the way to the attention. The picks are the best npicks of the chunks' candidates by (score
-// desc, index asc) – a strict order (blocks are distinct), and the global best are among the
+// into picks[]; returns their number. The attention takes them in any order (only t's block c,
+// a forced one, is short, and picks lie below c − 1); write_selection puts them in ascending order
+// later, off the way to the attention. The picks are the best npicks of the chunks' candidates by
+// (score desc, index asc) – a strict order (blocks are distinct), and the global best are among the
 // chunks' bests. Each list is sorted in that order with its empty entries last. Pruned before
 // ranking by θ, a candidate that at least npicks candidates beat or equal, so that no candidate
 // worse than θ is picked and whatever beats a kept candidate is kept too: a kept candidate's rank
