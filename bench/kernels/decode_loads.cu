@@ -29,7 +29,7 @@
 #include "cuda/common/tma.h"
 #include "cuda/nsa/decode_tile.cuh"
 #include "guarded_main.h"
-#include "int_list.h"
+#include "options.h"
 
 namespace {
 
@@ -97,20 +97,10 @@ double median(std::vector<double> x) {
 int run(int argc, char** argv) {
   std::vector<int> ctas_list = {1, 74, 148, 264};
   int reps = 40, groups = 2;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--ctas" && i + 1 < argc) {
-      ctas_list = parse_int_list(argv[++i]);
-    } else if (arg == "--reps" && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-    } else if (arg == "--groups" && i + 1 < argc) {
-      groups = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr,
-                   "usage: nsa_decode_loads [--ctas 1,74,148,264] [--reps 40] [--groups 2]\n");
-      return 2;
-    }
-  }
+  if (!parse_options(argc, argv, "nsa_decode_loads",
+                     "[--ctas 1,74,148,264] [--reps 40] [--groups 2]",
+                     {{"--reps", &reps}, {"--groups", &groups}}, {{"--ctas", &ctas_list}}))
+    return 2;
   const int max_ctas = *std::max_element(ctas_list.begin(), ctas_list.end());
   if (reps < 2 || max_ctas < 1 || max_ctas > 4096 || groups < 1 || groups > 8) {
     std::fprintf(stderr,

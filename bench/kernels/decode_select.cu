@@ -23,7 +23,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/nsa/decode_select.cuh"
 #include "guarded_main.h"
-#include "int_list.h"
+#include "options.h"
 
 namespace {
 
@@ -152,26 +152,11 @@ int time_context(int64_t max_len, int n_sel, int l_sel, int reps, std::mt19937& 
 int run(int argc, char** argv) {
   std::vector<int> contexts = {65536, 131072};
   int n_sel = 16, l_sel = 64, reps = 200;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--contexts" && has_value) {
-      contexts = parse_int_list(argv[++i]);
-    } else if (arg == "--n-sel" && has_value) {
-      n_sel = std::atoi(argv[++i]);
-    } else if (arg == "--l-sel" && has_value) {
-      l_sel = std::atoi(argv[++i]);
-    } else if (arg == "--reps" && has_value) {
-      reps = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr,
-                   "nsa_decode_select: unknown or incomplete option '%s'\n"
-                   "usage: nsa_decode_select [--contexts 65536,131072] [--n-sel 16] [--l-sel 64] "
-                   "[--reps 200]\n",
-                   arg.c_str());
-      return 2;
-    }
-  }
+  if (!parse_options(argc, argv, "nsa_decode_select",
+                     "[--contexts 65536,131072] [--n-sel 16] [--l-sel 64] [--reps 200]",
+                     {{"--n-sel", &n_sel}, {"--l-sel", &l_sel}, {"--reps", &reps}},
+                     {{"--contexts", &contexts}}))
+    return 2;
   if (n_sel < 4 || n_sel > dec::kMaxSel || l_sel < 16 || reps < 1) {
     std::fprintf(stderr,
                  "nsa_decode_select: --n-sel must be 4..%d, --l-sel at least 16, --reps "

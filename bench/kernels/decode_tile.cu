@@ -24,7 +24,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/nsa/decode_tile.cuh"
 #include "guarded_main.h"
-#include "int_list.h"
+#include "options.h"
 
 namespace {
 
@@ -102,30 +102,12 @@ __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
 int run(int argc, char** argv) {
   int hpg = 6, dk = 64, dv = 64, reps = 200, ctas = 0;
   std::vector<int> keys = {128, 64, 16};
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--hpg" && has_value) {
-      hpg = std::atoi(argv[++i]);
-    } else if (arg == "--dk" && has_value) {
-      dk = std::atoi(argv[++i]);
-    } else if (arg == "--dv" && has_value) {
-      dv = std::atoi(argv[++i]);
-    } else if (arg == "--keys" && has_value) {
-      keys = parse_int_list(argv[++i]);
-    } else if (arg == "--reps" && has_value) {
-      reps = std::atoi(argv[++i]);
-    } else if (arg == "--ctas" && has_value) {
-      ctas = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr,
-                   "nsa_decode_tile: unknown or incomplete option '%s'\n"
-                   "usage: nsa_decode_tile [--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] "
-                   "[--reps 200] [--ctas N]\n",
-                   arg.c_str());
-      return 2;
-    }
-  }
+  if (!parse_options(
+          argc, argv, "nsa_decode_tile",
+          "[--hpg 6] [--dk 64] [--dv 64] [--keys 128,64,16] [--reps 200] [--ctas N]",
+          {{"--hpg", &hpg}, {"--dk", &dk}, {"--dv", &dv}, {"--reps", &reps}, {"--ctas", &ctas}},
+          {{"--keys", &keys}}))
+    return 2;
   using nsa::cuda::decode::kMaxHeadsPerGroup;
   using nsa::cuda::decode::kPartKeys;
   if (hpg < 1 || hpg > kMaxHeadsPerGroup || dk < 16 || dk > 256 || dk % 16 != 0 || dv < 16 ||
