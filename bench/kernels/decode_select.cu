@@ -24,6 +24,7 @@
 #include "cuda/nsa/decode_select.cuh"
 #include "guarded_main.h"
 #include "options.h"
+#include "phase_cycles.h"
 
 namespace {
 
@@ -129,23 +130,12 @@ int time_context(int64_t max_len, int n_sel, int l_sel, int reps, std::mt19937& 
   NSA_CUDA_CHECK(
       cudaMemcpy(at.data(), d_stamps, at.size() * sizeof(long long), cudaMemcpyDeviceToHost));
   cudaFree(d_lists), cudaFree(d_slot), cudaFree(d_stamps);
-  std::vector<long long> call(reps), phase[kPhases - 1];
-  for (int r = 0; r < reps; ++r) {
-    call[r] = 0;
-    for (int i = 0; i < kPhases - 1; ++i) {
-      call[r] += at[r * (kPhases - 1) + i];
-      phase[i].push_back(at[r * (kPhases - 1) + i]);
-    }
-  }
-  const auto median = [](std::vector<long long> x) {
-    std::sort(x.begin(), x.end());
-    return x[x.size() / 2];
-  };
-  const long long first = call[0];
+  const PhaseCycles cyc = split_phases(at, reps, kPhases - 1);
   std::printf("%8lld %6d %6d | %8lld %8lld | %8lld %8lld %8lld %8lld | %9lld | %s\n",
-              static_cast<long long>(max_len), m.sel_chunks, npicks, median(call), first,
-              median(phase[0]), median(phase[1]), median(phase[2]), median(phase[3]),
-              median(phase[4]), slot == expect ? "exact" : "WRONG");
+              static_cast<long long>(max_len), m.sel_chunks, npicks, median_of(cyc.call),
+              cyc.call[0], median_of(cyc.phase[0]), median_of(cyc.phase[1]),
+              median_of(cyc.phase[2]), median_of(cyc.phase[3]), median_of(cyc.phase[4]),
+              slot == expect ? "exact" : "WRONG");
   return slot == expect ? 0 : 1;
 }
 

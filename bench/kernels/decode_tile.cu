@@ -25,6 +25,7 @@
 #include "cuda/nsa/decode_tile.cuh"
 #include "guarded_main.h"
 #include "options.h"
+#include "phase_cycles.h"
 
 namespace {
 
@@ -166,23 +167,12 @@ int run(int argc, char** argv) {
         cudaMemcpy(at.data(), stamps, at.size() * sizeof(long long), cudaMemcpyDeviceToHost));
     NSA_CUDA_CHECK(cudaMemcpy(&total, ns, sizeof(total), cudaMemcpyDeviceToHost));
     // Cycles of each call and of each phase, medians over the calls.
-    std::vector<long long> call(reps), phase[kPhases - 1];
-    for (int r = 0; r < reps; ++r) {
-      call[r] = 0;
-      for (int i = 0; i < kPhases - 1; ++i) {
-        call[r] += at[r * (kPhases - 1) + i];
-        phase[i].push_back(at[r * (kPhases - 1) + i]);
-      }
-    }
-    const long long first = call[0];
-    const auto median = [](std::vector<long long> x) {
-      std::sort(x.begin(), x.end());
-      return x[x.size() / 2];
-    };
-    std::sort(call.begin(), call.end());
-    std::printf("%6d | %8lld %8lld %8lld %8lld | %8lld %8lld %8lld | %10.1f\n", count, median(call),
-                call.front(), call.back(), first, median(phase[0]), median(phase[1]),
-                median(phase[2]), static_cast<double>(total) / reps);
+    PhaseCycles c = split_phases(at, reps, kPhases - 1);
+    const long long first = c.call[0];
+    std::sort(c.call.begin(), c.call.end());
+    std::printf("%6d | %8lld %8lld %8lld %8lld | %8lld %8lld %8lld | %10.1f\n", count,
+                median_of(c.call), c.call.front(), c.call.back(), first, median_of(c.phase[0]),
+                median_of(c.phase[1]), median_of(c.phase[2]), static_cast<double>(total) / reps);
   }
   std::printf(
       "(cycles of clock64 on thread 0; phases are medians; ns / call from %%globaltimer)\n");
