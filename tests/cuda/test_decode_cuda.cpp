@@ -293,6 +293,11 @@ INSTANTIATE_TEST_SUITE_P(
         // More picks parts than a cluster holds: l_sel = 128 (one block per part), n_sel = 12 –
         // 2 forced + 9 picked parts over the picks kernel's 8 CTAs, two parts for some of them.
         LayerCase{"many_parts", make_config({4, 2, 32, 32}, {32, 16, 128, 12, 128}), 2, 1800},
+        // Many picks: n_sel = 48 on 16-token blocks – up to 45 picks of 91 candidates in two
+        // top-n chunks, more kept candidates than the merge's warp has lanes (its rank loop and the
+        // ascending write take two rounds, a list's kept entries several load batches), 8 blocks a
+        // selected part.
+        LayerCase{"many_picks", make_config({4, 2, 16, 16}, {16, 8, 16, 48, 64}), 2, 1500},
         // Large heads: dk 192, dv 256 (twelve k-steps of the score MMAs, sixteen value column
         // tiles; a part's tile takes 135 KiB of shared memory).
         LayerCase{"deep", make_config({4, 2, 192, 256}, {16, 8, 32, 4, 64}), 1, 700},
