@@ -7,8 +7,8 @@
 // picks ascending – in the picks kernel a second warp's work while the rows come, off the way);
 // each phase's median over the calls is printed, the first call apart (its code is cold). The lists
 // are those of position max_len − 1 with uniform random block scores: each chunk's best n_sel − 3
-// of its blocks, as block_topk leaves them; the selection is checked against the exact top-n
-// computed here, so a wrong merge fails the run (exit 1). Benchmarks only.
+// of its blocks, as block_topk leaves them; the selection is checked against the CPU reference's
+// (cpu::select_blocks), so a wrong merge fails the run (exit 1). Benchmarks only.
 //   nsa_decode_select [--contexts 65536,131072] [--n-sel 16] [--l-sel 64] [--reps 200]
 #include <cuda_runtime.h>
 
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/block_select.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/nsa/decode_select.cuh"
 #include "guarded_main.h"
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(dec::kPartThreads)
   __shared__ long long at[kPhases];
   const dec::SelectScratch sh = dec::carve_select(smem, m);
   const dec::SelectPlan plan = dec::select_plan(m, t);
-  const int n = m.sel_chunks * dec::candidate_stride(m.n_sel);
+  const int n = static_cast<int>(dec::candidate_keys(m.sel_chunks, m.n_sel));
   for (int r = 0; r < reps; ++r) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) sh.cand[i] = lists[i];
     __syncthreads();
@@ -75,42 +76,36 @@ uint64_t key(float score, int block) {
   return (static_cast<uint64_t>(bits) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(block));
 }
 
-// One context: the decoder's chunking (NsaDecodeCuda's constructor), the lists, the timed merges.
+// One context: the decoder's chunking (topk_chunks), each chunk's list, the timed merges; the
+// expected selection from the CPU reference (cpu::select_blocks).
 int time_context(int64_t max_len, int n_sel, int l_sel, int reps, std::mt19937& rng) {
   dec::DecodeDims m{};
   m.n_sel = n_sel, m.l_sel = l_sel, m.div_lsel = nsa::FastDiv(l_sel);
-  const int64_t max_candidates = std::max<int64_t>(1, (max_len - 1) / l_sel - 2);
-  const int64_t span = int64_t{dec::kTopkChunk} * dec::kMaxTopkChunks;
-  m.sel_chunk = static_cast<int>(dec::kTopkChunk * ((max_candidates + span - 1) / span));
-  m.sel_chunks = static_cast<int>((max_candidates + m.sel_chunk - 1) / m.sel_chunk);
+  const dec::TopkChunks chunking = dec::topk_chunks(max_len, l_sel);
+  m.sel_chunk = static_cast<int>(chunking.chunk);
+  m.sel_chunks = static_cast<int>(chunking.chunks);
   const int t = static_cast<int>(max_len - 1), c = t / l_sel;
-  const int forced = 1 + (c - 1 > 0) + (c > 0), free = n_sel - forced;
-  const int npicks = std::max(0, std::min(c - 2, free));
-  // Block scores of candidates 1 .. c − 2; each chunk's best `free`, sorted, empties after.
+  // Block scores of candidates 1 .. c − 2 (the forced blocks' do not count), the selection, and
+  // each chunk's best n_sel − forced, sorted, empties after, as block_topk leaves them.
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-  std::vector<uint64_t> keys;
-  for (int j = 1; j <= c - 2; ++j) keys.push_back(key(uniform(rng), j));
+  std::vector<float> scores(static_cast<size_t>(c) + 1, 0.0f);
+  for (int j = 1; j <= c - 2; ++j) scores[j] = uniform(rng);
+  std::vector<int> expect(n_sel);
+  const int chosen =
+      static_cast<int>(nsa::cpu::select_blocks(scores.data(), t, l_sel, n_sel, expect.data()));
+  const int npicks = static_cast<int>(
+      std::count_if(expect.begin(), expect.end(), [c](int v) { return v > 0 && v < c - 1; }));
+  const int free = n_sel - (chosen - npicks);
   const int stride = dec::candidate_stride(n_sel);
-  std::vector<uint64_t> lists(static_cast<size_t>(m.sel_chunks) * stride, 0);
+  std::vector<uint64_t> lists(static_cast<size_t>(dec::candidate_keys(m.sel_chunks, n_sel)), 0);
   for (int k = 0; k < m.sel_chunks; ++k) {
     std::vector<uint64_t> chunk;
     for (int j = 1 + k * m.sel_chunk; j < std::min(1 + (k + 1) * m.sel_chunk, c - 1); ++j)
-      chunk.push_back(keys[j - 1]);
+      chunk.push_back(key(scores[j], j));
     std::sort(chunk.rbegin(), chunk.rend());
     for (int i = 0; i < std::min<int>(free, static_cast<int>(chunk.size())); ++i)
       lists[static_cast<size_t>(k) * stride + i] = chunk[i];
   }
-  // The exact selection: block 0, the best npicks ascending, then c − 1 and c; −1 after.
-  std::sort(keys.rbegin(), keys.rend());
-  std::vector<int> best;
-  for (int i = 0; i < npicks; ++i)
-    best.push_back(static_cast<int>(~static_cast<uint32_t>(keys[i])));
-  std::sort(best.begin(), best.end());
-  std::vector<int> expect = {0};
-  expect.insert(expect.end(), best.begin(), best.end());
-  if (c - 1 > 0) expect.push_back(c - 1);
-  if (c > 0) expect.push_back(c);
-  expect.resize(n_sel, -1);
 
   dec::Candidate* d_lists = nullptr;
   int* d_slot = nullptr;
@@ -147,11 +142,11 @@ int run(int argc, char** argv) {
                      {{"--n-sel", &n_sel}, {"--l-sel", &l_sel}, {"--reps", &reps}},
                      {{"--contexts", &contexts}}))
     return 2;
-  if (n_sel < 4 || n_sel > dec::kMaxSel || l_sel < 16 || reps < 1) {
+  if (n_sel < 4 || n_sel > dec::kMaxSel - 3 || l_sel < 16 || reps < 1) {  // the decoder's limit
     std::fprintf(stderr,
                  "nsa_decode_select: --n-sel must be 4..%d, --l-sel at least 16, --reps "
                  "positive\n",
-                 dec::kMaxSel);
+                 dec::kMaxSel - 3);
     return 2;
   }
   for (const int ctx : contexts) {

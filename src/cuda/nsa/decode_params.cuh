@@ -72,6 +72,10 @@ __device__ __forceinline__ int candidate_block(Candidate key) {
 __host__ __device__ constexpr int candidate_stride(int n_sel) {
   return n_sel | 1;
 }
+// The keys of one (sequence, group)'s candidate lists, pads included.
+__host__ __device__ constexpr int64_t candidate_keys(int64_t sel_chunks, int64_t n_sel) {
+  return sel_chunks * candidate_stride(static_cast<int>(n_sel));
+}
 
 // The one parameter struct every decode kernel takes (as NsaParams for the training kernels):
 // the sizes, the step's inputs and outputs, the caches and the scratch between the kernels.

@@ -16,6 +16,23 @@ namespace nsa::cuda::decode {
 
 constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64, kRankLanes = 4;
 
+// Candidate blocks per block top-n CTA of a decoder for max_len positions: kTopkChunk, or a
+// multiple of it so that at most kMaxTopkChunks CTAs per (sequence, group) leave candidate lists
+// for the picks CTAs to rank. The candidates of position t are blocks 1 .. c − 2 (c = t / l_sel;
+// 0, c − 1 and c are forced), so the last position, max_len − 1, has the most: a 64k decoder's
+// 1,022 blocks take 16 chunks of 64 (not 17 with an empty one), a 128k decoder's 2,046 take 32 of
+// 64 (not 17 of 128).
+struct TopkChunks {
+  int64_t chunk, chunks;  // blocks a chunk, chunks per (sequence, group)
+};
+
+__host__ __device__ constexpr TopkChunks topk_chunks(int64_t max_len, int64_t l_sel) {
+  const int64_t most = (max_len - 1) / l_sel - 2, candidates = most > 1 ? most : 1;
+  const int64_t span = int64_t{kTopkChunk} * kMaxTopkChunks;
+  const int64_t chunk = kTopkChunk * ((candidates + span - 1) / span);
+  return {chunk, (candidates + chunk - 1) / chunk};
+}
+
 // Block scores and a partial top-n for chunk `chunk` of group-row bg: the candidate blocks
 // [1 + chunk·sel_chunk, 1 + (chunk + 1)·sel_chunk) ∩ [1, c − 2], the chunk's best
 // `free` = n_sel − forced by (score desc, index asc) in rank order into cand (the rest of its n_sel
@@ -168,8 +185,7 @@ struct SelectLayout {
 
 __host__ __device__ constexpr SelectLayout select_layout(int64_t sel_chunks, int64_t n_sel) {
   const auto even = [](int64_t n) { return (n + 1) / 2 * 2; };  // 16-byte steps
-  const int64_t lists = sel_chunks * candidate_stride(static_cast<int>(n_sel));
-  const int64_t kept = even(lists + kSelectBatch);
+  const int64_t kept = even(candidate_keys(sel_chunks, n_sel) + kSelectBatch);
   const int64_t sample = kept + even(sel_chunks * n_sel + kSelectBatch);
   return {kept, sample, (sample + 32) * static_cast<int64_t>(sizeof(Candidate))};
 }
@@ -233,7 +249,7 @@ __device__ __forceinline__ int count_below(const int* a, int n, int v) {
 // candidates at this step's position are a prefix; the position is not needed yet).
 __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Candidate* cand, int bg,
                                                  const SelectScratch& sh) {
-  const int lists = m.sel_chunks * candidate_stride(m.n_sel);
+  const int lists = static_cast<int>(candidate_keys(m.sel_chunks, m.n_sel));
   const int* in = reinterpret_cast<const int*>(cand + static_cast<int64_t>(bg) * lists);
   int* out = reinterpret_cast<int*>(sh.cand);
   for (int i = threadIdx.x; i < 2 * lists; i += blockDim.x) cp_async4(out + i, in + i);

@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(kPartThreads)
 #pragma unroll 1
   for (int pass = p.warm_picks ? 0 : 1; pass < 2; ++pass) {
     if (pass == 0) {
-      for (int i = threadIdx.x; i < m.sel_chunks * candidate_stride(m.n_sel); i += blockDim.x)
+      for (int i = threadIdx.x; i < candidate_keys(m.sel_chunks, m.n_sel); i += blockDim.x)
         scratch.cand[i] = kNoCandidate;
     } else {
       wait_for_previous_kernel_only();  // the next kernel may start once the selection is made
@@ -442,16 +442,9 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
             cfg.n_sel);
   const int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv, H = cfg.heads;
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
-  // Candidate blocks per block top-n CTA: kTopkChunk, or a multiple of it so that at most
-  // kMaxTopkChunks CTAs per (sequence, group) leave candidate lists for the picks CTAs to rank.
-  // The candidates of position t are blocks 1 .. c − 2 (c = t / l_sel; 0, c − 1 and c are
-  // forced), so the last position, max_len − 1, has the most: a 64k decoder's 1,022 blocks take
-  // 16 chunks of 64 (not 17 with an empty one), a 128k decoder's 2,046 take 32 of 64 (not 17 of
-  // 128).
-  const int64_t max_candidates = std::max<int64_t>(1, (max_len - 1) / cfg.l_sel - 2);
-  const int64_t span = int64_t{kTopkChunk} * kMaxTopkChunks;
-  sel_chunk_ = kTopkChunk * ceil_div(max_candidates, span);
-  sel_chunks_ = ceil_div(max_candidates, sel_chunk_);
+  const TopkChunks chunking = topk_chunks(max_len, cfg.l_sel);  // decode_select.cuh
+  sel_chunk_ = chunking.chunk;
+  sel_chunks_ = chunking.chunks;
   NSA_CHECK(block_topk_smem_bytes() <= 160 * 1024, "decode on the GPU: max length ", max_len,
             " needs more shared memory for the block scores than a CTA has; shorten it");
   if (dense) {
@@ -483,7 +476,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     k_cmp_.resize(B_ * max_cmp_ * G * dk);
     v_cmp_.resize(B_ * max_cmp_ * G * dv);
     scores_.resize(B_ * H * max_cmp_);
-    candidates_.resize(B_ * G * sel_chunks_ * candidate_stride(static_cast<int>(cfg.n_sel)));
+    candidates_.resize(B_ * G * candidate_keys(sel_chunks_, cfg.n_sel));
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
