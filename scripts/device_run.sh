@@ -50,8 +50,9 @@
 # checked against the exact top-n (DECODE_SELECT_ARGS: its options); then Nsight Compute's source
 # lines where its warp waits, at 64k.
 # `decode-hotspots` (not in `all`): Nsight Compute on the decode kernels of NCU_KERNELS (default
-# "parts topk picks"), each alone at DECODE_CONTEXT (default 65536), B = 1: duration, warp
-# instructions and stall cycles per instruction, then the source lines where the warps wait
+# "parts topk picks"), each alone at DECODE_CONTEXT (default 65536), B = DECODE_BATCH (default 1):
+# duration, occupancy and throughputs, warp instructions and stall cycles per instruction, then
+# the source lines where the warps wait
 # (NCU_SAMPLING: the sampling interval, 0 .. 31 or auto – 0 for the few warps of a B = 1 kernel).
 # `decode-trace` (not in `all`): `nsa bench decode --device cuda --trace` at DECODE_CONTEXTS and
 # DECODE_BATCHES (as decode-compare), no SDPA, no prefill: the attention kernels' phase timestamps
@@ -247,11 +248,14 @@ if [ "$what" = decode-loads ]; then
 fi
 if [ "$what" = decode-hotspots ]; then
   for k in ${NCU_KERNELS:-parts topk picks}; do
-    echo "== ncu ${k}_kernel, m7c_125m decode, context ${DECODE_CONTEXT:-65536}, B = 1"
+    echo "== ncu ${k}_kernel, m7c_125m decode, context ${DECODE_CONTEXT:-65536}, B = ${DECODE_BATCH:-1}"
     /usr/local/cuda/bin/ncu --clock-control none --cache-control none --warp-sampling-interval "${NCU_SAMPLING:-auto}" \
-      --section SourceCounters --section WarpStateStats --section LaunchStats --import-source yes -k "regex:${k}_kernel" -s 200 -c 1 \
+      --section SourceCounters --section WarpStateStats --section LaunchStats --section Occupancy \
+      --section SpeedOfLight --import-source yes -k "regex:${k}_kernel" -s 200 -c 1 \
       -f -o "/tmp/hot_$k" ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXT:-65536}" \
-      --batches 1 --prefill none --sdpa-script off --steps 5 >"$out/ncu_$k.log" 2>&1
+      --batches "${DECODE_BATCH:-1}" --prefill none --sdpa-script off --steps 5 >"$out/ncu_$k.log" 2>&1
+    /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page details 2>&1 |
+      grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Grid Size|Waves Per SM"
     /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page raw --csv --metrics \
       gpu__time_duration.sum,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_total.ratio 2>&1 | tail -2
     /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page source --csv --print-source cuda,sass \
