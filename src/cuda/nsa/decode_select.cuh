@@ -39,8 +39,8 @@ __host__ __device__ constexpr TopkChunks topk_chunks(int64_t max_len, int64_t l_
 // entries empty). Latency: the scores of the chunk's first kTopkTokens·blockDim tokens and the
 // statistics of the first kStatParts·32 compressed parts are loaded before the position, so all
 // arrive in one round trip (those past the position's last token are then left out). smem: block
-// scores [sel_chunk], then the group probabilities of the tokens that meet the chunk. Every thread
-// of the CTA calls it.
+// keys [sel_chunk] (Candidate, two floats each), then the group probabilities of the tokens that
+// meet the chunk. Every thread of the CTA calls it.
 constexpr int kStatParts = 2;
 constexpr int kStatHeads = (kMaxHeadsPerGroup + kTopkThreads / 32 - 1) / (kTopkThreads / 32);
 
@@ -113,9 +113,10 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   }
   __syncthreads();
   mark(0);
-  // The group probabilities of the chunk's compressed tokens, staged in shared memory.
-  float* block_score = smem;
-  float* gp = smem + m.sel_chunk;
+  // The group probabilities of the chunk's compressed tokens, staged in shared memory after the
+  // blocks' keys (8-byte aligned: the kernel's dynamic shared memory starts 16-byte aligned).
+  Candidate* block_key = reinterpret_cast<Candidate*>(smem);
+  float* gp = smem + 2 * m.sel_chunk;
   const auto stage = [&](int i, const float* xi) {
     if (i > gi1) return;
     float p = 0.0f;
@@ -141,27 +142,26 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
       const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
       score += gp[i - gi0] * static_cast<float>(overlap) * inv_l;
     }
-    block_score[j - j0] = score;
+    block_key[j - j0] = candidate_key(score, j);  // (score desc, block asc) as one unsigned order
   }
   __syncthreads();
   mark(2);
   // Each block's rank in the chunk: kRankLanes adjacent lanes count a share of the blocks that
-  // beat it each (independent loads, no early exit), summed by shuffles.
+  // beat it each – one 64-bit compare of keys (independent loads, no early exit) – summed by
+  // shuffles. At B = 16 the kernel is bound by issued instructions, and this loop was a fifth of
+  // them as a float compare with an index tie-break (docs/perf.md).
   const int q = threadIdx.x % kRankLanes, per_round = blockDim.x / kRankLanes;
   for (int base = j0; base < j1; base += per_round) {  // uniform over the CTA
     const int j = base + threadIdx.x / kRankLanes;
-    const float sj = j < j1 ? block_score[j - j0] : 0.0f;
+    const Candidate kj = j < j1 ? block_key[j - j0] : kNoCandidate;
     int rank = 0;
     if (j < j1) {
 #pragma unroll 4
-      for (int k = j0 + q; k < j1; k += kRankLanes) {
-        const float sk = block_score[k - j0];
-        rank += (sk > sj || (sk == sj && k < j)) ? 1 : 0;
-      }
+      for (int k = j0 + q; k < j1; k += kRankLanes) rank += block_key[k - j0] > kj ? 1 : 0;
     }
     for (int off = kRankLanes / 2; off > 0; off >>= 1)
       rank += __shfl_xor_sync(0xffffffffu, rank, off);
-    if (j < j1 && q == 0 && rank < free) out[rank] = candidate_key(sj, j);
+    if (j < j1 && q == 0 && rank < free) out[rank] = kj;
   }
 }
 

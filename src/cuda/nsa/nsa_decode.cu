@@ -722,10 +722,11 @@ size_t NsaDecodeCuda::picks_smem_bytes() const {
          inbox_bytes(hpg, dv);
 }
 
-// Block scores of a chunk, and the group probabilities of the compressed tokens that meet it.
+// The keys of a chunk's blocks, and the group probabilities of the compressed tokens that meet it.
 size_t NsaDecodeCuda::block_topk_smem_bytes() const {
   const int64_t gp = (sel_chunk_ * cfg_.l_sel + cfg_.l) / cfg_.d + 2;
-  return static_cast<size_t>(sel_chunk_ + gp) * sizeof(float);
+  return static_cast<size_t>(sel_chunk_) * sizeof(decode::Candidate) +
+         static_cast<size_t>(gp) * sizeof(float);
 }
 
 size_t NsaDecodeCuda::bytes() const {
