@@ -114,7 +114,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   __syncthreads();
   mark(0);
   // The group probabilities of the chunk's compressed tokens, staged in shared memory after the
-  // blocks' keys (8-byte aligned: the kernel's dynamic shared memory starts 16-byte aligned).
+  // blocks' keys (8-byte keys: the kernel declares its dynamic shared memory 16-byte aligned).
   Candidate* block_key = reinterpret_cast<Candidate*>(smem);
   float* gp = smem + 2 * m.sel_chunk;
   const auto stage = [&](int i, const float* xi) {

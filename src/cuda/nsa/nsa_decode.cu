@@ -208,7 +208,8 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
   trace_mark<kTrace>(p, kTraceTopk, 0);  // start
   wait_for_previous_kernel();
   trace_mark<kTrace>(p, kTraceTopk, 1);  // released
-  extern __shared__ float topk_smem[];
+  // 16-byte aligned: block_topk keeps the blocks' 8-byte keys at its start.
+  extern __shared__ __align__(16) float topk_smem[];
   const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
   if (y < m.sel_chunks) {
     block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem,
