@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 
 #include "nsa/error.h"
@@ -147,6 +148,12 @@ std::map<std::string, std::string> model_config_fields(const ModelConfig& c) {
 }
 
 ModelConfig load_model_config(const std::string& path) {
+  // A name instead of a path (`--config tiny`) is the likely slip: say what the flag takes.
+  std::error_code ec;
+  NSA_CHECK(std::filesystem::exists(path, ec), "config '", path,
+            "' does not exist: a model config is a YAML file, e.g. configs/tiny.yaml");
+  NSA_CHECK(!std::filesystem::is_directory(path, ec), "config '", path,
+            "' is a directory, not a YAML file");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);

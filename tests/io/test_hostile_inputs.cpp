@@ -95,5 +95,17 @@ TEST(HostileInputs, SizesAreBoundedBeforeAllocating) {
             std::string::npos);
 }
 
+// A config named instead of given as a file (`--config tiny`), and a directory: each error says
+// what the flag takes, not the YAML parser's "bad file".
+TEST(HostileInputs, ConfigMustBeAFile) {
+  std::string err = error_of([] { load_model_config("tiny"); });
+  EXPECT_NE(err.find("config 'tiny' does not exist: a model config is a YAML file, e.g. "
+                     "configs/tiny.yaml"),
+            std::string::npos)
+      << err;
+  err = error_of([] { load_model_config(NSA_SOURCE_DIR); });
+  EXPECT_NE(err.find("is a directory, not a YAML file"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace nsa::test
