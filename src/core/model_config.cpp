@@ -112,7 +112,15 @@ void set_model_field(ModelConfig& cfg, const std::string& field, const std::stri
   } else if (field == "seed") {
     cfg.seed = static_cast<uint64_t>(parse_int_field(field, value));
   } else {
-    set_config_field(cfg.attn, field, value);  // throws, naming the field, if unknown there too
+    // An unknown field lists every field a model config has (the model's and the attention's),
+    // not the attention's alone as set_config_field would.
+    const auto fields = model_config_fields(ModelConfig{});
+    if (fields.count(field) == 0) {
+      std::string known;
+      for (const auto& f : fields) known += (known.empty() ? "" : ", ") + f.first;
+      throw Error(str("unknown config field '", field, "'; known: ", known));
+    }
+    set_config_field(cfg.attn, field, value);
   }
 }
 

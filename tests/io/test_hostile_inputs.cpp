@@ -95,9 +95,9 @@ TEST(HostileInputs, SizesAreBoundedBeforeAllocating) {
             std::string::npos);
 }
 
-// A config named instead of given as a file (`--config tiny`), and a directory: each error says
-// what the flag takes, not the YAML parser's "bad file".
-TEST(HostileInputs, ConfigMustBeAFile) {
+// A config named instead of given as a file (`--config tiny`), a directory, an unknown field: each
+// error says what is allowed, not the YAML parser's "bad file" or the attention's fields alone.
+TEST(HostileInputs, ConfigErrorsSayWhatIsAllowed) {
   std::string err = error_of([] { load_model_config("tiny"); });
   EXPECT_NE(err.find("config 'tiny' does not exist: a model config is a YAML file, e.g. "
                      "configs/tiny.yaml"),
@@ -105,6 +105,14 @@ TEST(HostileInputs, ConfigMustBeAFile) {
       << err;
   err = error_of([] { load_model_config(NSA_SOURCE_DIR); });
   EXPECT_NE(err.find("is a directory, not a YAML file"), std::string::npos) << err;
+  // An unknown field (a YAML key or `--set`) lists the model's fields and the attention's.
+  ModelConfig m;
+  err = error_of([&] { set_model_field(m, "nosuch", "3"); });
+  EXPECT_NE(err.find("unknown config field 'nosuch'; known: "), std::string::npos) << err;
+  EXPECT_NE(err.find("n_layers"), std::string::npos) << err;
+  EXPECT_NE(err.find("n_sel"), std::string::npos) << err;
+  set_model_field(m, "n_sel", "9");  // an attention field still reaches the attention config
+  EXPECT_EQ(m.attn.n_sel, 9);
 }
 
 }  // namespace
