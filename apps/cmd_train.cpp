@@ -40,7 +40,9 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--seq-len", o->seq_len, "tokens per sequence (default: the config's)");
   cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per step");
   cmd->add_option("--lr", o->adam.lr, "peak learning rate");
-  cmd->add_option("--min-lr", o->adam.min_lr, "learning rate at the end of the cosine");
+  CLI::Option* min_lr_flag = cmd->add_option("--min-lr", o->adam.min_lr,
+                                             "learning rate at the end of the cosine (default: "
+                                             "--lr / 10; at most --lr)");
   cmd->add_option("--warmup", o->adam.warmup, "warm-up steps");
   cmd->add_option("--weight-decay", o->adam.weight_decay, "AdamW weight decay (matrices)");
   cmd->add_option("--clip", o->adam.clip, "global gradient-norm clip (0: off)");
@@ -81,7 +83,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--fault-rank", o->fault_rank, "test only: the rank that fails")->group("");
   cmd->add_option("--fault-step", o->fault_step, "test only: the step it fails at")->group("");
   cmd->callback([o, sets, branches, branches_flag, attention, attention_flag, device, nproc,
-                 recompute] {
+                 recompute, min_lr_flag] {
+    if (min_lr_flag->count() == 0) o->adam.min_lr = o->adam.lr / 10;  // follows a lowered --lr
     // Checked before anything starts, so the message names the flag (the config field's own
     // check names `attention`).
     NSA_CHECK(attention_flag->count() == 0 || *attention == "nsa" || *attention == "full" ||

@@ -110,7 +110,10 @@ void set_model_field(ModelConfig& cfg, const std::string& field, const std::stri
   } else if (field == "init_std") {
     cfg.init_std = parse_double_field(field, value);
   } else if (field == "seed") {
-    cfg.seed = static_cast<uint64_t>(parse_int_field(field, value));
+    // Non-negative, so that the checkpoint's text of it reads back through this parser.
+    const int64_t seed = parse_int_field(field, value);
+    NSA_CHECK(seed >= 0, "seed = ", seed, " must be in [0, 2^63 - 1]");
+    cfg.seed = static_cast<uint64_t>(seed);
   } else {
     // An unknown field lists every field a model config has (the model's and the attention's),
     // not the attention's alone as set_config_field would.

@@ -118,6 +118,9 @@ std::string resolve_checkpoint(const std::string& checkpoint, const std::string&
 TrainState read_checkpoint_state(const std::string& dir) {
   NSA_CHECK(fs::exists(dir), "checkpoint '", dir, "' does not exist");
   NSA_CHECK(fs::is_directory(dir), "checkpoint '", dir, "' is not a folder (a ckpt_* folder)");
+  NSA_CHECK(fs::exists(fs::path(dir) / "COMPLETE") || complete_checkpoints(dir).empty(), "'", dir,
+            "' is a run folder, not a checkpoint: pass --run '", dir,
+            "' (its newest complete checkpoint) or one of its ckpt_* folders");
   NSA_CHECK(fs::exists(fs::path(dir) / "COMPLETE"), "checkpoint '", dir,
             "' is incomplete (no COMPLETE marker): it was interrupted while being written");
   const fs::path path = fs::path(dir) / "state.json";

@@ -19,8 +19,10 @@ LossCurves read_loss_curves(const std::string& metrics_path) {
     try {
       const auto j = nlohmann::json::parse(line);
       const double step = j.at("step").get<double>();
-      c.train.emplace_back(step, j.at("loss").get<double>());
-      if (j.contains("val_loss")) c.val.emplace_back(step, j.at("val_loss").get<double>());
+      // null: a value that was not finite (a diverging step) – no point on the curve.
+      if (!j.at("loss").is_null()) c.train.emplace_back(step, j.at("loss").get<double>());
+      if (j.contains("val_loss") && !j.at("val_loss").is_null())
+        c.val.emplace_back(step, j.at("val_loss").get<double>());
     } catch (const std::exception&) {
       throw Error(str("metrics file '", metrics_path,
                       "' has a line that is not a step record: ", line.substr(0, 80)));

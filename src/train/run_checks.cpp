@@ -41,6 +41,8 @@ void check_run_options(const TrainOptions& o, const ModelConfig& cfg, int64_t se
   check_range("--stop-after", o.stop_after, 0, kMaxCheckpointStep, " (0: never)");
   check_number("--lr", o.adam.lr);
   check_number("--min-lr", o.adam.min_lr);
+  NSA_CHECK(o.adam.min_lr <= o.adam.lr, "--min-lr = ", o.adam.min_lr,
+            " must be at most --lr = ", o.adam.lr, " (the cosine decays from --lr to --min-lr)");
   check_number("--weight-decay", o.adam.weight_decay);
   check_number("--clip", o.adam.clip);
   check_number("--watchdog", o.watchdog_s);

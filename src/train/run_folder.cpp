@@ -19,19 +19,31 @@ namespace nsa {
 namespace fs = std::filesystem;
 namespace {
 
+// A checkpoint's folder name as save_checkpoint writes it: ckpt_<digits>, or ckpt_<digits>.tmp
+// while it is written – not any name that starts with ckpt_ (a user's ckpt_notes/ is theirs).
+bool is_checkpoint_name(const std::string& name) {
+  if (name.rfind("ckpt_", 0) != 0) return false;
+  size_t i = 5;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  return i > 5 && (i == name.size() || name.substr(i) == ".tmp");
+}
+
 // What a run writes into its folder: another run's traces make the folder "in use".
 bool is_run_output(const std::string& name) {
   return name == "metrics.jsonl" || name == "loss.svg" || name.rfind("heartbeat", 0) == 0 ||
          name.rfind("loss_by_position.", 0) == 0 ||  // nsa eval --by-position
-         name.rfind("stacks", 0) == 0 || name.rfind("ckpt_", 0) == 0;
+         name.rfind("stacks", 0) == 0 || is_checkpoint_name(name);
 }
 
 }  // namespace
 
 RunFolderLock::RunFolderLock(const std::string& dir) {
+  NSA_CHECK(!dir.empty(), "--out is empty; pass a run folder");
   NSA_CHECK(!fs::exists(dir) || fs::is_directory(dir), "--out '", dir,
             "' exists and is not a folder; pass a run folder");
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  NSA_CHECK(!ec, "--out '", dir, "': cannot create the run folder: ", ec.message());
   const std::string path = (fs::path(dir) / "run.lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   NSA_CHECK(fd_ >= 0, "cannot open the run folder's lock '", path, "': ", std::strerror(errno));
@@ -68,20 +80,23 @@ RunFolderLock& RunFolderLock::operator=(RunFolderLock&& other) noexcept {
   return *this;
 }
 
-RunFolderLock open_run_folder(const std::string& dir, bool resume, bool overwrite) {
-  RunFolderLock lock(dir);
-  if (resume) return lock;
-  std::vector<fs::path> old;
+RunFolder open_run_folder(const std::string& dir, bool resume, bool overwrite) {
+  RunFolder folder{RunFolderLock(dir), {}};
+  if (resume) return folder;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (is_run_output(e.path().filename().string())) old.push_back(e.path());
+    if (is_run_output(e.path().filename().string())) folder.old_outputs.push_back(e.path());
   }
-  if (old.empty()) return lock;
+  if (folder.old_outputs.empty()) return folder;
   NSA_CHECK(overwrite, "run folder '", dir, "' already holds a run (",
-            old.front().filename().string(),
+            folder.old_outputs.front().filename().string(),
             "): pass --resume to continue it, a new --out for a new run, or --overwrite to "
             "replace it");
-  for (const fs::path& p : old) fs::remove_all(p);
-  return lock;
+  return folder;
+}
+
+void RunFolder::clear_old_run() {
+  for (const fs::path& p : old_outputs) fs::remove_all(p);
+  old_outputs.clear();
 }
 
 void truncate_metrics(const std::string& dir, int64_t step) {

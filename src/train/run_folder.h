@@ -3,12 +3,14 @@
 // A run takes an exclusive flock on <out>/run.lock for its whole life; the kernel drops it when
 // the process ends in any way, so a crashed run leaves no stale lock. A fresh run (no --resume)
 // into a folder that holds another run's metrics or checkpoints is refused, unless --overwrite,
-// which clears them first. A resumed run's metrics.jsonl is cut back to its checkpoint's step, so
-// the steps it repeats after a crash are not recorded twice.
+// which clears them once the new run's inputs have been checked. A resumed run's metrics.jsonl is
+// cut back to its checkpoint's step, so the steps it repeats after a crash are not recorded twice.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 namespace nsa {
 
@@ -26,9 +28,18 @@ class RunFolderLock {
   int fd_ = -1;
 };
 
+// A locked run folder, and the old run's outputs (metrics, checkpoints, …) that --overwrite
+// replaces. They are removed by clear_old_run once the new run's config, data and --init-from
+// have been checked, so that a run refused for its inputs loses nothing.
+struct RunFolder {
+  RunFolderLock lock;
+  std::vector<std::filesystem::path> old_outputs;
+  void clear_old_run();
+};
+
 // Locks `dir` and checks it may take this run: with resume anything goes; otherwise a folder
-// with metrics or checkpoints is refused, or with overwrite cleared of them.
-RunFolderLock open_run_folder(const std::string& dir, bool resume, bool overwrite);
+// with metrics or checkpoints is refused, or with overwrite listed in old_outputs.
+RunFolder open_run_folder(const std::string& dir, bool resume, bool overwrite);
 
 // Drops the lines of metrics.jsonl after `step` (and a torn last line), atomically.
 void truncate_metrics(const std::string& dir, int64_t step);

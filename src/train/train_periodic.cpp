@@ -22,21 +22,31 @@ std::string stacks_path(const TrainOptions& o, int rank, int world) {
       .string();
 }
 
+// A number as JSON: null where it is not finite (JSON has no nan or inf; a diverging run's line
+// must still parse, for plot and resume).
+struct JsonNumber {
+  double x;
+};
+std::ostream& operator<<(std::ostream& os, JsonNumber n) {
+  return std::isfinite(n.x) ? os << n.x : os << "null";
+}
+
 // metrics.jsonl's line of one step, without validation and the closing brace.
 std::string metrics_line(const TrainRun& run, int64_t step, const StepResult& s, double mem_mib) {
   const ModelStats& stats = s.stats;
+  using N = JsonNumber;
   std::ostringstream line;
   line.precision(9);
-  line << "{\"step\":" << step + 1 << ",\"loss\":" << s.loss << ",\"lr\":" << lr_at(run.adam, step)
-       << ",\"grad_norm\":" << s.grad_norm << ",\"tokens_per_s\":" << s.tokens_per_s
-       << ",\"step_ms\":" << s.ms << ",\"device\":\"" << run.model->device()
-       << "\",\"world\":" << run.world << ",\"memory_mib\":" << mem_mib
-       << ",\"gate_mean\":{\"cmp\":" << stats.gate_mean[kCmp]
-       << ",\"sel\":" << stats.gate_mean[kSel] << ",\"win\":" << stats.gate_mean[kWin] << "}";
+  line << "{\"step\":" << step + 1 << ",\"loss\":" << N{s.loss}
+       << ",\"lr\":" << N{lr_at(run.adam, step)} << ",\"grad_norm\":" << N{s.grad_norm}
+       << ",\"tokens_per_s\":" << N{s.tokens_per_s} << ",\"step_ms\":" << N{s.ms}
+       << ",\"device\":\"" << run.model->device() << "\",\"world\":" << run.world
+       << ",\"memory_mib\":" << N{mem_mib} << ",\"gate_mean\":{\"cmp\":" << N{stats.gate_mean[kCmp]}
+       << ",\"sel\":" << N{stats.gate_mean[kSel]} << ",\"win\":" << N{stats.gate_mean[kWin]} << "}";
   const auto list = [&line](const char* key, const auto& v, double scale) {
     line << ",\"" << key << "\":[";
     for (size_t i = 0; i < v.size(); ++i)
-      line << (i ? "," : "") << static_cast<double>(v[i]) * scale;
+      line << (i ? "," : "") << N{static_cast<double>(v[i]) * scale};
     line << "]";
   };
   list("layer_forward_ms", stats.layer_forward_ms, 1.0);
@@ -117,7 +127,8 @@ bool RunMonitor::after_step(TrainRun& run, int64_t step, const StepResult& s, Tr
                                       o.batch, run.seq_len);
     std::ostringstream val;
     val.precision(9);
-    val << ",\"val_loss\":" << r.last_val_loss << ",\"val_ppl\":" << std::exp(r.last_val_loss);
+    val << ",\"val_loss\":" << JsonNumber{r.last_val_loss}
+        << ",\"val_ppl\":" << JsonNumber{std::exp(r.last_val_loss)};
     line += val.str();
   }
   line += "}";

@@ -1,9 +1,12 @@
 // The set-up of a training run (see train_run.h).
 #include "train_run.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
+#include <string>
 
 #include "checkpoint.h"
 #include "checkpoint_state.h"
@@ -26,14 +29,37 @@ uint64_t run_fingerprint(const ModelConfig& cfg, const TrainOptions& o, int64_t 
   return std::hash<std::string>{}(os.str());
 }
 
+// The first field (by name) whose value differs between a checkpoint's config and this run's:
+// "field: checkpoint's value, this run's value".
+std::string first_difference(const std::map<std::string, std::string>& theirs,
+                             const std::map<std::string, std::string>& ours) {
+  for (const auto& [k, v] : ours) {
+    const auto it = theirs.find(k);
+    if (it == theirs.end()) return str(k, ": absent there, ", v, " here");
+    if (it->second != v) return str(k, " = ", it->second, " there, ", v, " here");
+  }
+  for (const auto& [k, v] : theirs) {
+    if (ours.count(k) == 0) return str(k, " = ", v, " there, unknown here");
+  }
+  return "none";
+}
+
 // --resume: the newest complete checkpoint of out_dir, if any, into the model, optimizer and
-// loader; returns the step to continue from (0 when there is none).
+// loader; returns the step to continue from (0 when there is none – said on the console, so that
+// a start from step 1 is not mistaken for a continuation).
 int64_t resume(const TrainOptions& o, TrainRun& run) {
   const std::string ckpt = latest_checkpoint(o.out_dir);
-  if (ckpt.empty()) return 0;
+  if (ckpt.empty()) {
+    if (!o.quiet && run.lead)
+      std::printf("--resume: '%s' holds no complete checkpoint; starting at step 1\n",
+                  o.out_dir.c_str());
+    return 0;
+  }
   const TrainState st = load_checkpoint(ckpt, run.named, run.model->adam_m(), run.model->adam_v());
-  NSA_CHECK(st.model_config == model_config_fields(run.cfg), "checkpoint '", ckpt,
-            "' was written for a different model config; resume with the same config");
+  const auto ours = model_config_fields(run.cfg);
+  NSA_CHECK(st.model_config == ours, "checkpoint '", ckpt,
+            "' was written for a different model config (", first_difference(st.model_config, ours),
+            "); resume with the same config and --set fields");
   run.model->push();
   check_resume_position(st, *run.loader, ckpt);
   run.loader->set_position(st.train_position);
@@ -56,8 +82,9 @@ void init_from(const TrainOptions& o, TrainRun& run) {
   auto ours = model_config_fields(run.cfg);
   theirs.erase("branches");
   ours.erase("branches");
-  NSA_CHECK(theirs == ours, "--init-from '", ckpt, "' was written for a different model config; ",
-            "use the same --config and --set fields (only --branches may differ)");
+  NSA_CHECK(theirs == ours, "--init-from '", ckpt, "' was written for a different model config (",
+            first_difference(theirs, ours),
+            "); use the same --config and --set fields (only --branches may differ)");
   load_model_weights(ckpt, run.named);
   run.model->push();
   if (!o.quiet && run.lead) std::printf("initialised from %s\n", ckpt.c_str());
@@ -101,7 +128,16 @@ TrainRun set_up_run(const TrainOptions& o) {
     NSA_CHECK(prints[r] == prints[0], "rank ", r, " was started with a different model config or ",
               "training options than rank 0: every rank must get the same flags and config file");
   }
-  if (run.lead) run.lock = open_run_folder(o.out_dir, o.resume, o.overwrite);
+  if (run.lead) run.folder = open_run_folder(o.out_dir, o.resume, o.overwrite);
+  if (run.lead && !run.folder.old_outputs.empty() && !o.init_from.empty()) {
+    // --overwrite would clear the checkpoint the new run starts from.
+    const fs::path out = fs::weakly_canonical(o.out_dir), init = fs::weakly_canonical(o.init_from);
+    const bool inside =
+        std::mismatch(out.begin(), out.end(), init.begin(), init.end()).first == out.end();
+    NSA_CHECK(!inside, "--init-from '", o.init_from, "' lies in --out '", o.out_dir,
+              "', whose old run --overwrite would clear: copy the checkpoint elsewhere first, or "
+              "pass a new --out");
+  }
   comm.barrier();
   // The model backend and the data.
   run.adam = o.adam;
@@ -117,6 +153,9 @@ TrainRun set_up_run(const TrainOptions& o) {
   if (o.resume) run.start = resume(o, run);
   if (run.start == 0 && !o.init_from.empty()) init_from(o, run);
   if (o.zero1 && run.world > 1) run.model->shard_optimizer_state(comm);
+  // --overwrite: the old run goes only now that the new one's inputs have been checked.
+  if (run.lead) run.folder.clear_old_run();
+  comm.barrier();
   return run;
 }
 

@@ -16,7 +16,7 @@
 namespace nsa {
 
 struct TrainRun {
-  RunFolderLock lock;  // rank 0: this run is the folder's one writer (released last)
+  RunFolder folder;  // rank 0: this run is the folder's one writer (released last)
   std::unique_ptr<Communicator> local;  // set when the options bring no communicator
   Communicator* comm = nullptr;
   int rank = 0, world = 1;

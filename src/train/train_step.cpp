@@ -36,11 +36,17 @@ StepResult run_step(const TrainOptions& o, TrainRun& run, RunMonitor& monitor, i
   }
   monitor.progress("optimizer");
   s.loss /= static_cast<double>(o.grad_accum);
-  NSA_CHECK(std::isfinite(s.loss), "non-finite loss ", s.loss, " at step ", step,
+  NSA_CHECK(std::isfinite(s.loss), "non-finite loss ", s.loss, " at step ", step + 1,
             ": stopping (lower the learning rate, or rerun with --anomaly to name the first bad "
             "tensor)");
   s.grad_norm =
       run.model->optimizer_step(step, 1.0 / static_cast<double>(o.grad_accum * run.world));
+  // A finite loss with a non-finite gradient has just made the weights non-finite: stop at this
+  // step (its checkpoint is not written), not at the next loss.
+  NSA_CHECK(std::isfinite(s.grad_norm), "non-finite gradient norm ", s.grad_norm, " at step ",
+            step + 1, " (the loss was ", s.loss,
+            "): stopping (lower the learning rate, or rerun with --anomaly to name the first bad "
+            "tensor)");
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   s.tokens_per_s = static_cast<double>(o.batch * S * o.grad_accum * run.world) / (s.ms / 1e3);
   return s;
