@@ -1,6 +1,7 @@
 // `nsa attention`: NSA forward (and backward) on tensors from a safetensors file – the interop
 // contract of docs/interop.md – and `--write-example` to produce a valid random input file.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "backends.h"
@@ -37,6 +38,9 @@ void write_example(const AttentionArgs& a) {
 void run_attention(const AttentionArgs& a) {
   NSA_CHECK(!a.in.empty() && !a.out.empty(),
             "nsa attention needs --in FILE and --out FILE (or --write-example FILE)");
+  std::error_code ec;
+  NSA_CHECK(!std::filesystem::equivalent(a.in, a.out, ec), "--out '", a.out,
+            "' is the --in file: the results would replace the inputs; pass another --out");
   for (const char* f : {"heads", "groups", "dk", "dv", "phi_hidden", "gate"}) {
     NSA_CHECK(!a.flags.values.count(f), "--", f,
               " is read from the tensor shapes of --in; drop it");

@@ -3,6 +3,7 @@
 // pass/FAIL (non-finite values anywhere, or CUDA disagreeing with the CPU reference), time and
 // peak memory. A failing row names its cause; the exit status is non-zero if any row failed.
 // With --model: the same matrix for the whole model over layer counts (run_diagnose_model).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -36,6 +37,28 @@ std::vector<std::string> split(const std::string& s, char sep) {
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
   return out;
+}
+
+// The matrix's lists checked before any run, so that a typo is an error naming the flag, not a
+// row of "pass" or "skip": backends cpu / cuda, branch subsets of cmp, sel, win (each once).
+void check_matrix_flags(const DiagnoseArgs& a) {
+  NSA_CHECK(!a.configs.empty(), "--configs names no attention config");
+  NSA_CHECK(!a.backends.empty(), "--backends names no backend (cpu and/or cuda)");
+  for (const std::string& b : a.backends) {
+    NSA_CHECK(b == "cpu" || b == "cuda", "--backends: '", b, "' is not one of: cpu, cuda");
+  }
+  NSA_CHECK(!a.branches.empty(), "--branches names no branch subset (e.g. 'cmp,sel,win;win')");
+  for (const std::string& subset : a.branches) {
+    const std::vector<std::string> names = split(subset, ',');
+    NSA_CHECK(!names.empty(), "--branches: an empty subset (subsets are ';'-separated)");
+    for (const std::string& n : names) {
+      NSA_CHECK(
+          std::find(std::begin(kBranchNames), std::end(kBranchNames), n) != std::end(kBranchNames),
+          "--branches: '", n, "' in '", subset, "' is not one of: cmp, sel, win");
+      NSA_CHECK(std::count(names.begin(), names.end(), n) == 1, "--branches: '", n,
+                "' appears twice in '", subset, "'");
+    }
+  }
 }
 
 // Round to bf16 (nearest even), what the CUDA backend does on upload: the CPU reference then
@@ -249,6 +272,7 @@ void register_diagnose_command(CLI::App& app) {
     a->configs = split(*configs, ',');
     a->branches = split(*branches, ';');
     a->backends = split(*backends, ',');
+    check_matrix_flags(*a);
     const int failures = a->model.empty() ? run_diagnose(*a) : run_diagnose_model(*a);
     if (failures != 0) throw Error("nsa diagnose: some runs failed (rows marked FAIL)");
   });

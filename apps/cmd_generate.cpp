@@ -80,6 +80,12 @@ void register_generate_command(CLI::App& app) {
     const std::string ckpt = resolve_checkpoint(a->checkpoint, a->run);
     const LoadedModel m = load_model_checkpoint(ckpt);
     const ModelConfig& cfg = m.cfg;
+    // Without --sp-model the text is bytes: a model with a larger vocabulary was trained on
+    // another tokenizer's ids, and its ids past 255 would print as nothing.
+    NSA_CHECK(!a->sp_model.empty() || cfg.vocab_size <= 256, "checkpoint '", ckpt,
+              "' has a vocabulary of ", cfg.vocab_size,
+              " tokens, and without --sp-model the text is bytes (256): pass --sp-model, the "
+              "SentencePiece model its data was prepared with (e.g. data/corpus/tokenizer.model)");
     auto tok =
         a->sp_model.empty() ? data::make_byte_tokenizer() : data::load_sentencepiece(a->sp_model);
     NSA_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer's vocabulary (",

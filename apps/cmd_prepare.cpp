@@ -29,6 +29,10 @@ void register_prepare_command(CLI::App& app) {
     std::printf("  train: %lld tokens in %zu shard(s), val: %lld tokens in %zu shard(s) -> %s\n",
                 static_cast<long long>(r.train_tokens), r.train_shards.size(),
                 static_cast<long long>(r.val_tokens), r.val_shards.size(), o->out_dir.c_str());
+    if (!r.removed.empty()) {
+      std::printf("  removed %zu file(s) of an earlier preparation there (%s%s)\n",
+                  r.removed.size(), r.removed.front().c_str(), r.removed.size() > 1 ? ", ..." : "");
+    }
   });
 }
 

@@ -35,6 +35,48 @@ std::vector<std::string> write_shards(const std::vector<uint32_t>& tokens, int64
   return paths;
 }
 
+// A shard name as write_shards makes it: <split>_<six digits>.bin.
+bool is_shard_name(const std::string& name) {
+  for (const std::string split : {"train_", "val_"}) {
+    if (name.size() == split.size() + 10 && name.rfind(split, 0) == 0 &&
+        name.compare(name.size() - 4, 4, ".bin") == 0 &&
+        std::all_of(name.begin() + static_cast<std::ptrdiff_t>(split.size()), name.end() - 4,
+                    [](char c) { return c >= '0' && c <= '9'; }))
+      return true;
+  }
+  return false;
+}
+
+// What an earlier preparation into the same folder left that this one did not rewrite: its
+// extra shards (the loader reads every train_*/val_*.bin of a folder, so they would be mixed in)
+// and a tokenizer.model the new shards do not use. Removed after the new meta.json is in place.
+std::vector<std::string> remove_stale_outputs(const fs::path& dir, const PrepareResult& r,
+                                              const std::string& sp_model) {
+  std::vector<std::string> keep;  // this preparation's shards, by name
+  for (const auto* list : {&r.train_shards, &r.val_shards}) {
+    for (const std::string& p : *list) keep.push_back(fs::path(p).filename().string());
+  }
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && is_shard_name(name) &&
+        std::find(keep.begin(), keep.end(), name) == keep.end())
+      stale.push_back(e.path());
+  }
+  const fs::path model = dir / "tokenizer.model";
+  std::error_code ec;
+  const bool model_used =
+      r.tokenizer == "sentencepiece" && (sp_model.empty() || fs::equivalent(model, sp_model, ec));
+  if (!model_used && fs::is_regular_file(model)) stale.push_back(model);
+  std::vector<std::string> removed;
+  for (const fs::path& p : stale) {
+    fs::remove(p);
+    removed.push_back(p.filename().string());
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
 }  // namespace
 
 PrepareResult prepare_corpus(const PrepareOptions& o) {
@@ -54,7 +96,12 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   NSA_CHECK(
       std::any_of(docs.begin(), docs.end(), [](const Document& d) { return !d.text.empty(); }),
       "the inputs hold no text (", docs.size(), " empty document(s)); nothing was written");
-  fs::create_directories(o.out_dir);
+  NSA_CHECK(!o.out_dir.empty(), "--out is empty; pass a folder for the shards");
+  NSA_CHECK(!fs::exists(o.out_dir) || fs::is_directory(o.out_dir), "--out '", o.out_dir,
+            "' exists and is not a folder; pass a folder for the shards");
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  NSA_CHECK(!ec, "--out '", o.out_dir, "': cannot create the folder: ", ec.message());
 
   std::unique_ptr<Tokenizer> tok;
   if (o.tokenizer == "bytes") {
@@ -112,6 +159,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   const fs::path meta_path = fs::path(o.out_dir) / "meta.json";
   std::ofstream(meta_path.string() + ".tmp") << meta.dump(2) << "\n";
   fs::rename(meta_path.string() + ".tmp", meta_path);
+  r.removed = remove_stale_outputs(o.out_dir, r, o.sp_model);
   return r;
 }
 

@@ -29,6 +29,7 @@ struct PrepareResult {
   int64_t vocab_size = 0;
   uint32_t eot = 0;
   std::vector<std::string> train_shards, val_shards;
+  std::vector<std::string> removed;  // an earlier preparation's leftovers in the folder (names)
 };
 
 PrepareResult prepare_corpus(const PrepareOptions& options);
