@@ -123,4 +123,63 @@ expect_error "--write-example with --in" "drop --in/--out" \
 expect_ok "summary without validation" train --steps 1 --out "$dir/noval"
 check "summary says no validation" grep -q "loss .*, no validation ->" "$dir/out.txt"
 
+# 12. What a probe of the CLI found (the thirty-second session): each once lost work or data, or
+# accepted input it then mishandled.
+# --overwrite clears the old run only once the new run's inputs are checked; a folder of the
+# user's named ckpt_* survives it; --init-from inside the --out it would clear is refused.
+expect_ok "a run to keep" train --steps 1 --out "$dir/keep"
+mkdir -p "$dir/keep/ckpt_notes"
+expect_error "--overwrite with a bad --init-from" "is neither a complete checkpoint" \
+  train --steps 1 --out "$dir/keep" --overwrite --init-from "$dir/nope"
+expect_error "--overwrite with missing --data" "nope" \
+  "$nsa" train --config "$cfg" --set dim=32 --set n_layers=1 --data "$dir/nope" --batch 2 \
+  --seq-len 48 --steps 1 --out "$dir/keep" --overwrite
+check "the refused --overwrite kept the old run" test -f "$dir/keep/ckpt_00000001/COMPLETE"
+expect_error "--init-from inside the --out that --overwrite clears" "lies in --out" \
+  train --steps 1 --out "$dir/keep" --overwrite --init-from "$dir/keep"
+check "... and kept it too" test -f "$dir/keep/ckpt_00000001/COMPLETE"
+expect_ok "--overwrite" train --steps 1 --out "$dir/keep" --overwrite
+check "--overwrite left the user's ckpt_notes" test -d "$dir/keep/ckpt_notes"
+# A negative seed (its checkpoint could not be read back); a changed field on resume is named.
+expect_error "--set seed=-1" "seed = -1 must be in" train --steps 1 --set seed=-1 --out "$dir/bad"
+expect_error "resume with another w" "w = .* there, 32 here" \
+  train --steps 2 --out "$dir/keep" --resume --set w=32
+# --resume with nothing to resume says it starts over.
+expect_ok "--resume into an empty folder" train --steps 1 --out "$dir/fresh" --resume
+check "... says it starts at step 1" grep -q "holds no complete checkpoint; starting at step 1" "$dir/out.txt"
+# --min-lr above --lr is refused; without --min-lr it follows a lowered --lr.
+expect_error "--min-lr above --lr" "min-lr = 0.5 must be at most --lr = 0.001" \
+  train --steps 1 --lr 1e-3 --min-lr 0.5 --out "$dir/bad"
+expect_ok "--lr below the default --min-lr" train --steps 1 --lr 1e-5 --out "$dir/low_lr"
+# A diverging run stops at its first non-finite gradient; its metrics stay JSON and plot.
+expect_error "diverging run" "non-finite" train --steps 4 --lr 1e30 --clip 0 --out "$dir/diverge"
+check "diverged metrics hold no nan or inf (JSON has none)" \
+  test "$(grep -Eic '[:,[](-?nan|-?inf)' "$dir/diverge/metrics.jsonl")" -eq 0
+expect_ok "plot a diverged run" "$nsa" plot "$dir/diverge"
+# Output paths: --in as --out, an empty --out, a file as prepare's --out.
+expect_error "attention --out = --in" "is the --in file" \
+  "$nsa" attention --in "$dir/in.safetensors" --out "$dir/in.safetensors"
+expect_error "train --out ''" "--out is empty" train --steps 1 --out ''
+echo x >"$dir/a_file"
+expect_error "prepare --out a file" "exists and is not a folder" \
+  "$nsa" prepare --input "$cfg" --tokenizer bytes --out "$dir/a_file"
+# prepare again into the same folder: the earlier preparation's extra shards go.
+printf 'one two three four five six seven eight nine ten\n%.0s' $(seq 200) >"$dir/text.txt"
+expect_ok "prepare, small shards" "$nsa" prepare --input "$dir/text.txt" --tokenizer bytes \
+  --shard-tokens 1000 --out "$dir/prep"
+expect_ok "prepare again, one shard" "$nsa" prepare --input "$dir/text.txt" --tokenizer bytes --out "$dir/prep"
+check "... says what it removed" grep -q "removed .* file(s) of an earlier preparation" "$dir/out.txt"
+check "... leaves one train shard" test "$(ls "$dir/prep" | grep -c '^train_')" -eq 1
+# A checkpoint with a vocabulary past bytes needs --sp-model; a run folder is not a checkpoint.
+expect_ok "a 512-token model" train --steps 1 --set vocab_size=512 --out "$dir/v512"
+expect_error "generate without --sp-model" "pass --sp-model" \
+  "$nsa" generate --run "$dir/v512" --prompt hi --max-new 2
+expect_error "eval --checkpoint on a run folder" "is a run folder, not a checkpoint: pass --run" \
+  "$nsa" eval --checkpoint "$dir/keep" --data synthetic
+# diagnose: unknown backends and branches are errors, not rows of "pass".
+expect_error "diagnose --backends tpu" "'tpu' is not one of: cpu, cuda" \
+  "$nsa" diagnose --configs tiny --seq-lens 50 --backends tpu
+expect_error "diagnose --branches foo" "'foo' in 'foo' is not one of: cmp, sel, win" \
+  "$nsa" diagnose --configs tiny --seq-lens 50 --backends cpu --branches foo
+
 finish reliability
