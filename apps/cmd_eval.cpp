@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "backends.h"
@@ -321,8 +322,10 @@ void register_eval_command(CLI::App& app) {
     const EvalResult r = evaluate_checkpoint(ckpt, a->data, a->batches, a->batch, a->seq_len);
     std::printf("%s (step %lld): val loss %.4f, perplexity %.3f over %lld tokens\n", ckpt.c_str(),
                 static_cast<long long>(r.step), r.loss, r.ppl, static_cast<long long>(r.tokens));
-    std::printf("{\"checkpoint\":\"%s\",\"step\":%lld,\"val_loss\":%.6f,\"val_ppl\":%.6f}\n",
-                ckpt.c_str(), static_cast<long long>(r.step), r.loss, r.ppl);
+    // The JSON line through the JSON library: a path is escaped, a non-finite loss is null.
+    const nlohmann::json line = {
+        {"checkpoint", ckpt}, {"step", r.step}, {"val_loss", r.loss}, {"val_ppl", r.ppl}};
+    std::printf("%s\n", line.dump().c_str());
   });
 }
 
