@@ -322,6 +322,11 @@ void register_eval_command(CLI::App& app) {
     const EvalResult r = evaluate_checkpoint(ckpt, a->data, a->batches, a->batch, a->seq_len);
     std::printf("%s (step %lld): val loss %.4f, perplexity %.3f over %lld tokens\n", ckpt.c_str(),
                 static_cast<long long>(r.step), r.loss, r.ppl, static_cast<long long>(r.tokens));
+    if (r.batches < a->batches)
+      std::printf(
+          "  (the validation split holds %lld distinct batch(es) of this size: --batches "
+          "%lld capped to it)\n",
+          static_cast<long long>(r.batches), static_cast<long long>(a->batches));
     // The JSON line through the JSON library: a path is escaped, a non-finite loss is null.
     const nlohmann::json line = {
         {"checkpoint", ckpt}, {"step", r.step}, {"val_loss", r.loss}, {"val_ppl", r.ppl}};

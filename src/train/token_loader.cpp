@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "data/needle.h"
 #include "io/token_shard.h"
@@ -107,6 +108,12 @@ TokenLoader::TokenLoader(const std::string& source, const std::string& split, in
     }
     tokens_.insert(tokens_.end(), part.begin(), part.end());
   }
+}
+
+int64_t TokenLoader::distinct_batches(int64_t batch, int64_t seq_len) const {
+  if (synthetic_ || needle_) return std::numeric_limits<int64_t>::max();
+  const int64_t n = batch * seq_len;  // a batch reads n + 1 tokens and steps by n
+  return n > 0 ? std::max<int64_t>(0, num_tokens() - 1) / n : 0;
 }
 
 Batch TokenLoader::next(int64_t batch, int64_t seq_len) {

@@ -53,6 +53,9 @@ class TokenLoader {
   int64_t position() const { return position_; }
   void set_position(int64_t p) { position_ = p; }
   int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  // Batches of batch × seq_len tokens that next() returns before it wraps to the split's start
+  // (shards); the generated sources never repeat (INT64_MAX).
+  int64_t distinct_batches(int64_t batch, int64_t seq_len) const;
   bool synthetic() const { return synthetic_; }
   bool needle() const { return needle_; }
 

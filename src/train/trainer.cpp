@@ -1,6 +1,8 @@
 // The training loop (see trainer.h), and evaluation of checkpoints.
 #include "trainer.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "checkpoint.h"
@@ -12,9 +14,10 @@
 
 namespace nsa {
 
-double validation_loss(const ModelConfig& cfg, const ModelParams<float>& params,
-                       const std::string& data, int64_t batches, int64_t batch, int64_t S) {
-  TokenLoader val(data, "val", cfg.vocab_size, cfg.seed);
+namespace {
+
+double mean_loss(const ModelConfig& cfg, const ModelParams<float>& params, TokenLoader& val,
+                 int64_t batches, int64_t batch, int64_t S) {
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     const Batch b = val.next(batch, S);
@@ -22,6 +25,14 @@ double validation_loss(const ModelConfig& cfg, const ModelParams<float>& params,
                                  nullptr);
   }
   return sum / static_cast<double>(batches);
+}
+
+}  // namespace
+
+double validation_loss(const ModelConfig& cfg, const ModelParams<float>& params,
+                       const std::string& data, int64_t batches, int64_t batch, int64_t S) {
+  TokenLoader val(data, "val", cfg.vocab_size, cfg.seed);
+  return mean_loss(cfg, params, val, batches, batch, S);
 }
 
 LoadedModel load_model_checkpoint(const std::string& checkpoint) {
@@ -40,10 +51,13 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   const LoadedModel m = load_model_checkpoint(checkpoint);
   const int64_t S = seq_len > 0 ? seq_len : m.cfg.seq_len;
   EvalResult r;
-  r.loss = validation_loss(m.cfg, m.params, data, batches, batch, S);
+  // No token counted twice: past the split's distinct batches the loader would wrap.
+  TokenLoader val(data, "val", m.cfg.vocab_size, m.cfg.seed);
+  r.batches = std::min(batches, std::max<int64_t>(1, val.distinct_batches(batch, S)));
+  r.loss = mean_loss(m.cfg, m.params, val, r.batches, batch, S);
   r.ppl = std::exp(r.loss);
   r.step = m.step;
-  r.tokens = batches * batch * S;
+  r.tokens = r.batches * batch * S;
   return r;
 }
 

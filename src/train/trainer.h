@@ -76,8 +76,10 @@ LoadedModel load_model_checkpoint(const std::string& checkpoint);
 struct EvalResult {
   double loss = 0, ppl = 0;
   int64_t step = 0, tokens = 0;
+  int64_t batches = 0;  // evaluated: the asked number, or fewer where the split holds fewer
 };
-// Loads a checkpoint (its own config and weights) and evaluates it on `data`'s validation split.
+// Loads a checkpoint (its own config and weights) and evaluates it on `data`'s validation split:
+// `batches` batches, at most the split's distinct ones (no token counted twice).
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data,
                                int64_t batches, int64_t batch, int64_t seq_len);
 

@@ -170,6 +170,10 @@ expect_ok "prepare, small shards" "$nsa" prepare --input "$dir/text.txt" --token
 expect_ok "prepare again, one shard" "$nsa" prepare --input "$dir/text.txt" --tokenizer bytes --out "$dir/prep"
 check "... says what it removed" grep -q "removed .* file(s) of an earlier preparation" "$dir/out.txt"
 check "... leaves one train shard" test "$(ls "$dir/prep" | grep -c '^train_')" -eq 1
+# eval counts no token twice: --batches past the split's distinct batches is capped, and said.
+expect_ok "eval --batches past the split" "$nsa" eval --run "$dir/keep" --data "$dir/prep" \
+  --batches 100 --batch 1 --seq-len 48
+check "... capped to the split's distinct batches" grep -q "batches 100 capped to it" "$dir/out.txt"
 # A checkpoint with a vocabulary past bytes needs --sp-model; a run folder is not a checkpoint.
 expect_ok "a 512-token model" train --steps 1 --set vocab_size=512 --out "$dir/v512"
 expect_error "generate without --sp-model" "pass --sp-model" \
