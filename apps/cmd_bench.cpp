@@ -4,6 +4,7 @@
 // column compares peak(S)/peak(S0) with S/S0 – linear memory means the two match.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -75,6 +76,8 @@ void bench_attention(const BenchArgs& a) {
   const bool gpu = a.device == "cuda";
   const Backend device =
       backend(a.device, "nsa bench attention");  // a copy: no reference to a call on temporaries
+  NSA_CHECK(std::isfinite(a.max_seconds) && a.max_seconds >= 0, "--max-seconds ", a.max_seconds,
+            " must be a finite number >= 0 (0: never stop the sweep)");
   const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
   const std::unique_ptr<std::ofstream> json_file = open_json_lines(a.json_path);
   std::printf("nsa bench attention --device %s --config %s: B=%lld %s\n", a.device.c_str(),
@@ -256,7 +259,7 @@ void register_bench_command(CLI::App& app) {
   attn->add_option("--reps", args->reps, "GPU: timed repetitions (median reported)")
       ->check(kCounts);
   attn->add_option("--max-seconds", args->max_seconds,
-                   "stop the sweep after a length whose forward + backward took longer");
+                   "stop the sweep after a length whose forward + backward took longer (0: never)");
   add_config_flags(attn, args->flags, config_field_names());
   attn->callback([args] { bench_attention(*args); });
 

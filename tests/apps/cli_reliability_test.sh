@@ -180,6 +180,11 @@ expect_error "generate without --sp-model" "pass --sp-model" \
   "$nsa" generate --run "$dir/v512" --prompt hi --max-new 2
 expect_error "eval --checkpoint on a run folder" "is a run folder, not a checkpoint: pass --run" \
   "$nsa" eval --checkpoint "$dir/keep" --data synthetic
+# Non-finite numbers in generate and bench.
+expect_error "generate --temperature inf" "temperature inf must be a finite number" \
+  "$nsa" generate --run "$dir/keep" --prompt hi --temperature inf
+expect_error "bench --max-seconds nan" "max-seconds nan must be a finite number" \
+  "$nsa" bench attention --device cpu --max-seconds nan
 # diagnose: unknown backends and branches are errors, not rows of "pass".
 expect_error "diagnose --backends tpu" "'tpu' is not one of: cpu, cuda" \
   "$nsa" diagnose --configs tiny --seq-lens 50 --backends tpu
