@@ -131,7 +131,11 @@ TrainRun set_up_run(const TrainOptions& o) {
   if (run.lead) run.folder = open_run_folder(o.out_dir, o.resume, o.overwrite);
   if (run.lead && !run.folder.old_outputs.empty() && !o.init_from.empty()) {
     // --overwrite would clear the checkpoint the new run starts from.
-    const fs::path out = fs::weakly_canonical(o.out_dir), init = fs::weakly_canonical(o.init_from);
+    const auto absolute = [](const std::string& p) {  // without a trailing separator
+      fs::path a = fs::weakly_canonical(p).lexically_normal();
+      return a.has_filename() ? a : a.parent_path();
+    };
+    const fs::path out = absolute(o.out_dir), init = absolute(o.init_from);
     const bool inside =
         std::mismatch(out.begin(), out.end(), init.begin(), init.end()).first == out.end();
     NSA_CHECK(!inside, "--init-from '", o.init_from, "' lies in --out '", o.out_dir,
