@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "data/prepare.h"
+#include "nsa/error.h"
 
 namespace nsa::app {
 
@@ -17,11 +18,20 @@ void register_prepare_command(CLI::App& app) {
   cmd->add_option("--out", o->out_dir, "output folder for shards, meta.json, tokenizer.model");
   cmd->add_option("--tokenizer", o->tokenizer, "bytes | sentencepiece")
       ->check(CLI::IsMember({"bytes", "sentencepiece"}));
-  cmd->add_option("--vocab-size", o->vocab_size, "SentencePiece vocabulary to train");
-  cmd->add_option("--sp-model", o->sp_model, "use an existing SentencePiece .model");
+  CLI::Option* vocab_flag =
+      cmd->add_option("--vocab-size", o->vocab_size, "SentencePiece vocabulary to train");
+  CLI::Option* sp_flag =
+      cmd->add_option("--sp-model", o->sp_model, "use an existing SentencePiece .model");
   cmd->add_option("--val-fraction", o->val_fraction, "tail of each document kept for validation");
   cmd->add_option("--shard-tokens", o->shard_tokens, "tokens per shard file");
-  cmd->callback([o] {
+  cmd->callback([o, vocab_flag, sp_flag] {
+    // Flags that a byte tokenizer would ignore: an error, not a silent vocabulary of 256.
+    for (const CLI::Option* f : {vocab_flag, sp_flag}) {
+      NSA_CHECK(f->count() == 0 || o->tokenizer == "sentencepiece", f->get_name(),
+                " applies to --tokenizer sentencepiece; --tokenizer bytes has 256 tokens");
+    }
+    NSA_CHECK(vocab_flag->count() == 0 || sp_flag->count() == 0,
+              "--vocab-size trains a new SentencePiece model; --sp-model uses one: pass one");
     const data::PrepareResult r = data::prepare_corpus(*o);
     std::printf("nsa prepare: %lld documents, tokenizer %s (vocab %lld, end-of-text %u)\n",
                 static_cast<long long>(r.documents), r.tokenizer.c_str(),

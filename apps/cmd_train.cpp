@@ -120,6 +120,12 @@ void register_train_command(CLI::App& app) {
     }
     const TrainResult r = train(*o);
     if (comm && comm->rank() != 0) return;
+    if (r.steps_done == 0 && r.start > 0) {
+      std::printf("nothing to train: %s is at step %lld, at or past --steps %lld\n",
+                  o->out_dir.c_str(), static_cast<long long>(r.start),
+                  static_cast<long long>(o->steps));
+      return;
+    }
     char val[48] = "no validation";
     if (!std::isnan(r.last_val_loss))
       std::snprintf(val, sizeof val, "val loss %.4f", r.last_val_loss);

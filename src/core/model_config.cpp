@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <set>
 
 #include "nsa/error.h"
 #include "nsa/size_limits.h"
@@ -173,14 +174,25 @@ ModelConfig load_model_config(const std::string& path) {
   }
   NSA_CHECK(root.IsMap(), "config '", path, "' must be a map of `field: value` lines");
   ModelConfig cfg;
+  std::set<std::string> seen;
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     NSA_CHECK(kv.second.IsScalar(), "config '", path, "': field '", key, "' must be a scalar");
+    // YAML keeps the last of two equal keys without a word; a config that sets a field twice is
+    // more likely an edit gone wrong.
+    NSA_CHECK(seen.insert(key).second, "config '", path, "': field '", key, "' appears twice");
     try {
       set_model_field(cfg, key, kv.second.as<std::string>());
     } catch (const Error& e) {
       throw Error(str("config '", path, "': ", e.what()));
     }
+  }
+  // The fields without a default (their 0 would be refused by validate() as "must be positive",
+  // which does not say the file lacks them).
+  for (const char* field : {"vocab_size", "dim", "n_layers", "seq_len", "heads", "groups", "dk",
+                            "dv", "l", "d", "l_sel", "n_sel", "w"}) {
+    NSA_CHECK(seen.count(field) != 0, "config '", path, "' lacks the field '", field,
+              "' (it has no default)");
   }
   return cfg;
 }

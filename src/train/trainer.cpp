@@ -66,6 +66,7 @@ TrainResult train(const TrainOptions& o) {
   TrainRun run = set_up_run(o);
   RunMonitor monitor(o, run);
   TrainResult r;
+  r.start = run.start;
   for (int64_t step = run.start; step < o.steps; ++step) {
     monitor.set_step(step);
     const StepResult s = run_step(o, run, monitor, step);

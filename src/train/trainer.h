@@ -54,7 +54,8 @@ struct TrainOptions {
 };
 
 struct TrainResult {
-  int64_t steps_done = 0;
+  int64_t start = 0;       // the step a resumed run continued from (0: from the start)
+  int64_t steps_done = 0;  // the last step run (0: none)
   double last_loss = 0;
   double last_val_loss = std::nan("");  // NaN: no validation ran
 };

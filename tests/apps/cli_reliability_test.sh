@@ -180,6 +180,18 @@ expect_error "generate without --sp-model" "pass --sp-model" \
   "$nsa" generate --run "$dir/v512" --prompt hi --max-new 2
 expect_error "eval --checkpoint on a run folder" "is a run folder, not a checkpoint: pass --run" \
   "$nsa" eval --checkpoint "$dir/keep" --data synthetic
+# A config that sets a field twice or lacks one without a default; prepare flags that bytes ignore;
+# a resume with nothing left to train.
+{ cat "$cfg"; echo "n_sel: 4"; } >"$dir/twice.yaml"
+expect_error "a field twice in a config" "field 'n_sel' appears twice" \
+  "$nsa" train --config "$dir/twice.yaml" --data synthetic --steps 1 --out "$dir/bad"
+grep -v '^vocab_size:' "$cfg" >"$dir/lacking.yaml"
+expect_error "a config without vocab_size" "lacks the field 'vocab_size'" \
+  "$nsa" train --config "$dir/lacking.yaml" --data synthetic --steps 1 --out "$dir/bad"
+expect_error "prepare --vocab-size with bytes" "vocab-size applies to --tokenizer sentencepiece" \
+  "$nsa" prepare --input "$dir/text.txt" --tokenizer bytes --vocab-size 1000 --out "$dir/prep"
+expect_ok "--resume past --steps" train --steps 1 --out "$dir/keep" --resume
+check "... says there is nothing to train" grep -q "nothing to train: .* is at step 1" "$dir/out.txt"
 # Non-finite numbers in generate and bench.
 expect_error "generate --temperature inf" "temperature inf must be a finite number" \
   "$nsa" generate --run "$dir/keep" --prompt hi --temperature inf
