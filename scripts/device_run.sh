@@ -72,6 +72,11 @@ what=${1:-all}
 out=${OUT:-out}
 mkdir -p "$out"
 base=${BASE:-HEAD~1}
+# An Nsight Compute report's duration, occupancy, limits and throughputs (its details page).
+ncu_limits() {
+  /usr/local/cuda/bin/ncu --import "$1" --page details 2>&1 |
+    grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Dynamic Shared|Grid Size|Waves Per SM"
+}
 workshop_base=0
 [ "$what" = workshop ] && { [ -n "${BASE:-}" ] || [ -n "${BASE_DIR:-}" ]; } && workshop_base=1
 if [ "$what" = compare ] || [ "$what" = final ] || [ "$what" = decode-compare ] ||
@@ -254,8 +259,7 @@ if [ "$what" = decode-hotspots ]; then
       --section SpeedOfLight --import-source yes -k "regex:${k}_kernel" -s 200 -c 1 \
       -f -o "/tmp/hot_$k" ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXT:-65536}" \
       --batches "${DECODE_BATCH:-1}" --prefill none --sdpa-script off --steps 5 >"$out/ncu_$k.log" 2>&1
-    /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page details 2>&1 |
-      grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Grid Size|Waves Per SM"
+    ncu_limits "/tmp/hot_$k.ncu-rep"
     /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page raw --csv --metrics \
       gpu__time_duration.sum,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_total.ratio 2>&1 | tail -2
     /usr/local/cuda/bin/ncu --import "/tmp/hot_$k.ncu-rep" --page source --csv --print-source cuda,sass \
@@ -273,8 +277,7 @@ if [ "$what" = hotspots ]; then
     /usr/local/cuda/bin/ncu --clock-control none --section SourceCounters --section WarpStateStats --section LaunchStats \
       --section Occupancy --section SpeedOfLight --import-source yes -k "regex:$kre" -c 1 -f \
       -o "/tmp/hot_$wk" ./build/nsa_workshop --config "$cfg" --seq-len "$s" --reps 1 "$wk" >/dev/null 2>&1
-    /usr/local/cuda/bin/ncu --import "/tmp/hot_$wk.ncu-rep" --page details 2>&1 |
-      grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Dynamic Shared|Grid Size|Waves Per SM"
+    ncu_limits "/tmp/hot_$wk.ncu-rep"
     /usr/local/cuda/bin/ncu --import "/tmp/hot_$wk.ncu-rep" --page source --csv --print-source cuda,sass \
       >"/tmp/hot_$wk.csv" 2>/dev/null
     python3 bench/ncu_hotspots.py "/tmp/hot_$wk.csv" --top "${HOTSPOT_TOP:-22}"
