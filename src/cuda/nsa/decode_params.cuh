@@ -50,7 +50,7 @@ struct DecodeDims {
   int sel_chunk, sel_chunks;  // candidate blocks per block top-n CTA, CTAs per (sequence, group)
   float scale;
   // Division by d, l_sel, seg_len, l and w without a division instruction (common/fast_div.h).
-  FastDiv div_d, div_lsel, div_seg, div_l, div_w;
+  FastDiv div_d, div_lsel, div_seg, div_l, div_w, div_g;  // div_g: by G, for a CTA's (b, g)
 };
 
 // A candidate block of the top-n as one 64-bit key: its score's bits over the complement of its

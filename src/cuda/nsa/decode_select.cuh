@@ -65,11 +65,14 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   // Every head's score of token i (independent loads, issued together; the loops over the heads
   // stop at hpg – a uniform branch – so that a group of 6 runs 6 iterations' instructions, not 16:
   // at one warp per scheduler every instruction costs its latency).
+  // A token past `last` is never staged (stage stops at gi1 ≤ last), so its loads only need a
+  // valid address: the last token's, and no select per load.
   const auto load = [&](int i, int last, float* x) {
+    const float* at = sc + min(i, last);
 #pragma unroll
     for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh) {
       if (hh >= m.hpg) break;
-      x[hh] = i <= last ? sc[static_cast<int64_t>(hh) * m.max_cmp + i] : 0.0f;
+      x[hh] = at[static_cast<int64_t>(hh) * m.max_cmp];
     }
   };
   float x[kTopkTokens][kMaxHeadsPerGroup];

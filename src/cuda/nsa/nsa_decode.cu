@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kPartThreads, 6)
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ uint64_t rows_landed;        // maps.on: the boxes' barrier
   trace_mark<kTrace>(p, kTraceParts, 0);  // start
-  const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
+  const int bg = blockIdx.x, b = m.div_g.div(bg), g = bg - b * m.G, y = blockIdx.y;
   const Tile tl = maps.on ? carve_tile_aligned64(smem) : carve_tile(smem, m.dk, m.dv);
   // What the part reads: `avail` rows from row `first` on of a cache of `rows` rows per sequence.
   PartKind kind;
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
   trace_mark<kTrace>(p, kTraceTopk, 1);  // released
   // 16-byte aligned: block_topk keeps the blocks' 8-byte keys at its start.
   extern __shared__ __align__(16) float topk_smem[];
-  const int bg = blockIdx.x, b = bg / m.G, g = bg % m.G, y = blockIdx.y;
+  const int bg = blockIdx.x, b = m.div_g.div(bg), g = bg - b * m.G, y = blockIdx.y;
   if (y < m.sel_chunks) {
     block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem,
                [&](int k) { trace_mark<kTrace>(p, kTraceTopk, 4 + k); });
@@ -251,7 +251,8 @@ __global__ void __launch_bounds__(kPartThreads)
   __shared__ __align__(16) int picks[kMaxSel];
   __shared__ uint64_t received;     // the inbox's barrier: one arrival and its bytes
   __shared__ uint64_t rows_landed;  // kTma: the boxes' barrier, a phase per part
-  const int rank = blockIdx.x, cluster = gridDim.x, bg = blockIdx.y, b = bg / m.G, g = bg % m.G;
+  const int rank = blockIdx.x, cluster = gridDim.x, bg = blockIdx.y, b = m.div_g.div(bg),
+            g = bg - b * m.G;
   const Tile tl = kTma ? carve_tile_aligned64(smem) : carve_tile(smem, m.dk, m.dv);
   unsigned char* after_tile = smem + (kTma ? kTileAlignSlack : 0) + tile_bytes(m.dk, m.dv);
   const SelectScratch scratch = carve_select(after_tile, m);
@@ -572,7 +573,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   m.sel_chunks = static_cast<int>(sel_chunks_);
   m.scale = static_cast<float>(c.softmax_scale());
   m.div_d = FastDiv(m.d), m.div_lsel = FastDiv(m.l_sel), m.div_seg = FastDiv(m.seg_len);
-  m.div_l = FastDiv(m.l), m.div_w = FastDiv(m.w);
+  m.div_l = FastDiv(m.l), m.div_w = FastDiv(m.w), m.div_g = FastDiv(m.G);
   p.dense = dense_;
   p.pos = pos;
   p.q = q;
