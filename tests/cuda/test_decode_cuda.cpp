@@ -274,9 +274,15 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"tiny", make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64}), 2, 333},
         // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions; its parts (12 CTAs)
         // and picks (16) grids are under a CTA an SM from 16 SMs on, so both kernels' rows come
-        // by TMA boxes (the picks' with the row at t put in from the inputs; the other shapes:
-        // cp.async).
+        // by TMA boxes (the picks' with the row at t put in from the inputs; the shapes without
+        // tma_from_sms: cp.async).
         LayerCase{"m7c", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 1, 700, 0, 16},
+        // m7c's branches with 8 heads a group (the most the narrow scores take: heads 2·tq + 1 = 7
+        // of the last column), B = 2: both kernels' rows by TMA from 32 SMs (4 × 5 parts, 4 × 8
+        // picks CTAs).
+        LayerCase{"heads8", make_config({16, 2, 64, 64}, {32, 16, 64, 16, 512}), 2, 300, 0, 32},
+        // d_k = d_v = 64 with 16 heads in one group: the 16-row scores (hpg > 8), compiled dims.
+        LayerCase{"heads16", make_config({16, 1, 64, 64}, {32, 16, 64, 16, 512}), 1, 300},
         // l_sel = 128 (one block per 128-key part), dv ≠ dk, one group of 16 heads, n_sel = 3
         // (nothing to pick: the picks kernel only combines).
         LayerCase{"wide", make_config({16, 1, 32, 48}, {32, 16, 128, 3, 96}), 3, 420},

@@ -61,6 +61,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const __nv_bflo
                : "r"(s));
 }
 
+// The transpose of an 8 × 8 b16 matrix held as a fragment (thread T: row T/4, columns 2(T%4)..+1)
+// into the same layout, in registers (movmatrix).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // A fragment of rows r0.., columns k0.. of a row-major shared tile X (stride in elements).
 __device__ __forceinline__ void load_a(uint32_t a[4], const __nv_bfloat16* X, int stride, int r0,
                                        int k0) {

@@ -283,6 +283,51 @@ __device__ __forceinline__ void warp_scores(const Tile& tl, int dk, int key0,
   }
 }
 
+// Sᵀ = K·Qᵀ for the warp's tiles where the group has at most 8 heads (m7c: 6): the keys are the
+// 16 rows of an m16n8k16 tile and the heads its 8 columns, so a 16-key tile takes one MMA a k step
+// instead of two (rows 8 .. 15 of S = Q·Kᵀ were zeros), and the softmax has 4 scores a thread and
+// tile instead of 8. Thread (gid, tq) of tile t holds keys key0 + 16·t + gid (s[t][0..1]) and
+// + 8 (s[t][2..3]) of heads 2·tq and 2·tq + 1 (C fragment). Every fragment is loaded before the
+// first MMA, as warp_scores does.
+template <int kDk>
+__device__ __forceinline__ void warp_scores_narrow(const Tile& tl, int key0,
+                                                   float (&s)[kWarpTiles][4]) {
+  static_assert(kDk % 32 == 0, "q's fragments come 32 columns a load");
+  constexpr int kSteps = kDk / 16;
+  const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+  uint32_t bq[kSteps][2], a[kWarpTiles][kSteps][4];
+#pragma unroll
+  for (int st = 0; st < kSteps; st += 2) {  // Qᵀ: heads 0 .. 7, columns 16·st .. 16·st + 31
+    uint32_t x[4];
+    ldmatrix_x4(x, tl.q + r * tl.qs + 16 * st + 8 * m);
+    bq[st][0] = x[0], bq[st][1] = x[1], bq[st + 1][0] = x[2], bq[st + 1][1] = x[3];
+  }
+#pragma unroll
+  for (int t = 0; t < kWarpTiles; ++t) {
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st)  // matrix m: keys + 8·(m mod 2), piece 2·st + m / 2
+      ldmatrix_x4(a[t][st], key_at(tl, key0 + 16 * t + (m & 1) * 8 + r, 2 * st + (m >> 1)));
+  }
+#pragma unroll
+  for (int t = 0; t < kWarpTiles; ++t) {
+    s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) mma_16816(s[t], a[t][st], bq[st]);
+  }
+}
+
+// Max and sum over the 8 lanes of a column of C fragments (the lanes sharing tq).
+__device__ __forceinline__ float column_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
+}
+__device__ __forceinline__ float column_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 4);
+  x += __shfl_xor_sync(0xffffffffu, x, 8);
+  return x + __shfl_xor_sync(0xffffffffu, x, 16);
+}
+
 // Where a warp leaves its partial output: in its own value rows, which no other warp reads, 16
 // value columns at a time – head h's outputs e = 16·g .. 16·g + 15 (fp32, 64 bytes) take columns
 // 16·g .. 16·g + 15 of value rows key0 + 2h (e mod 16 < 8) and key0 + 2h + 1 (the rest), the
@@ -376,10 +421,15 @@ struct NoStamps {
 // and leaves (max, sum, O); after one barrier the warps' partials fold in warp order (docs/perf.md,
 // twenty-sixth session: this replaced a softmax over the whole part, whose cross-warp max and P
 // staged in shared memory cost two more barriers and a round trip).
-template <int kDk, int kDv, typename Stamps = NoStamps>
+//
+// kNarrow (hpg ≤ 8, d_k and d_v compiled in): the scores as Sᵀ (warp_scores_narrow), the softmax
+// over a head's keys in the 8 lanes of its column (three shuffles), and each 8 × 8 block of P
+// turned into the A fragment of O = P·V by movmatrix – half the exponentials of the 16-row layout.
+template <int kDk, int kDv, bool kNarrow = false, typename Stamps = NoStamps>
 __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& tile, int count,
                                             float* s_out, int64_t s_stride, float* ml, float* o,
                                             Stamps stamp = {}) {
+  static_assert(!kNarrow || (kDk > 0 && kDv > 0), "the narrow layout is for compiled head dims");
   float2(*warp_ml)[kMaxHeadsPerGroup] = warp_ml_table();  // (max, sum) of each warp's keys
   const int dk = kDk > 0 ? kDk : m.dk, dv = kDv > 0 ? kDv : m.dv;
   Tile tl = tile;  // the strides as constants where the dims are
@@ -388,57 +438,108 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
   const int key0 = warp * kWarpKeys;
   // The warp's tiles that hold keys (rows count .. round16(count) − 1 are zeros).
   const int tiles = min(kWarpTiles, max(0, (round16(count) - key0) / 16));
-  float s[kWarpTiles][8];
-  warp_scores<kDk>(tl, dk, key0, s);
-  stamp(1);
-  // Thread (gid, tq) holds rows gid (e & 2 == 0) and gid + 8 at columns
-  // key0 + 16·t + 8·(e ≥ 4) + 2·tq + (e & 1); those ≥ count are masked to −FLT_MAX. The row
-  // maxes meet in the quad; then p = 2^(s·c2 − max·c2) (c2 = scale·log2 e: one FMA and one
-  // MUFU.EX2 a score), whose masked scores come to 2^(−huge) = 0 – also in a row without keys
-  // (max −FLT_MAX, bias 0), which ends with sum 0 and a partial of zeros.
-  const int lim = count - key0 - 2 * tq;
-  const auto valid = [&](int t, int e) { return 16 * t + (e >= 4 ? 8 : 0) + (e & 1) < lim; };
-  float mx[2] = {-FLT_MAX, -FLT_MAX};
+  const float c2 = m.scale * kLog2e;
+  uint32_t pa[kWarpTiles][4];
+  if constexpr (kNarrow) {
+    float s[kWarpTiles][4];
+    warp_scores_narrow<kDk>(tl, key0, s);
+    stamp(1);
+    // Key key0 + 16·t + gid + 8·(e / 2) of head 2·tq + (e mod 2); keys ≥ count masked to −FLT_MAX
+    // (then p = 0, as below).
+    const int lim = count - key0 - gid;
+    const auto valid = [&](int t, int e) { return 16 * t + 8 * (e >> 1) < lim; };
+    float mx[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
-  for (int t = 0; t < kWarpTiles; ++t) {
+    for (int t = 0; t < kWarpTiles; ++t) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      s[t][e] = valid(t, e) ? s[t][e] : -FLT_MAX;
-      mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[t][e]);
+      for (int e = 0; e < 4; ++e) {
+        s[t][e] = valid(t, e) ? s[t][e] : -FLT_MAX;
+        mx[e & 1] = fmaxf(mx[e & 1], s[t][e]);
+      }
     }
-  }
-  mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
-  if (s_out) {
+    mx[0] = column_max(mx[0]), mx[1] = column_max(mx[1]);
+    if (s_out) {
+#pragma unroll
+      for (int t = 0; t < kWarpTiles; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = 2 * tq + (e & 1);
+          if (valid(t, e) && h < m.hpg)
+            s_out[h * s_stride + key0 + 16 * t + 8 * (e >> 1) + gid] = s[t][e] * m.scale;
+        }
+      }
+    }
+    const float bias[2] = {mx[0] > -FLT_MAX ? -mx[0] * c2 : 0.0f,
+                           mx[1] > -FLT_MAX ? -mx[1] * c2 : 0.0f};
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int t = 0; t < kWarpTiles; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[t][e] = fast_exp2(fmaf(s[t][e], c2, bias[e & 1]));
+        sum[e & 1] += s[t][e];
+      }
+      // P's rows are heads: keys 0 .. 7 and 8 .. 15 of the tile, each block transposed.
+      pa[t][0] = movmatrix_trans(pack_bf16(s[t][0], s[t][1]));
+      pa[t][2] = movmatrix_trans(pack_bf16(s[t][2], s[t][3]));
+      pa[t][1] = pa[t][3] = 0u;  // heads 8 .. 15
+    }
+    sum[0] = column_sum(sum[0]), sum[1] = column_sum(sum[1]);
+    if (gid == 0) {  // the maxes in log2 units, as the fold takes them
+      if (2 * tq < m.hpg) warp_ml[warp][2 * tq] = make_float2(mx[0] * c2, sum[0]);
+      if (2 * tq + 1 < m.hpg) warp_ml[warp][2 * tq + 1] = make_float2(mx[1] * c2, sum[1]);
+    }
+  } else {
+    float s[kWarpTiles][8];
+    warp_scores<kDk>(tl, dk, key0, s);
+    stamp(1);
+    // Thread (gid, tq) holds rows gid (e & 2 == 0) and gid + 8 at columns
+    // key0 + 16·t + 8·(e ≥ 4) + 2·tq + (e & 1); those ≥ count are masked to −FLT_MAX. The row
+    // maxes meet in the quad; then p = 2^(s·c2 − max·c2) (c2 = scale·log2 e: one FMA and one
+    // MUFU.EX2 a score), whose masked scores come to 2^(−huge) = 0 – also in a row without keys
+    // (max −FLT_MAX, bias 0), which ends with sum 0 and a partial of zeros.
+    const int lim = count - key0 - 2 * tq;
+    const auto valid = [&](int t, int e) { return 16 * t + (e >= 4 ? 8 : 0) + (e & 1) < lim; };
+    float mx[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
     for (int t = 0; t < kWarpTiles; ++t) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const int h = gid + ((e & 2) ? 8 : 0);
-        if (valid(t, e) && h < m.hpg)
-          s_out[h * s_stride + key0 + 16 * t + (e >= 4 ? 8 : 0) + 2 * tq + (e & 1)] =
-              s[t][e] * m.scale;
+        s[t][e] = valid(t, e) ? s[t][e] : -FLT_MAX;
+        mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[t][e]);
       }
     }
-  }
-  const float c2 = m.scale * kLog2e;
-  const float bias[2] = {mx[0] > -FLT_MAX ? -mx[0] * c2 : 0.0f,
-                         mx[1] > -FLT_MAX ? -mx[1] * c2 : 0.0f};
-  float sum[2] = {0.0f, 0.0f};
-  uint32_t pa[kWarpTiles][4];
+    mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+    if (s_out) {
 #pragma unroll
-  for (int t = 0; t < kWarpTiles; ++t) {
+      for (int t = 0; t < kWarpTiles; ++t) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int r = (e >> 1) & 1;
-      s[t][e] = fast_exp2(fmaf(s[t][e], c2, bias[r]));
-      sum[r] += s[t][e];
+        for (int e = 0; e < 8; ++e) {
+          const int h = gid + ((e & 2) ? 8 : 0);
+          if (valid(t, e) && h < m.hpg)
+            s_out[h * s_stride + key0 + 16 * t + (e >= 4 ? 8 : 0) + 2 * tq + (e & 1)] =
+                s[t][e] * m.scale;
+        }
+      }
     }
-    c_to_a(pa[t], s[t], s[t] + 4);
-  }
-  sum[0] = quad_sum(sum[0]), sum[1] = quad_sum(sum[1]);
-  if (tq == 0) {  // the maxes in log2 units, as the fold takes them
-    if (gid < m.hpg) warp_ml[warp][gid] = make_float2(mx[0] * c2, sum[0]);
-    if (gid + 8 < m.hpg) warp_ml[warp][gid + 8] = make_float2(mx[1] * c2, sum[1]);
+    const float bias[2] = {mx[0] > -FLT_MAX ? -mx[0] * c2 : 0.0f,
+                           mx[1] > -FLT_MAX ? -mx[1] * c2 : 0.0f};
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int t = 0; t < kWarpTiles; ++t) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int r = (e >> 1) & 1;
+        s[t][e] = fast_exp2(fmaf(s[t][e], c2, bias[r]));
+        sum[r] += s[t][e];
+      }
+      c_to_a(pa[t], s[t], s[t] + 4);
+    }
+    sum[0] = quad_sum(sum[0]), sum[1] = quad_sum(sum[1]);
+    if (tq == 0) {  // the maxes in log2 units, as the fold takes them
+      if (gid < m.hpg) warp_ml[warp][gid] = make_float2(mx[0] * c2, sum[0]);
+      if (gid + 8 < m.hpg) warp_ml[warp][gid + 8] = make_float2(mx[1] * c2, sum[1]);
+    }
   }
   warp_values<kDv>(tl, dv, m.hpg, key0, tiles, pa);
   stamp(2);
@@ -481,10 +582,12 @@ template <typename Stamps = NoStamps>
 __device__ __forceinline__ void tile_attend_part(const DecodeDims& m, const Tile& tl, int count,
                                                  float* s_out, int64_t s_stride, float* ml,
                                                  float* o, Stamps stamp = {}) {
-  if (m.dk == 64 && m.dv == 64) {
-    tile_attend<64, 64>(m, tl, count, s_out, s_stride, ml, o, stamp);
+  if (m.dk == 64 && m.dv == 64 && m.hpg <= 8) {
+    tile_attend<64, 64, true>(m, tl, count, s_out, s_stride, ml, o, stamp);
+  } else if (m.dk == 64 && m.dv == 64) {
+    tile_attend<64, 64, false>(m, tl, count, s_out, s_stride, ml, o, stamp);
   } else {
-    tile_attend<0, 0>(m, tl, count, s_out, s_stride, ml, o, stamp);
+    tile_attend<0, 0, false>(m, tl, count, s_out, s_stride, ml, o, stamp);
   }
 }
 
