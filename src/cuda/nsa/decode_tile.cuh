@@ -1,6 +1,7 @@
 // One part of decode attention (decode_params.cuh): the group's hpg ≤ 16 heads against up to
 // kPartKeys keys staged in shared memory, on the tensor cores – the heads are the 16 rows of
-// m16n8k16 tiles (rows ≥ hpg are zeros and ignored). Each warp attends its own 32 keys (S = Q·Kᵀ,
+// m16n8k16 tiles (rows ≥ hpg are zeros and ignored), or for hpg ≤ 8 at dk = dv = 64 the scores are
+// Sᵀ = K·Qᵀ, keys as rows and heads as the 8 columns. Each warp attends its own 32 keys (S = Q·Kᵀ,
 // softmax, O = P·V with P in registers, bf16 as the training forward) and the four partials fold
 // after one barrier. A part issues every load it needs (q, key and value rows, cp.async) before it
 // waits for any: one memory round trip.
