@@ -154,7 +154,15 @@ std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<Document>& docs
   };
   LineIterator lines(docs);
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines);
-  NSA_CHECK(status.ok(), "SentencePiece training failed: ", status.ToString());
+  if (!status.ok()) {
+    // SentencePiece's own words ("Internal: …trainer_interface.cc(…) Vocabulary size is too
+    // high …"), with what the user can change: the vocabulary a small text can fill is small.
+    const std::string why = status.ToString();
+    const bool vocab = why.find("ocabulary size") != std::string::npos;
+    throw Error(str("prepare: SentencePiece could not train a ", vocab_size,
+                    "-token vocabulary on this text", vocab ? " (too large for it)" : "", ": ", why,
+                    vocab ? " – pass a smaller --vocab-size, or more text" : ""));
+  }
   return load_sentencepiece(prefix + ".model");
 }
 

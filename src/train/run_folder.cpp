@@ -42,8 +42,9 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
   NSA_CHECK(!fs::exists(dir) || fs::is_directory(dir), "--out '", dir,
             "' exists and is not a folder; pass a run folder");
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  created_ = fs::create_directories(dir, ec);
   NSA_CHECK(!ec, "--out '", dir, "': cannot create the run folder: ", ec.message());
+  dir_ = dir;
   const std::string path = (fs::path(dir) / "run.lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   NSA_CHECK(fd_ >= 0, "cannot open the run folder's lock '", path, "': ", std::strerror(errno));
@@ -68,14 +69,32 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
 }
 
 RunFolderLock::~RunFolderLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+  release();
+}
+
+// A folder this lock created and that holds only run.lock goes, the lock file first and while the
+// lock is still held (a second run that opened the file meanwhile still finds it locked); then
+// closing the descriptor releases the flock.
+void RunFolderLock::release() noexcept {
+  if (fd_ < 0) return;
+  if (created_) {
+    std::error_code ec;
+    bool only_lock = true;
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().filename() != "run.lock") only_lock = false;
+    }
+    if (!ec && only_lock && fs::remove(fs::path(dir_) / "run.lock", ec)) fs::remove(dir_, ec);
+  }
+  ::close(fd_);
+  fd_ = -1;
 }
 
 RunFolderLock& RunFolderLock::operator=(RunFolderLock&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    other.fd_ = -1;
+    release();
+    fd_ = std::exchange(other.fd_, -1);
+    dir_ = std::move(other.dir_);
+    created_ = std::exchange(other.created_, false);
   }
   return *this;
 }

@@ -10,22 +10,28 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nsa {
 
-// The held lock on a run folder; released on destruction (or when the process dies).
+// The held lock on a run folder; released on destruction (or when the process dies). A folder the
+// lock created that still holds nothing but run.lock at the end (a run refused for its inputs)
+// is removed with it, so that a failed command leaves no folder behind.
 class RunFolderLock {
  public:
   RunFolderLock() = default;
   // Creates the folder when needed and locks it, or fails naming the pid of the run holding it.
   explicit RunFolderLock(const std::string& dir);
   ~RunFolderLock();
-  RunFolderLock(RunFolderLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  RunFolderLock(RunFolderLock&& other) noexcept { *this = std::move(other); }
   RunFolderLock& operator=(RunFolderLock&& other) noexcept;
 
  private:
+  void release() noexcept;
   int fd_ = -1;
+  std::string dir_;
+  bool created_ = false;  // the folder did not exist before the lock
 };
 
 // A locked run folder, and the old run's outputs (metrics, checkpoints, …) that --overwrite

@@ -157,6 +157,11 @@ TrainRun set_up_run(const TrainOptions& o) {
   if (o.resume) run.start = resume(o, run);
   if (run.start == 0 && !o.init_from.empty()) init_from(o, run);
   if (o.zero1 && run.world > 1) run.model->shard_optimizer_state(comm);
+  if (o.zero1 && run.world == 1 && !o.quiet) {
+    std::printf(
+        "--zero1: one rank holds all of the optimizer state; it shards only over several "
+        "(--nproc N)\n");
+  }
   // --overwrite: the old run goes only now that the new one's inputs have been checked.
   if (run.lead) run.folder.clear_old_run();
   comm.barrier();

@@ -203,4 +203,22 @@ expect_error "diagnose --backends tpu" "'tpu' is not one of: cpu, cuda" \
 expect_error "diagnose --branches foo" "'foo' in 'foo' is not one of: cmp, sel, win" \
   "$nsa" diagnose --configs tiny --seq-lens 50 --backends cpu --branches foo
 
+# 13. The rest of that probe (the thirty-third session): a run refused after it locked a new --out
+# leaves no folder; --zero1 on one rank says it does nothing; an input given twice, or inside
+# another input, is refused (its documents were counted twice); SentencePiece's own error for a
+# vocabulary the text cannot fill says which flag to change.
+expect_error "a new --out, missing --data" "nope" \
+  "$nsa" train --config "$cfg" --set dim=32 --set n_layers=1 --data "$dir/nope" --batch 2 \
+  --seq-len 48 --steps 1 --out "$dir/new_refused"
+check "... leaves no folder behind" test ! -e "$dir/new_refused"
+expect_ok "--zero1 on one rank" train --steps 1 --zero1 --out "$dir/zero1"
+check "... says it shards only over several ranks" grep -q "zero1: one rank holds all" "$dir/out.txt"
+expect_error "--input twice" "is given twice" \
+  "$nsa" prepare --input "$dir/text.txt" --input "$dir/./text.txt" --tokenizer bytes --out "$dir/bad"
+mkdir -p "$dir/texts" && cp "$dir/text.txt" "$dir/texts/a.txt"
+expect_error "--input inside another --input" "overlap (one lies in the other)" \
+  "$nsa" prepare --input "$dir/texts" --input "$dir/texts/a.txt" --tokenizer bytes --out "$dir/bad"
+expect_error "a vocabulary the text cannot fill" "too large for it.*pass a smaller --vocab-size" \
+  "$nsa" prepare --input "$dir/text.txt" --tokenizer sentencepiece --vocab-size 5000 --out "$dir/sp"
+
 finish reliability

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "../common/test_util.h"
 #include "io/durable_file.h"
@@ -105,6 +106,30 @@ TEST(RunFolder, OneWriterAtATimeAndNoStaleLock) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_NO_THROW(RunFolderLock(dead.string()));
+}
+
+// A folder the lock created and nothing else wrote into (a run refused for its inputs) goes with
+// the lock; a folder that existed before, or that holds a run's output, stays; a moved lock
+// releases once.
+TEST(RunFolder, ARefusedRunLeavesNoFolderItCreated) {
+  const fs::path dir = fs::temp_directory_path() / "nsa_test_refused_new";
+  fs::remove_all(dir);
+  {
+    RunFolderLock lock(dir.string());
+    EXPECT_TRUE(fs::exists(dir / "run.lock"));
+    RunFolderLock moved = std::move(lock);
+  }
+  EXPECT_FALSE(fs::exists(dir)) << "created, nothing written: removed with its lock";
+  fs::create_directories(dir);
+  { RunFolderLock lock(dir.string()); }
+  EXPECT_TRUE(fs::exists(dir)) << "a folder the user made stays";
+  fs::remove_all(dir);
+  {
+    RunFolderLock lock(dir.string());
+    std::ofstream(dir / "metrics.jsonl") << "{}\n";
+  }
+  EXPECT_TRUE(fs::exists(dir / "metrics.jsonl")) << "a folder holding a run's output stays";
+  fs::remove_all(dir);
 }
 
 TEST(RunFolder, TruncateMetricsKeepsTheCheckpointedSteps) {
