@@ -76,8 +76,7 @@ void bench_attention(const BenchArgs& a) {
   const bool gpu = a.device == "cuda";
   const Backend device =
       backend(a.device, "nsa bench attention");  // a copy: no reference to a call on temporaries
-  NSA_CHECK(std::isfinite(a.max_seconds) && a.max_seconds >= 0, "--max-seconds ", a.max_seconds,
-            " must be a finite number >= 0 (0: never stop the sweep)");
+  check_finite_non_negative("--max-seconds", a.max_seconds, " (0: never stop the sweep)");
   const NsaConfig cfg = apply_config_flags(attention_preset(a.preset), a.flags);
   const std::unique_ptr<std::ofstream> json_file = open_json_lines(a.json_path);
   std::printf("nsa bench attention --device %s --config %s: B=%lld %s\n", a.device.c_str(),

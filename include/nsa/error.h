@@ -5,6 +5,7 @@
 // CLI prints the message on one line and exits non-zero; tests match on it.
 #pragma once
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -40,3 +41,14 @@ std::string str(const Args&... args) {
   do {                                                        \
     if (!(cond)) throw ::nsa::Error(::nsa::str(__VA_ARGS__)); \
   } while (0)
+
+namespace nsa {
+
+// A flag or field that takes a finite number >= 0 (rates, limits, seconds, a temperature): "--lr =
+// -1 must be a finite number >= 0", `note` appended (" (0: never stop)"); NaN and ±inf fail too.
+// One check, so that every such flag says it the same way.
+inline void check_finite_non_negative(const char* name, double v, const char* note = "") {
+  NSA_CHECK(std::isfinite(v) && v >= 0, name, " = ", v, " must be a finite number >= 0", note);
+}
+
+}  // namespace nsa

@@ -10,8 +10,7 @@
 namespace nsa {
 
 Sampler::Sampler(const SamplerConfig& cfg) : cfg_(cfg), rng_(cfg.seed) {
-  NSA_CHECK(std::isfinite(cfg.temperature) && cfg.temperature >= 0, "--temperature ",
-            cfg.temperature, " must be a finite number >= 0");
+  check_finite_non_negative("--temperature", cfg.temperature);
   NSA_CHECK(cfg.top_k >= 0, "--top-k ", cfg.top_k, " must be >= 0");
   NSA_CHECK(cfg.top_p > 0 && cfg.top_p <= 1, "--top-p ", cfg.top_p, " must be in (0, 1]");
 }

@@ -14,10 +14,6 @@ void check_range(const char* flag, int64_t v, int64_t lo, int64_t hi, const char
   NSA_CHECK(lo <= v && v <= hi, flag, " = ", v, " must be in [", lo, ", ", hi, "]", note);
 }
 
-void check_number(const char* flag, double v) {
-  NSA_CHECK(std::isfinite(v) && v >= 0, flag, " = ", v, " must be a finite number >= 0");
-}
-
 // A split must hold one global batch of B·S + 1 tokens (generated sources always do).
 void check_split(const TokenLoader& split, const char* name, const TrainOptions& o, int64_t need) {
   NSA_CHECK(split.synthetic() || split.num_tokens() > need, "--data '", o.data, "': the ", name,
@@ -39,13 +35,13 @@ void check_run_options(const TrainOptions& o, const ModelConfig& cfg, int64_t se
   check_range("--ckpt-every", o.ckpt_every, 0, kMaxCheckpointStep, " (0: only at the end)");
   check_range("--keep", o.keep, 0, kBig, " (0: keep every checkpoint)");
   check_range("--stop-after", o.stop_after, 0, kMaxCheckpointStep, " (0: never)");
-  check_number("--lr", o.adam.lr);
-  check_number("--min-lr", o.adam.min_lr);
+  check_finite_non_negative("--lr", o.adam.lr);
+  check_finite_non_negative("--min-lr", o.adam.min_lr);
   NSA_CHECK(o.adam.min_lr <= o.adam.lr, "--min-lr = ", o.adam.min_lr,
             " must be at most --lr = ", o.adam.lr, " (the cosine decays from --lr to --min-lr)");
-  check_number("--weight-decay", o.adam.weight_decay);
-  check_number("--clip", o.adam.clip);
-  check_number("--watchdog", o.watchdog_s);
+  check_finite_non_negative("--weight-decay", o.adam.weight_decay);
+  check_finite_non_negative("--clip", o.adam.clip);
+  check_finite_non_negative("--watchdog", o.watchdog_s);
   // A global batch's tokens and, on the host, a micro-batch's logits (a lower bound of what the
   // CPU model holds; the GPU model checks its own allocations).
   const std::string what = "a batch (--batch × ranks × --seq-len tokens)";

@@ -193,9 +193,9 @@ expect_error "prepare --vocab-size with bytes" "vocab-size applies to --tokenize
 expect_ok "--resume past --steps" train --steps 1 --out "$dir/keep" --resume
 check "... says there is nothing to train" grep -q "nothing to train: .* is at step 1" "$dir/out.txt"
 # Non-finite numbers in generate and bench.
-expect_error "generate --temperature inf" "temperature inf must be a finite number" \
+expect_error "generate --temperature inf" "temperature = inf must be a finite number >= 0" \
   "$nsa" generate --run "$dir/keep" --prompt hi --temperature inf
-expect_error "bench --max-seconds nan" "max-seconds nan must be a finite number" \
+expect_error "bench --max-seconds nan" "max-seconds = nan must be a finite number >= 0 (0: never stop" \
   "$nsa" bench attention --device cpu --max-seconds nan
 # diagnose: unknown backends and branches are errors, not rows of "pass".
 expect_error "diagnose --backends tpu" "'tpu' is not one of: cpu, cuda" \
