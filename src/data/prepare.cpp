@@ -50,8 +50,9 @@ bool is_shard_name(const std::string& name) {
 }
 
 // What an earlier preparation into the same folder left that this one did not rewrite: its
-// extra shards (the loader reads every train_*/val_*.bin of a folder, so they would be mixed in)
-// and a tokenizer.model the new shards do not use. Removed after the new meta.json is in place.
+// extra shards (our loader reads only the shards meta.json lists, but a tool that reads every
+// train_*.bin, as llm.c's do, would mix them in) and a tokenizer.model the new shards do not use.
+// Removed after the new meta.json is in place.
 std::vector<std::string> remove_stale_outputs(const fs::path& dir, const PrepareResult& r,
                                               const std::string& sp_model) {
   std::vector<std::string> keep;  // this preparation's shards, by name

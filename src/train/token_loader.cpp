@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "data/needle.h"
 #include "io/token_shard.h"
@@ -72,6 +74,44 @@ std::vector<RecallRow> parse_recall_rows(const std::string& source) {
   return rows;
 }
 
+namespace {
+
+// The split's shards in a folder: the ones its meta.json lists where nsa prepare made it (by file
+// name, in this folder, so that the folder can move), so that a stray <split>_*.bin – another
+// preparation's, a copy – is never mixed in; else every <split>_*.bin in name order (llm.c's
+// folders have no meta.json).
+std::vector<fs::path> split_shards(const std::string& source, const std::string& split) {
+  const fs::path meta = fs::path(source) / "meta.json";
+  std::vector<fs::path> shards;
+  if (fs::exists(meta)) {
+    std::ifstream f(meta);
+    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+    const std::string key = split + "_shards";
+    NSA_CHECK(!j.is_discarded() && j.is_object() && j.contains(key) && j[key].is_array(), "'",
+              meta.string(), "' has no '", key,
+              "' list (is it nsa prepare's?): prepare the folder again, or remove the file to read "
+              "every ",
+              split, "_*.bin");
+    for (const auto& e : j[key]) {
+      NSA_CHECK(e.is_string(), "'", meta.string(), "': an entry of '", key, "' is not a path");
+      const fs::path p = fs::path(source) / fs::path(e.get<std::string>()).filename();
+      NSA_CHECK(fs::is_regular_file(p), "shard '", p.string(), "', listed in '", meta.string(),
+                "', is missing: prepare the folder again");
+      shards.push_back(p);
+    }
+    return shards;
+  }
+  for (const auto& e : fs::directory_iterator(source)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(split + "_", 0) == 0 && e.path().extension() == ".bin")
+      shards.push_back(e.path());
+  }
+  std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
+}  // namespace
+
 TokenLoader::TokenLoader(const std::string& source, const std::string& split, int64_t vocab_size,
                          uint64_t seed)
     : seed_(seed), vocab_(vocab_size) {
@@ -91,13 +131,7 @@ TokenLoader::TokenLoader(const std::string& source, const std::string& split, in
   }
   NSA_CHECK(fs::is_directory(source), "--data '", source,
             "' is neither a folder of token shards nor 'synthetic' (make shards with nsa prepare)");
-  std::vector<fs::path> shards;
-  for (const auto& e : fs::directory_iterator(source)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(split + "_", 0) == 0 && e.path().extension() == ".bin")
-      shards.push_back(e.path());
-  }
-  std::sort(shards.begin(), shards.end());
+  const std::vector<fs::path> shards = split_shards(source, split);
   NSA_CHECK(!shards.empty(), "--data '", source, "' has no ", split, "_*.bin shards");
   for (const auto& s : shards) {
     const std::vector<uint32_t> part = io::read_token_shard(s.string());

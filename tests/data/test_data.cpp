@@ -11,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "io/token_shard.h"
 #include "nsa/error.h"
+#include "train/token_loader.h"
 
 namespace nsa::test {
 namespace {
@@ -181,6 +182,19 @@ TEST(Prepare, WritesShardsWithDocumentSeparatorsAndSplit) {
   EXPECT_EQ(train[18000], 0u) << "end-of-text after the first document";
   EXPECT_EQ(train.back(), 0u);
   EXPECT_TRUE(fs::exists(out / "meta.json"));
+  // The loader reads the shards meta.json lists: a stray train_*.bin (another preparation's, a
+  // copy) is not mixed in; without meta.json (an llm.c folder) every train_*.bin is read.
+  fs::copy_file(r.train_shards[0], out / "train_999999.bin");
+  EXPECT_EQ(TokenLoader(out.string(), "train", 256, 1).num_tokens(), r.train_tokens);
+  fs::rename(out / "meta.json", out / "meta.json.away");
+  EXPECT_EQ(TokenLoader(out.string(), "train", 256, 1).num_tokens(),
+            r.train_tokens + 15000);  // the first shard twice
+  fs::rename(out / "meta.json.away", out / "meta.json");
+  fs::rename(out / "train_000001.bin", out / "moved.bin");
+  expect_error([&] { TokenLoader(out.string(), "train", 256, 1); },
+               "train_000001.bin', listed in '");
+  fs::rename(out / "moved.bin", out / "train_000001.bin");
+  fs::remove(out / "train_999999.bin");
   o.val_fraction = 0.9;
   expect_error([&] { data::prepare_corpus(o); }, "--val-fraction 0.9");
   o.val_fraction = 0.1;
