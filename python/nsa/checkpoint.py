@@ -2,8 +2,9 @@
 
 A checkpoint folder (ckpt_*, see src/train/checkpoint.cpp) holds state.json (the model config as
 text fields) and model.safetensors (the weights under their checkpoint names). The validation
-batches are those of src/train/token_loader.cpp: the val_*.bin shards (llm.c format) in name
-order, concatenated, each batch the next B·S + 1 contiguous tokens, wrapping at the end.
+batches are those of src/train/token_loader.cpp: the val shards (llm.c format) that the folder's
+meta.json lists (nsa prepare's folders), else every val_*.bin in name order, concatenated, each
+batch the next B·S + 1 contiguous tokens, wrapping at the end.
 """
 import json
 from pathlib import Path
@@ -66,9 +67,28 @@ def read_shard(path):
     return np.frombuffer(body, dtype="<u2" if width == 2 else "<u4").astype(np.int64)
 
 
+def validation_shards(data_dir):
+    """The val shards as the loader takes them: meta.json's list (by file name, in data_dir) where
+    there is one, else every val_*.bin in name order."""
+    folder = Path(data_dir)
+    meta = folder / "meta.json"
+    if not meta.exists():
+        return sorted(folder.glob("val_*.bin"))
+    try:
+        listed = json.loads(meta.read_text())["val_shards"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError("'%s' has no 'val_shards' list (is it nsa prepare's?)" % meta)
+    shards = [folder / Path(name).name for name in listed]
+    for s in shards:
+        if not s.is_file():
+            raise ValueError("shard '%s', listed in '%s', is missing: prepare the folder again"
+                             % (s, meta))
+    return shards
+
+
 def validation_batches(data_dir, batches, batch, seq_len):
     """The (inputs, targets) [B, S] pairs of nsa eval, in order."""
-    shards = sorted(Path(data_dir).glob("val_*.bin"))
+    shards = validation_shards(data_dir)
     if not shards:
         raise ValueError("'%s' has no val_*.bin shards" % data_dir)
     tokens = torch.from_numpy(np.concatenate([read_shard(s) for s in shards]))

@@ -52,3 +52,17 @@ def test_load_model_reproduces_nsa_eval(tmp_path, sets):
     rel = abs(loss - cli) / cli
     print("nsa eval %.6f, PyTorch %.6f, relative difference %.2e (bound 1e-5)" % (cli, loss, rel))
     assert abs(loss - cli) <= 1e-5 * abs(cli)
+
+
+def test_validation_shards_follow_meta_json(tmp_path):
+    """As the C++ loader: meta.json's val list where there is one (a stray val_*.bin is not read),
+    every val_*.bin without it, and a listed shard that is missing is named."""
+    from nsa.checkpoint import validation_shards
+    write_shard(tmp_path / "val_000000.bin", [1, 2, 3])
+    write_shard(tmp_path / "val_999999.bin", [4, 5])
+    assert [p.name for p in validation_shards(tmp_path)] == ["val_000000.bin", "val_999999.bin"]
+    (tmp_path / "meta.json").write_text(json.dumps({"val_shards": ["elsewhere/val_000000.bin"]}))
+    assert [p.name for p in validation_shards(tmp_path)] == ["val_000000.bin"]
+    (tmp_path / "val_000000.bin").unlink()
+    with pytest.raises(ValueError, match="listed in .* is missing"):
+        validation_shards(tmp_path)

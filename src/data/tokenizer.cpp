@@ -155,8 +155,8 @@ std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<Document>& docs
   LineIterator lines(docs);
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines);
   if (!status.ok()) {
-    // SentencePiece's own words ("Internal: …trainer_interface.cc(…) Vocabulary size is too
-    // high …"), with what the user can change: the vocabulary a small text can fill is small.
+    // SentencePiece's own words ("Internal: …trainer_interface.cc(…) Vocabulary size too
+    // high (5000). Please set it to a value <= 340."), with what the user can change.
     const std::string why = status.ToString();
     const bool vocab = why.find("ocabulary size") != std::string::npos;
     throw Error(str("prepare: SentencePiece could not train a ", vocab_size,
