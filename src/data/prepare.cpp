@@ -128,7 +128,16 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   NSA_CHECK(!fs::exists(o.out_dir) || fs::is_directory(o.out_dir), "--out '", o.out_dir,
             "' exists and is not a folder; pass a folder for the shards");
   std::error_code ec;
-  fs::create_directories(o.out_dir, ec);
+  // A folder this call creates goes again if the preparation fails (a vocabulary the text cannot
+  // fill, a full disk): everything in it is this call's.
+  struct RemoveIfFailed {
+    fs::path dir;
+    bool armed;
+    ~RemoveIfFailed() {
+      std::error_code ignored;
+      if (armed) fs::remove_all(dir, ignored);
+    }
+  } created{o.out_dir, fs::create_directories(o.out_dir, ec)};
   NSA_CHECK(!ec, "--out '", o.out_dir, "': cannot create the folder: ", ec.message());
 
   std::unique_ptr<Tokenizer> tok;
@@ -187,6 +196,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   const fs::path meta_path = fs::path(o.out_dir) / "meta.json";
   std::ofstream(meta_path.string() + ".tmp") << meta.dump(2) << "\n";
   fs::rename(meta_path.string() + ".tmp", meta_path);
+  created.armed = false;  // the preparation is complete
   r.removed = remove_stale_outputs(o.out_dir, r, o.sp_model);
   return r;
 }

@@ -206,7 +206,8 @@ expect_error "diagnose --branches foo" "'foo' in 'foo' is not one of: cmp, sel, 
 # 13. The rest of that probe (the thirty-third session): a run refused after it locked a new --out
 # leaves no folder; --zero1 on one rank says it does nothing; an input given twice, or inside
 # another input, is refused (its documents were counted twice); SentencePiece's own error for a
-# vocabulary the text cannot fill says which flag to change.
+# vocabulary the text cannot fill says which flag to change, and prepare then removes the --out it
+# created.
 expect_error "a new --out, missing --data" "nope" \
   "$nsa" train --config "$cfg" --set dim=32 --set n_layers=1 --data "$dir/nope" --batch 2 \
   --seq-len 48 --steps 1 --out "$dir/new_refused"
@@ -220,5 +221,6 @@ expect_error "--input inside another --input" "overlap (one lies in the other)" 
   "$nsa" prepare --input "$dir/texts" --input "$dir/texts/a.txt" --tokenizer bytes --out "$dir/bad"
 expect_error "a vocabulary the text cannot fill" "too large for it.*pass a smaller --vocab-size" \
   "$nsa" prepare --input "$dir/text.txt" --tokenizer sentencepiece --vocab-size 5000 --out "$dir/sp"
+check "... and leaves no --out it created" test ! -e "$dir/sp"
 
 finish reliability
