@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "corpus_fetch.h"
+#include "io/paths.h"
 #include "io/token_shard.h"
 #include "nsa/error.h"
 #include "text_corpus.h"
@@ -82,21 +83,15 @@ std::vector<std::string> remove_stale_outputs(const fs::path& dir, const Prepare
 
 // Each input once: the same path twice, or a path inside a folder that is also an input, would put
 // its documents into the corpus twice (the probe of the thirty-second session found them counted
-// twice). Compared as absolute, normalised paths (a missing one is load_documents' to name).
+// twice). Compared as io::normal_path spells them (a missing one is load_documents' to name).
 void check_distinct_inputs(const std::vector<std::string>& inputs) {
-  const auto inside = [](const fs::path& a, const fs::path& folder) {
-    return std::mismatch(folder.begin(), folder.end(), a.begin(), a.end()).first == folder.end();
-  };
   std::vector<std::pair<fs::path, std::string>> seen;  // (normalised, as given)
   for (const std::string& in : inputs) {
-    std::error_code ec;
-    fs::path p = fs::weakly_canonical(fs::absolute(in), ec).lexically_normal();
-    if (ec) continue;
-    if (p.filename().empty()) p = p.parent_path();  // "dir/" is "dir"
+    const fs::path p = io::normal_path(in);
     for (const auto& [q, given] : seen) {
       NSA_CHECK(p != q, "--input '", in, "' is given twice (as '", given,
                 "'); pass each file or folder once");
-      NSA_CHECK(!inside(p, q) && !inside(q, p), "--input '", in, "' and '", given,
+      NSA_CHECK(!io::lies_within(p, q) && !io::lies_within(q, p), "--input '", in, "' and '", given,
                 "' overlap (one lies in the other): their documents would be counted twice; pass "
                 "each once");
     }

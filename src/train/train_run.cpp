@@ -1,7 +1,6 @@
 // The set-up of a training run (see train_run.h).
 #include "train_run.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -10,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "checkpoint_state.h"
+#include "io/paths.h"
 #include "nsa/error.h"
 #include "run_checks.h"
 
@@ -131,14 +131,8 @@ TrainRun set_up_run(const TrainOptions& o) {
   if (run.lead) run.folder = open_run_folder(o.out_dir, o.resume, o.overwrite);
   if (run.lead && !run.folder.old_outputs.empty() && !o.init_from.empty()) {
     // --overwrite would clear the checkpoint the new run starts from.
-    const auto absolute = [](const std::string& p) {  // without a trailing separator
-      fs::path a = fs::weakly_canonical(p).lexically_normal();
-      return a.has_filename() ? a : a.parent_path();
-    };
-    const fs::path out = absolute(o.out_dir), init = absolute(o.init_from);
-    const bool inside =
-        std::mismatch(out.begin(), out.end(), init.begin(), init.end()).first == out.end();
-    NSA_CHECK(!inside, "--init-from '", o.init_from, "' lies in --out '", o.out_dir,
+    NSA_CHECK(!io::lies_within(io::normal_path(o.init_from), io::normal_path(o.out_dir)),
+              "--init-from '", o.init_from, "' lies in --out '", o.out_dir,
               "', whose old run --overwrite would clear: copy the checkpoint elsewhere first, or "
               "pass a new --out");
   }
