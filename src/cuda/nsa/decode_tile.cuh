@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cfloat>
+#include <type_traits>
 
 #include "common/fast_exp.cuh"
 #include "common/mma.cuh"
@@ -317,18 +318,6 @@ __device__ __forceinline__ void warp_scores_narrow(const Tile& tl, int key0,
   }
 }
 
-// Max and sum over the 8 lanes of a column of C fragments (the lanes sharing tq).
-__device__ __forceinline__ float column_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
-}
-__device__ __forceinline__ float column_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 4);
-  x += __shfl_xor_sync(0xffffffffu, x, 8);
-  return x + __shfl_xor_sync(0xffffffffu, x, 16);
-}
-
 // Where a warp leaves its partial output: in its own value rows, which no other warp reads, 16
 // value columns at a time – head h's outputs e = 16·g .. 16·g + 15 (fp32, 64 bytes) take columns
 // 16·g .. 16·g + 15 of value rows key0 + 2h (e mod 16 < 8) and key0 + 2h + 1 (the rest), the
@@ -405,6 +394,45 @@ __device__ __forceinline__ float2 (*warp_ml_table())[kMaxHeadsPerGroup] {
   return table;
 }
 
+// The two layouts of a warp's scores in tile_attend, per tile t and register e of a thread
+// (gid, tq): which key (lane_key + tile_key, from the warp's first key) and which of the thread's
+// two heads (slot; head) the score is, how a head's max and sum meet across lanes, and how P
+// becomes the A fragments of O = P·V (P's rows are the heads).
+// HeadRows: S = Q·Kᵀ, the heads the 16 rows of the C fragments – 8 scores a thread and tile; a
+// head's scores meet in its quad (two shuffles), P's fragments are S's C fragments (c_to_a).
+struct HeadRows {
+  static constexpr int kPerTile = 8;
+  __device__ static int lane_key(int, int tq) { return 2 * tq; }
+  __device__ static constexpr int tile_key(int t, int e) {
+    return 16 * t + (e >= 4 ? 8 : 0) + (e & 1);
+  }
+  __device__ static constexpr int slot(int e) { return (e >> 1) & 1; }
+  __device__ static int head(int gid, int, int r) { return gid + 8 * r; }
+  __device__ static float head_max(float x) { return quad_max(x); }
+  __device__ static float head_sum(float x) { return quad_sum(x); }
+  __device__ static void to_a(uint32_t a[4], float (&s)[kPerTile]) { c_to_a(a, s, s + 4); }
+  __device__ static bool writes_stats(int, int tq) { return tq == 0; }
+};
+// HeadColumns: Sᵀ = K·Qᵀ (warp_scores_narrow), the heads the 8 columns – 4 scores a thread and
+// tile; a head's scores meet in the 8 lanes of its column (three shuffles), and each 8 × 8 block
+// of P (keys 0 .. 7 and 8 .. 15 of the tile) is transposed into an A fragment by movmatrix; heads
+// 8 .. 15 are zeros.
+struct HeadColumns {
+  static constexpr int kPerTile = 4;
+  __device__ static int lane_key(int gid, int) { return gid; }
+  __device__ static constexpr int tile_key(int t, int e) { return 16 * t + 8 * (e >> 1); }
+  __device__ static constexpr int slot(int e) { return e & 1; }
+  __device__ static int head(int, int tq, int r) { return 2 * tq + r; }
+  __device__ static float head_max(float x) { return column_max(x); }
+  __device__ static float head_sum(float x) { return column_sum(x); }
+  __device__ static void to_a(uint32_t a[4], float (&s)[kPerTile]) {
+    a[0] = movmatrix_trans(pack_bf16(s[0], s[1]));
+    a[2] = movmatrix_trans(pack_bf16(s[2], s[3]));
+    a[1] = a[3] = 0u;
+  }
+  __device__ static bool writes_stats(int gid, int) { return gid == 0; }
+};
+
 // tile_attend's phase hook: called by every thread after S = Q·Kᵀ (1) and after the warp's partial
 // is written (2); the decoder's does nothing, the workshop's (nsa_decode_tile) reads the clock.
 struct NoStamps {
@@ -417,15 +445,13 @@ struct NoStamps {
 // s_out[h·s_stride + c]. count ≥ 1. Every thread of the CTA calls it; a barrier must follow before
 // the tile is staged again. kDk, kDv > 0 compile it for those head dims (tile_attend_part picks).
 //
-// Each warp takes its own 32 keys through S = Q·Kᵀ, a softmax over them (a row's max and sum meet
-// in its quad: two shuffles) and O = P·V with P straight from the S registers (mma.cuh's c_to_a),
-// and leaves (max, sum, O); after one barrier the warps' partials fold in warp order (docs/perf.md,
-// twenty-sixth session: this replaced a softmax over the whole part, whose cross-warp max and P
-// staged in shared memory cost two more barriers and a round trip).
-//
-// kNarrow (hpg ≤ 8, d_k and d_v compiled in): the scores as Sᵀ (warp_scores_narrow), the softmax
-// over a head's keys in the 8 lanes of its column (three shuffles), and each 8 × 8 block of P
-// turned into the A fragment of O = P·V by movmatrix – half the exponentials of the 16-row layout.
+// Each warp takes its own 32 keys through S = Q·Kᵀ, a softmax over them (a head's max and sum meet
+// in the lanes that hold it) and O = P·V with P straight from the S registers, and leaves (max,
+// sum, O); after one barrier the warps' partials fold in warp order (docs/perf.md, twenty-sixth
+// session: this replaced a softmax over the whole part, whose cross-warp max and P staged in
+// shared memory cost two more barriers and a round trip). The scores' layout is HeadRows, or with
+// kNarrow (hpg ≤ 8, d_k and d_v compiled in) HeadColumns – Sᵀ, one MMA a 16-key tile and k step
+// and half the exponentials.
 template <int kDk, int kDv, bool kNarrow = false, typename Stamps = NoStamps>
 __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& tile, int count,
                                             float* s_out, int64_t s_stride, float* ml, float* o,
@@ -440,106 +466,62 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
   // The warp's tiles that hold keys (rows count .. round16(count) − 1 are zeros).
   const int tiles = min(kWarpTiles, max(0, (round16(count) - key0) / 16));
   const float c2 = m.scale * kLog2e;
-  uint32_t pa[kWarpTiles][4];
+  using Layout = std::conditional_t<kNarrow, HeadColumns, HeadRows>;
+  float s[kWarpTiles][Layout::kPerTile];
   if constexpr (kNarrow) {
-    float s[kWarpTiles][4];
     warp_scores_narrow<kDk>(tl, key0, s);
-    stamp(1);
-    // Key key0 + 16·t + gid + 8·(e / 2) of head 2·tq + (e mod 2); keys ≥ count masked to −FLT_MAX
-    // (then p = 0, as below).
-    const int lim = count - key0 - gid;
-    const auto valid = [&](int t, int e) { return 16 * t + 8 * (e >> 1) < lim; };
-    float mx[2] = {-FLT_MAX, -FLT_MAX};
-#pragma unroll
-    for (int t = 0; t < kWarpTiles; ++t) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[t][e] = valid(t, e) ? s[t][e] : -FLT_MAX;
-        mx[e & 1] = fmaxf(mx[e & 1], s[t][e]);
-      }
-    }
-    mx[0] = column_max(mx[0]), mx[1] = column_max(mx[1]);
-    if (s_out) {
-#pragma unroll
-      for (int t = 0; t < kWarpTiles; ++t) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = 2 * tq + (e & 1);
-          if (valid(t, e) && h < m.hpg)
-            s_out[h * s_stride + key0 + 16 * t + 8 * (e >> 1) + gid] = s[t][e] * m.scale;
-        }
-      }
-    }
-    const float bias[2] = {mx[0] > -FLT_MAX ? -mx[0] * c2 : 0.0f,
-                           mx[1] > -FLT_MAX ? -mx[1] * c2 : 0.0f};
-    float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int t = 0; t < kWarpTiles; ++t) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[t][e] = fast_exp2(fmaf(s[t][e], c2, bias[e & 1]));
-        sum[e & 1] += s[t][e];
-      }
-      // P's rows are heads: keys 0 .. 7 and 8 .. 15 of the tile, each block transposed.
-      pa[t][0] = movmatrix_trans(pack_bf16(s[t][0], s[t][1]));
-      pa[t][2] = movmatrix_trans(pack_bf16(s[t][2], s[t][3]));
-      pa[t][1] = pa[t][3] = 0u;  // heads 8 .. 15
-    }
-    sum[0] = column_sum(sum[0]), sum[1] = column_sum(sum[1]);
-    if (gid == 0) {  // the maxes in log2 units, as the fold takes them
-      if (2 * tq < m.hpg) warp_ml[warp][2 * tq] = make_float2(mx[0] * c2, sum[0]);
-      if (2 * tq + 1 < m.hpg) warp_ml[warp][2 * tq + 1] = make_float2(mx[1] * c2, sum[1]);
-    }
   } else {
-    float s[kWarpTiles][8];
     warp_scores<kDk>(tl, dk, key0, s);
-    stamp(1);
-    // Thread (gid, tq) holds rows gid (e & 2 == 0) and gid + 8 at columns
-    // key0 + 16·t + 8·(e ≥ 4) + 2·tq + (e & 1); those ≥ count are masked to −FLT_MAX. The row
-    // maxes meet in the quad; then p = 2^(s·c2 − max·c2) (c2 = scale·log2 e: one FMA and one
-    // MUFU.EX2 a score), whose masked scores come to 2^(−huge) = 0 – also in a row without keys
-    // (max −FLT_MAX, bias 0), which ends with sum 0 and a partial of zeros.
-    const int lim = count - key0 - 2 * tq;
-    const auto valid = [&](int t, int e) { return 16 * t + (e >= 4 ? 8 : 0) + (e & 1) < lim; };
-    float mx[2] = {-FLT_MAX, -FLT_MAX};
+  }
+  stamp(1);
+  // Keys ≥ count are masked to −FLT_MAX; each head's max meets in its lanes, then
+  // p = 2^(s·c2 − max·c2) (c2 = scale·log2 e: one FMA and one MUFU.EX2 a score), whose masked
+  // scores come to 2^(−huge) = 0 – also for a head without keys (max −FLT_MAX, bias 0), which ends
+  // with sum 0 and a partial of zeros.
+  const int lim = count - key0 - Layout::lane_key(gid, tq);
+  const auto valid = [&](int t, int e) { return Layout::tile_key(t, e) < lim; };
+  float mx[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+  for (int t = 0; t < kWarpTiles; ++t) {
+#pragma unroll
+    for (int e = 0; e < Layout::kPerTile; ++e) {
+      s[t][e] = valid(t, e) ? s[t][e] : -FLT_MAX;
+      mx[Layout::slot(e)] = fmaxf(mx[Layout::slot(e)], s[t][e]);
+    }
+  }
+  mx[0] = Layout::head_max(mx[0]), mx[1] = Layout::head_max(mx[1]);
+  if (s_out) {
+    const int lane_key = key0 + Layout::lane_key(gid, tq);
 #pragma unroll
     for (int t = 0; t < kWarpTiles; ++t) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        s[t][e] = valid(t, e) ? s[t][e] : -FLT_MAX;
-        mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[t][e]);
+      for (int e = 0; e < Layout::kPerTile; ++e) {
+        const int h = Layout::head(gid, tq, Layout::slot(e));
+        if (valid(t, e) && h < m.hpg)
+          s_out[h * s_stride + lane_key + Layout::tile_key(t, e)] = s[t][e] * m.scale;
       }
     }
-    mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
-    if (s_out) {
+  }
+  const float bias[2] = {mx[0] > -FLT_MAX ? -mx[0] * c2 : 0.0f,
+                         mx[1] > -FLT_MAX ? -mx[1] * c2 : 0.0f};
+  float sum[2] = {0.0f, 0.0f};
+  uint32_t pa[kWarpTiles][4];
 #pragma unroll
-      for (int t = 0; t < kWarpTiles; ++t) {
+  for (int t = 0; t < kWarpTiles; ++t) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int h = gid + ((e & 2) ? 8 : 0);
-          if (valid(t, e) && h < m.hpg)
-            s_out[h * s_stride + key0 + 16 * t + (e >= 4 ? 8 : 0) + 2 * tq + (e & 1)] =
-                s[t][e] * m.scale;
-        }
-      }
+    for (int e = 0; e < Layout::kPerTile; ++e) {
+      const int r = Layout::slot(e);
+      s[t][e] = fast_exp2(fmaf(s[t][e], c2, bias[r]));
+      sum[r] += s[t][e];
     }
-    const float bias[2] = {mx[0] > -FLT_MAX ? -mx[0] * c2 : 0.0f,
-                           mx[1] > -FLT_MAX ? -mx[1] * c2 : 0.0f};
-    float sum[2] = {0.0f, 0.0f};
+    Layout::to_a(pa[t], s[t]);
+  }
+  sum[0] = Layout::head_sum(sum[0]), sum[1] = Layout::head_sum(sum[1]);
+  if (Layout::writes_stats(gid, tq)) {  // the maxes in log2 units, as the fold takes them
 #pragma unroll
-    for (int t = 0; t < kWarpTiles; ++t) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int r = (e >> 1) & 1;
-        s[t][e] = fast_exp2(fmaf(s[t][e], c2, bias[r]));
-        sum[r] += s[t][e];
-      }
-      c_to_a(pa[t], s[t], s[t] + 4);
-    }
-    sum[0] = quad_sum(sum[0]), sum[1] = quad_sum(sum[1]);
-    if (tq == 0) {  // the maxes in log2 units, as the fold takes them
-      if (gid < m.hpg) warp_ml[warp][gid] = make_float2(mx[0] * c2, sum[0]);
-      if (gid + 8 < m.hpg) warp_ml[warp][gid + 8] = make_float2(mx[1] * c2, sum[1]);
+    for (int r = 0; r < 2; ++r) {
+      const int h = Layout::head(gid, tq, r);
+      if (h < m.hpg) warp_ml[warp][h] = make_float2(mx[r] * c2, sum[r]);
     }
   }
   warp_values<kDv>(tl, dv, m.hpg, key0, tiles, pa);
