@@ -75,9 +75,14 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
       x[hh] = at[static_cast<int64_t>(hh) * m.max_cmp];
     }
   };
+  // Tokens past the chunk's last (gi_max: known before the position) are not loaded – a chunk of
+  // 64 blocks meets 257 tokens, so 255 threads of a CTA would load the last one's scores again.
   float x[kTopkTokens][kMaxHeadsPerGroup];
 #pragma unroll
-  for (int k = 0; k < kTopkTokens; ++k) load(gi0 + threadIdx.x + k * blockDim.x, gi_max, x[k]);
+  for (int k = 0; k < kTopkTokens; ++k) {
+    const int i = gi0 + threadIdx.x + k * blockDim.x;
+    if (k == 0 || i <= gi_max) load(i, gi_max, x[k]);
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
   float2 st[kStatHeads][kStatParts];
 #pragma unroll
