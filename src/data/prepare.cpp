@@ -119,10 +119,6 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   NSA_CHECK(
       std::any_of(docs.begin(), docs.end(), [](const Document& d) { return !d.text.empty(); }),
       "the inputs hold no text (", docs.size(), " empty document(s)); nothing was written");
-  NSA_CHECK(!o.out_dir.empty(), "--out is empty; pass a folder for the shards");
-  NSA_CHECK(!fs::exists(o.out_dir) || fs::is_directory(o.out_dir), "--out '", o.out_dir,
-            "' exists and is not a folder; pass a folder for the shards");
-  std::error_code ec;
   // A folder this call creates goes again if the preparation fails (a vocabulary the text cannot
   // fill, a full disk): everything in it is this call's.
   struct RemoveIfFailed {
@@ -132,8 +128,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
       std::error_code ignored;
       if (armed) fs::remove_all(dir, ignored);
     }
-  } created{o.out_dir, fs::create_directories(o.out_dir, ec)};
-  NSA_CHECK(!ec, "--out '", o.out_dir, "': cannot create the folder: ", ec.message());
+  } created{o.out_dir, io::make_out_folder(o.out_dir, "a folder for the shards")};
 
   std::unique_ptr<Tokenizer> tok;
   if (o.tokenizer == "bytes") {

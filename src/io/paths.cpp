@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <system_error>
 
+#include "nsa/error.h"
+
 namespace nsa::io {
 namespace fs = std::filesystem;
 
@@ -17,6 +19,16 @@ fs::path normal_path(const std::string& p) {
 
 bool lies_within(const fs::path& p, const fs::path& folder) {
   return std::mismatch(folder.begin(), folder.end(), p.begin(), p.end()).first == folder.end();
+}
+
+bool make_out_folder(const std::string& dir, const std::string& what) {
+  NSA_CHECK(!dir.empty(), "--out is empty; pass ", what);
+  NSA_CHECK(!fs::exists(dir) || fs::is_directory(dir), "--out '", dir,
+            "' exists and is not a folder; pass ", what);
+  std::error_code ec;
+  const bool created = fs::create_directories(dir, ec);
+  NSA_CHECK(!ec, "--out '", dir, "': cannot create the folder: ", ec.message());
+  return created;
 }
 
 }  // namespace nsa::io

@@ -1,6 +1,7 @@
 // Paths compared as the file system sees them: two flags that name the same file or folder in
 // different spellings (relative, "./x", "x/"), or one inside the other – `prepare`'s inputs given
-// twice, a train --init-from inside the --out that --overwrite clears.
+// twice, a train --init-from inside the --out that --overwrite clears; and the --out folder of
+// `train` and `prepare`, made with the same checks.
 #pragma once
 
 #include <filesystem>
@@ -14,5 +15,10 @@ std::filesystem::path normal_path(const std::string& p);
 
 // Whether `p` is `folder` or lies inside it (both normal_path's).
 bool lies_within(const std::filesystem::path& p, const std::filesystem::path& folder);
+
+// Creates the --out folder `dir` (and its parents) unless it exists, refusing an empty name or a
+// path that is not a folder; `what` says what --out should be ("a run folder", "a folder for the
+// shards"). Returns whether this call created it: its command removes it again on failure.
+bool make_out_folder(const std::string& dir, const std::string& what);
 
 }  // namespace nsa::io

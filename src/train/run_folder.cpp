@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "io/durable_file.h"
+#include "io/paths.h"
 #include "nsa/error.h"
 
 namespace nsa {
@@ -38,12 +39,7 @@ bool is_run_output(const std::string& name) {
 }  // namespace
 
 RunFolderLock::RunFolderLock(const std::string& dir) {
-  NSA_CHECK(!dir.empty(), "--out is empty; pass a run folder");
-  NSA_CHECK(!fs::exists(dir) || fs::is_directory(dir), "--out '", dir,
-            "' exists and is not a folder; pass a run folder");
-  std::error_code ec;
-  created_ = fs::create_directories(dir, ec);
-  NSA_CHECK(!ec, "--out '", dir, "': cannot create the run folder: ", ec.message());
+  created_ = io::make_out_folder(dir, "a run folder");
   dir_ = dir;
   const std::string path = (fs::path(dir) / "run.lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
