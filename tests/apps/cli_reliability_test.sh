@@ -75,7 +75,7 @@ expect_error "vocab_size 2^62" "vocab_size = 4611686018427387904 must be at most
 expect_error "n_layers 1e8" "n_layers = 100000000 must be at most" \
   train --steps 1 --set n_layers=100000000 --out "$dir/big"
 expect_error "weights too big for memory" "fp32 weights .* needs .* GiB, limit" \
-  env NSA_MEMORY_LIMIT_GIB=1 "$nsa" train --config "$cfg" --set n_layers=100000 --out "$dir/big"
+  env NSA_MEMORY_LIMIT_GIB=1 "$nsa" train --config "$cfg" --set n_layers=4096 --set dim=4096 --out "$dir/big"
 expect_error "--seq-len 1e12" "seq-len = 1000000000000 must be in" \
   train_base --steps 1 --seq-len 1000000000000 --out "$dir/big"
 expect_error "write-example --seq-len 2^62" "seq-len = 4611686018427387904 must be in" \

@@ -85,7 +85,10 @@ TEST(HostileInputs, SizesAreBoundedBeforeAllocating) {
   m.vocab_size = 256;
   m.n_layers = 100000000;
   EXPECT_NE(error_of([&] { m.validate(); }).find("n_layers"), std::string::npos);
-  m.n_layers = 1 << 20;  // legal, but terabytes of weights
+  m.n_layers = 4097;
+  EXPECT_NE(error_of([&] { m.validate(); }).find("n_layers = 4097 must be at most 4096"),
+            std::string::npos);
+  m.n_layers = 4096, m.dim = 1 << 16;  // legal, but terabytes of weights
   err = error_of([&] { m.validate(); });
   EXPECT_NE(err.find("the model's fp32 weights"), std::string::npos) << err;
   EXPECT_NE(err.find("GiB, limit"), std::string::npos) << err;
