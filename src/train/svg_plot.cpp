@@ -46,13 +46,17 @@ std::string escaped(const std::string& text) {
 }
 
 // Tick labels: positions as 512, 1k, 64k; other values with enough decimals that ticks `step`
-// apart read differently (at least 2).
+// apart read differently (at least 2); a value of a million or more (a diverged run's loss) in
+// three significant digits with an exponent, not hundreds of digits.
 std::string tick_text(double v, bool positions, double step = 1) {
   std::ostringstream s;
   if (positions && v >= 1024 && std::fmod(v, 1024) == 0) {
     s << v / 1024 << "k";
   } else if (positions) {
     s << std::round(v);
+  } else if (std::fabs(v) >= 1e6) {
+    s.precision(3);
+    s << v;
   } else {
     const int decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(step))) + 1, 2, 8);
     s.setf(std::ios::fixed);

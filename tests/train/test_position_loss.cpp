@@ -190,6 +190,13 @@ TEST(PositionLoss, PlotHasOneCurvePerRunAndMarksTheWindows) {
   write_loss_curves_comparison({"a", "b"}, {c, c}, (dir / "curves.svg").string());
   EXPECT_EQ(count_of(read_text(dir / "curves.svg"), "<polyline"), 2u);  // val has 1 point: dots
   EXPECT_EQ(count_of(read_text(dir / "curves.svg"), "<circle"), 2u);
+  // A diverged run's losses: tick labels with an exponent, not hundreds of digits.
+  LossCurves wild;
+  wild.train = {{1, 1e30}, {2, 3.5}, {3, -1e38}};
+  write_loss_curves_comparison({"wild"}, {wild}, (dir / "wild.svg").string());
+  const std::string wild_text = read_text(dir / "wild.svg");
+  EXPECT_NE(wild_text.find("e+37<"), std::string::npos) << wild_text;
+  EXPECT_EQ(wild_text.find("0000000000"), std::string::npos) << "a tick label in full digits";
   EXPECT_NE(
       error_of([&] { write_position_loss_plot({"a"}, {PositionLoss{}}, svg); }).find("no points"),
       std::string::npos);
