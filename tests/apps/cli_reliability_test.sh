@@ -83,6 +83,14 @@ expect_error "write-example --seq-len 2^62" "seq-len = 4611686018427387904 must 
 check "no example written" test ! -e "$dir/big.safetensors"
 printf '\x4a\x00\x00\x00\x00\x00\x00\x00{"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}' >"$dir/overflow.safetensors"
 expect_error "inspect: element count overflows" "overflows a 64-bit byte count" "$nsa" inspect "$dir/overflow.safetensors"
+# inspect on odd but valid contents: a tensor of NaNs only, an empty one, a newline in metadata.
+odd='{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},"__metadata__":{"note":"line1\nline2"}}'
+{ printf "$(printf '\\x%02x' ${#odd})\x00\x00\x00\x00\x00\x00\x00"; printf '%s' "$odd"
+  printf '\x00\x00\xc0\x7f\x00\x00\xc0\x7f'; } >"$dir/odd.safetensors"
+expect_ok "inspect: NaNs only, empty, a newline in metadata" "$nsa" inspect "$dir/odd.safetensors"
+check "inspect: NaNs only say so" grep -q "no finite values  NON-FINITE: 2" "$dir/out.txt"
+check "inspect: empty says so" grep -q "\[0\] *empty" "$dir/out.txt"
+check "inspect: metadata on one line" grep -q 'line1\\nline2' "$dir/out.txt"
 
 # 10. Out-of-range flags name the flag and the allowed range.
 expect_error "--seq-len -7" "seq-len = -7 must be in \[0, " train_base --steps 1 --seq-len -7 --out "$dir/bad"
