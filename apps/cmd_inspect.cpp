@@ -13,12 +13,15 @@
 namespace nsa::app {
 namespace {
 
-// A metadata value as one line: control characters escaped, and past 120 characters cut with its
-// length said (a file's metadata is anyone's text).
+// A name or metadata value as one line: control characters escaped, and past 120 bytes cut (at a
+// UTF-8 character's start) with its length said – a file's header is anyone's text.
 std::string shown(const std::string& value) {
   constexpr size_t kMax = 120;
+  size_t cut = std::min(value.size(), kMax);
+  while (cut > 0 && cut < value.size() && (static_cast<unsigned char>(value[cut]) & 0xc0) == 0x80)
+    --cut;
   std::string out;
-  for (size_t i = 0; i < value.size() && i < kMax; ++i) {
+  for (size_t i = 0; i < cut; ++i) {
     const unsigned char c = static_cast<unsigned char>(value[i]);
     if (c == '\n') {
       out += "\\n";
@@ -30,7 +33,7 @@ std::string shown(const std::string& value) {
       out += static_cast<char>(c);
     }
   }
-  if (value.size() > kMax) out += str("… (", value.size(), " characters)");
+  if (cut < value.size()) out += str("… (", value.size(), " bytes)");
   return out;
 }
 
@@ -48,7 +51,7 @@ void register_inspect_command(CLI::App& app) {
     }
     for (const std::string& name : f.names()) {
       const io::StoredTensor& t = f.at(name);
-      std::printf("  %-14s %-5s %-20s", name.c_str(), io::dtype_name(t.dtype),
+      std::printf("  %-14s %-5s %-20s", shown(name).c_str(), io::dtype_name(t.dtype),
                   shape_str(t.shape).c_str());
       if (t.dtype == io::DType::kU8) {
         std::printf("\n");
