@@ -60,8 +60,7 @@ void NsaConfig::validate() const {
             " (compression stride d divides selection block length l_sel)");
   NSA_CHECK(n_sel >= 3, "n_sel = ", n_sel,
             " must be at least 3 (blocks 0, c-1 and c are always selected)");
-  NSA_CHECK(std::isfinite(scale) && scale >= 0.0, "scale = ", scale,
-            " must be a finite number > 0 (or 0 for 1/sqrt(dk))");
+  check_finite_non_negative("scale", scale, " (0: 1/sqrt(dk))");
   NSA_CHECK(phi_hidden >= 0 && phi_hidden <= kHead, "phi_hidden = ", phi_hidden, " must be in [0, ",
             kHead, "] (0 means dk)");
 }
