@@ -71,13 +71,18 @@ struct LayerCase {
   // The SMs from which both kernels' rows must come as TMA boxes (0: never – the shape takes the
   // 16-byte copies); asserted, so that a change of the choice cannot leave a path untested.
   int tma_from_sms = 0;
+  int picks_tma_from_sms = -1;  // the picks' own (-1: as the parts')
 };
 
-// The rows' path the constructor chose, against the one the case expects on this GPU.
-void expect_rows_path(const cuda::NsaDecodeCuda& gpu, int tma_from_sms) {
-  const bool tma = tma_from_sms > 0 && cuda::current_sm_count() >= tma_from_sms;
-  EXPECT_EQ(gpu.parts_rows_by_tma(), tma) << "the parts' rows path";
-  EXPECT_EQ(gpu.picks_rows_by_tma(), tma) << "the picks' rows path";
+// The rows' paths the constructor chose, against the ones the case expects on this GPU.
+void expect_rows_path(const cuda::NsaDecodeCuda& gpu, int tma_from_sms,
+                      int picks_tma_from_sms = -1) {
+  if (picks_tma_from_sms < 0) picks_tma_from_sms = tma_from_sms;
+  const int sms = cuda::current_sm_count();
+  EXPECT_EQ(gpu.parts_rows_by_tma(), tma_from_sms > 0 && sms >= tma_from_sms)
+      << "the parts' rows path";
+  EXPECT_EQ(gpu.picks_rows_by_tma(), picks_tma_from_sms > 0 && sms >= picks_tma_from_sms)
+      << "the picks' rows path";
 }
 
 // Branch br's K and V (nk / nv values): the compressed branch's on the quarter grid (exact
@@ -153,7 +158,7 @@ TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
   const NsaConfig& c = lc.cfg;
   const int64_t B = lc.batch, H = c.heads, G = c.groups;
   cuda::NsaDecodeCuda gpu(c, B, std::max(lc.steps, lc.max_len), false);
-  expect_rows_path(gpu, lc.tma_from_sms);
+  expect_rows_path(gpu, lc.tma_from_sms, lc.picks_tma_from_sms);
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   DeviceBuffer<int32_t> pos(B);
   DeviceBuffer<bf16> o(B * H * c.dv);
@@ -281,6 +286,10 @@ INSTANTIATE_TEST_SUITE_P(
         // of the last column), B = 2: both kernels' rows by TMA from 32 SMs (4 × 5 parts, 4 × 8
         // picks CTAs).
         LayerCase{"heads8", make_config({16, 2, 64, 64}, {32, 16, 64, 16, 512}), 2, 300, 0, 32},
+        // m7c's attention at B = 16: the picks grid (16 × 2 × 8 CTAs) takes the TMA rows at up to
+        // two CTAs an SM (from 128 SMs), the parts' (16 × 2 × 6) at up to four (from 48).
+        LayerCase{"m7c_b16", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 16, 300, 700, 48,
+                  128},
         // d_k = d_v = 64 with 16 heads in one group: the 16-row scores (hpg > 8), compiled dims.
         LayerCase{"heads16", make_config({16, 1, 64, 64}, {32, 16, 64, 16, 512}), 1, 300},
         // l_sel = 128 (one block per 128-key part), dv ≠ dk, one group of 16 heads, n_sel = 3

@@ -11,6 +11,7 @@
 
 #include "common/dependent_launch.cuh"
 #include "common/fast_exp.cuh"
+#include "common/mma.cuh"
 #include "decode_params.cuh"
 
 namespace nsa::cuda::decode {
@@ -264,25 +265,70 @@ __device__ void fold_partial(const DecodeDims& m, const SmemPartial& own,
   __syncthreads();
 }
 
-// What the picks CTAs' final merge reads from global memory for one output element (head h, element
-// e): each branch's pre-merged partial (slot slot_pre + r, the top-n kernel's) and its gate.
+// What the picks CTAs' final merge reads for one output element (head h, element e): each
+// branch's pre-merged partial (slot slot_pre + r, the top-n kernel's) and its gate.
 struct PreMerged {
   float2 ml[kNumBranches];
   float o[kNumBranches], gate[kNumBranches];
 };
 
-__device__ __forceinline__ PreMerged load_premerged(const DecodeDims& m, const float* part_ml,
-                                                    const float* part_o,
-                                                    const bf16* const (&gate)[kNumBranches], int b,
-                                                    int g, int h, int e) {
+// The pre-merged partials and the gates of the heads a picks CTA gates, in its shared memory:
+// head hl's branch r at o[(hl·3 + r)·dv], ml[hl·3 + r], gate[hl·3 + r]. The partials are copied
+// (cp.async) with the candidate lists, right after the wait, so that the final merge finds them
+// there instead of waiting for L2 at the end of the kernel's chain; the gates, written kernels
+// earlier, are stored before the wait.
+struct PreMergedTile {
+  float* o;
+  float2* ml;
+  float* gate;
+};
+
+__host__ __device__ constexpr size_t premerged_tile_bytes(int heads, int dv) {
+  return (static_cast<size_t>(heads) * kNumBranches * (dv + 2 + 1) * sizeof(float) + 15) / 16 * 16;
+}
+
+__device__ __forceinline__ PreMergedTile carve_premerged(unsigned char* base, int heads,
+                                                         const DecodeDims& m) {
+  float* f = reinterpret_cast<float*>(base);  // o first: 16-byte aligned rows
+  const int n = heads * kNumBranches;
+  return PreMergedTile{f, reinterpret_cast<float2*>(f + n * m.dv), f + n * (m.dv + 2)};
+}
+
+// Before the wait: the gates of heads h0 .. h0 + nh − 1 (bf16 [B, H] per branch) as floats.
+__device__ __forceinline__ void store_gates(const DecodeDims& m,
+                                            const bf16* const (&gate)[kNumBranches], int bg, int h0,
+                                            int nh, const PreMergedTile& pt) {
+  for (int i = threadIdx.x; i < nh * kNumBranches; i += blockDim.x) {
+    const int hl = i / kNumBranches, r = i - hl * kNumBranches;
+    pt.gate[i] = __bfloat162float(gate[r][static_cast<int64_t>(bg) * m.hpg + h0 + hl]);
+  }
+}
+
+// After the wait: starts copying the pre-merged partials of heads h0 .. h0 + nh − 1 (no commit).
+__device__ __forceinline__ void issue_premerged(const DecodeDims& m, const float* part_ml,
+                                                const float* part_o, int bg, int h0, int nh,
+                                                const PreMergedTile& pt) {
+  const int per = m.dv / 4 + 1;  // the output's 16-byte pieces, then (max, sum)
+  for (int i = threadIdx.x; i < nh * kNumBranches * per; i += blockDim.x) {
+    const int k = i / per, j = i - k * per, hl = k / kNumBranches, r = k - hl * kNumBranches;
+    const int64_t pi = part_index(m, bg, m.slot_pre + r) + h0 + hl;
+    if (j < per - 1) {
+      cp_async16(pt.o + k * m.dv + 4 * j, part_o + pi * m.dv + 4 * j);
+    } else {
+      cp_async8(pt.ml + k, part_ml + 2 * pi);
+    }
+  }
+}
+
+__device__ __forceinline__ PreMerged premerged_at(const DecodeDims& m, const PreMergedTile& pt,
+                                                  int hl, int e) {
   PreMerged pm;
-  const int bg = b * m.G + g;
-  const int64_t gi = static_cast<int64_t>(bg) * m.hpg + h;
 #pragma unroll
   for (int r = 0; r < kNumBranches; ++r) {
-    pm.ml[r] = load_ml(m, part_ml, bg, m.slot_pre + r, h);
-    pm.o[r] = __ldcg(part_o + (part_index(m, bg, m.slot_pre + r) + h) * m.dv + e);
-    pm.gate[r] = __bfloat162float(gate[r][gi]);
+    const int k = hl * kNumBranches + r;
+    pm.ml[r] = pt.ml[k];
+    pm.o[r] = pt.o[k * m.dv + e];
+    pm.gate[r] = pt.gate[k];
   }
   return pm;
 }
@@ -295,8 +341,8 @@ struct Inbox {
   float *o, *ml;
 };
 
-__host__ __device__ constexpr size_t inbox_bytes(int hpg, int dv) {
-  return static_cast<size_t>(hpg + kPicksCluster - 1) * (dv + 2) * sizeof(float);
+__host__ __device__ constexpr size_t inbox_bytes(int hpg, int dv) {  // a multiple of 16
+  return (static_cast<size_t>(hpg + kPicksCluster - 1) * (dv + 2) * sizeof(float) + 15) / 16 * 16;
 }
 
 __device__ __forceinline__ Inbox carve_inbox(unsigned char* base, const DecodeDims& m) {

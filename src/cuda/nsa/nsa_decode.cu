@@ -265,6 +265,8 @@ __global__ void __launch_bounds__(kPartThreads)
   // partial is ready.
   const int heads = (m.hpg + cluster - 1) / cluster, h0 = rank * heads;
   const int nh = max(0, min(heads, m.hpg - h0));
+  const PreMergedTile premerged = carve_premerged(
+      after_select + 2 * smem_partial_bytes(m.hpg, m.dv) + inbox_bytes(m.hpg, m.dv), heads, m);
   if (threadIdx.x == 0) {
     mbarrier_init_one(&received);
     mbarrier_expect_bytes(&received, static_cast<uint32_t>((cluster - 1) * nh * (m.dv + 2) * 4));
@@ -276,6 +278,7 @@ __global__ void __launch_bounds__(kPartThreads)
   const int t = p.pos[b];
   tile_issue_q(m, p.q, b, g, tl);
   cp_async_commit();
+  store_gates(m, p.gate, bg, h0, nh, premerged);  // written kernels before (a barrier follows)
   const InputRows in = input_rows(p, kSel, b, g);
   // kTma: the token's rows, put into the tile where a part holds position t.
   const uint4 piece = kTma ? load_input_piece(m, in.k, in.v) : make_uint4(0, 0, 0, 0);
@@ -294,6 +297,7 @@ __global__ void __launch_bounds__(kPartThreads)
       wait_for_previous_kernel_only();  // the next kernel may start once the selection is made
       trace_mark<kTrace>(p, kTracePicks, 1);  // released
       issue_candidates(m, p.cand, bg, scratch);
+      issue_premerged(m, p.part_ml, p.part_o, bg, h0, nh, premerged);
       cp_async_commit();
     }
     cp_async_wait<0>();
@@ -363,22 +367,16 @@ __global__ void __launch_bounds__(kPartThreads)
   cluster_wait();  // every CTA's inbox barrier is armed (met long ago: no wait in practice)
   push_partial(m, own, inbox, &received, rank, heads);
   __syncthreads();  // the CTA's own partials in its inbox
-  // An output element a thread; the first element's pre-merged partials are loaded while the
-  // cluster's partials land.
+  // An output element a thread, from the pre-merged partials in shared memory (copied with the
+  // candidates) and the cluster's partials in the inbox.
   const int items = nh * m.dv;
-  PreMerged first{};
-  if (static_cast<int>(threadIdx.x) < items)
-    first = load_premerged(m, p.part_ml, p.part_o, p.gate, b, g, h0 + threadIdx.x / m.dv,
-                           threadIdx.x % m.dv);
   if (items == 0) return;  // its pushes need nothing of it: they complete on their receivers
   mbarrier_wait_cluster(&received, 0);
   trace_mark<kTrace>(p, kTracePicks, 6);  // the inbox is full
   const int64_t o_row = static_cast<int64_t>(bg) * m.hpg;
   for (int item = threadIdx.x; item < items; item += blockDim.x) {
     const int hl = item / m.dv, e = item % m.dv;
-    const PreMerged pm = item == static_cast<int>(threadIdx.x)
-                             ? first
-                             : load_premerged(m, p.part_ml, p.part_o, p.gate, b, g, h0 + hl, e);
+    const PreMerged pm = premerged_at(m, premerged, hl, e);
     p.o[(o_row + h0 + hl) * m.dv + e] =
         __float2bfloat16(gate_branches(m, pm, inbox, cluster, heads, hl, e));
   }
@@ -721,7 +719,8 @@ size_t NsaDecodeCuda::picks_smem_bytes() const {
   const int hpg = static_cast<int>(cfg_.heads_per_group()), dv = static_cast<int>(cfg_.dv);
   return (pick_maps_.on ? kTileAlignSlack : 0) + tile_bytes(static_cast<int>(cfg_.dk), dv) +
          select_scratch_bytes(sel_chunks_, cfg_.n_sel) + 2 * smem_partial_bytes(hpg, dv) +
-         inbox_bytes(hpg, dv);
+         inbox_bytes(hpg, dv) +
+         premerged_tile_bytes(static_cast<int>(ceil_div(hpg, picks_cluster_)), dv);
 }
 
 // The keys of a chunk's blocks, and the group probabilities of the compressed tokens that meet it.
