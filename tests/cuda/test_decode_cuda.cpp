@@ -286,10 +286,11 @@ INSTANTIATE_TEST_SUITE_P(
         // of the last column), B = 2: both kernels' rows by TMA from 32 SMs (4 × 5 parts, 4 × 8
         // picks CTAs).
         LayerCase{"heads8", make_config({16, 2, 64, 64}, {32, 16, 64, 16, 512}), 2, 300, 0, 32},
-        // m7c's attention at B = 16: the picks grid (16 × 2 × 8 CTAs) takes the TMA rows at up to
-        // two CTAs an SM (from 128 SMs), the parts' (16 × 2 × 6) at up to four (from 48).
+        // m7c's attention at B = 16 (the benchmark's batch): the parts' rows by TMA (16 × 2 × 6
+        // CTAs, up to four an SM from 48 SMs), the picks' (16 × 2 × 8 CTAs, at most one an SM) by
+        // 16-byte copies below 256 SMs.
         LayerCase{"m7c_b16", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 16, 300, 700, 48,
-                  128},
+                  256},
         // d_k = d_v = 64 with 16 heads in one group: the 16-row scores (hpg > 8), compiled dims.
         LayerCase{"heads16", make_config({16, 1, 64, 64}, {32, 16, 64, 16, 512}), 1, 300},
         // l_sel = 128 (one block per 128-key part), dv ≠ dk, one group of 16 heads, n_sel = 3
