@@ -225,7 +225,7 @@ struct SmemPartial {
 };
 
 __host__ __device__ constexpr size_t smem_partial_bytes(int hpg, int dv) {
-  return (static_cast<size_t>(hpg) * (2 + dv) * sizeof(float) + 15) / 16 * 16;
+  return round16(static_cast<size_t>(hpg) * (2 + dv) * sizeof(float));
 }
 
 __device__ __forceinline__ SmemPartial carve_partial(unsigned char* base, const DecodeDims& m) {
@@ -284,7 +284,7 @@ struct PreMergedTile {
 };
 
 __host__ __device__ constexpr size_t premerged_tile_bytes(int heads, int dv) {
-  return (static_cast<size_t>(heads) * kNumBranches * (dv + 2 + 1) * sizeof(float) + 15) / 16 * 16;
+  return round16(static_cast<size_t>(heads) * kNumBranches * (dv + 2 + 1) * sizeof(float));
 }
 
 __device__ __forceinline__ PreMergedTile carve_premerged(unsigned char* base, int heads,
@@ -342,7 +342,7 @@ struct Inbox {
 };
 
 __host__ __device__ constexpr size_t inbox_bytes(int hpg, int dv) {  // a multiple of 16
-  return (static_cast<size_t>(hpg + kPicksCluster - 1) * (dv + 2) * sizeof(float) + 15) / 16 * 16;
+  return round16(static_cast<size_t>(hpg + kPicksCluster - 1) * (dv + 2) * sizeof(float));
 }
 
 __device__ __forceinline__ Inbox carve_inbox(unsigned char* base, const DecodeDims& m) {

@@ -25,6 +25,13 @@
 
 namespace nsa::cuda::decode {
 
+// x rounded up to a multiple of 16: rows of 16-row MMA tiles, and 16-byte aligned shared-memory
+// carves (int or size_t).
+template <typename T>
+__host__ __device__ constexpr T round16(T x) {
+  return (x + 15) / 16 * 16;
+}
+
 using bf16 = __nv_bfloat16;
 
 constexpr int kMaxHeadsPerGroup = 16;  // the rows of one m16n8k16 tile

@@ -17,10 +17,6 @@
 
 namespace nsa::cuda::decode {
 
-__host__ __device__ constexpr int round16(int x) {
-  return (x + 15) / 16 * 16;
-}
-
 // The staged tile: q [16, dk], keys [kPartKeys, dk] and values [kPartKeys, dv] (bf16). q and the
 // values have padded rows (mma.cuh's tile_stride) so that the fragment loads are free of bank
 // conflicts; the keys are packed and swizzled instead (key_piece), which saves the 2 KiB of
