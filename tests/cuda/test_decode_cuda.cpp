@@ -85,6 +85,15 @@ void expect_rows_path(const cuda::NsaDecodeCuda& gpu, int tma_from_sms,
       << "the picks' rows path";
 }
 
+// Whether the compressed parts left the top-n block sums (decode_params.cuh) – the shapes whose
+// scores are narrow (d_k = d_v = 64, at most 8 heads a group) with l = 2d and l_sel = 4d, as m7c's
+// – or every score: both paths are taken by the cases below, and a change of the choice is caught.
+void expect_selection_path(const cuda::NsaDecodeCuda& gpu, const NsaConfig& c) {
+  const bool sums =
+      c.dk == 64 && c.dv == 64 && c.heads_per_group() <= 8 && c.l == 2 * c.d && c.l_sel == 4 * c.d;
+  EXPECT_EQ(gpu.selection_by_block_sums(), sums) << "the top-n's inputs: block sums or scores";
+}
+
 // Branch br's K and V (nk / nv values): the compressed branch's on the quarter grid (exact
 // averages: selections can differ only at fp32 near ties), the others normal.
 void fill_kv(Bf16Input& k, Bf16Input& v, int br, int64_t nk, int64_t nv, std::mt19937& rng) {
@@ -159,6 +168,7 @@ TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
   const int64_t B = lc.batch, H = c.heads, G = c.groups;
   cuda::NsaDecodeCuda gpu(c, B, std::max(lc.steps, lc.max_len), false);
   expect_rows_path(gpu, lc.tma_from_sms, lc.picks_tma_from_sms);
+  expect_selection_path(gpu, c);
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   DeviceBuffer<int32_t> pos(B);
   DeviceBuffer<bf16> o(B * H * c.dv);
@@ -322,22 +332,19 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"one_cta", make_config({16, 1, 16, 64}, {16, 8, 32, 3, 32}), 2, 500}),
     [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 
-// Long contexts, where every branch is split into many parts: m7c's attention with caches filled by
-// prefill on both sides (the GPU's NsaDecodeCuda::prefill, the CPU's NsaDecodeCache::prefill) to
-// 50,001 and 12,345 tokens – no multiple of d, l, l_sel, w or the 128-key parts – then 70 steps
-// that cross compressed emissions and a block boundary. At 50,001 tokens a step has 3,124
-// compressed tokens (25 compressed parts, pre-merged per head), 779 candidate blocks (13 block
-// top-n chunks whose candidate lists are merged), 4 window parts and 13 picked blocks in 7 parts.
-// Same checks as above: o within 2^-7·max|o| + 1e-3, selections identical but for fp32 near ties.
-// Its parts grid (2 sequences × 2 groups × 30 parts) and picks grid (2 × 2 × 8 CTAs) take the TMA
-// rows on a 132-SM GPU, at b·rows offsets.
-TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
+// m7c's attention with caches for `capacity` tokens filled by prefill on both sides (the GPU's
+// NsaDecodeCuda::prefill, the CPU's NsaDecodeCache::prefill) to `lengths`, then `steps` steps on
+// fresh inputs. Same checks as the shapes above: o within 2^-7·max|o| + 1e-3, selections
+// identical but for fp32 near ties. The parts' rows come by TMA from `tma_from_sms` SMs, the
+// picks' from `picks_tma_from_sms` (expect_rows_path).
+void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t capacity,
+                                  int64_t steps, int tma_from_sms, int picks_tma_from_sms) {
   const NsaConfig c = make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512});
-  const std::vector<int64_t> lengths = {50001, 12345};
-  const int64_t B = static_cast<int64_t>(lengths.size()), H = c.heads, G = c.groups, steps = 70;
+  const int64_t B = static_cast<int64_t>(lengths.size()), H = c.heads, G = c.groups;
   const int64_t kw = G * c.dk, vw = G * c.dv;
-  cuda::NsaDecodeCuda gpu(c, B, lengths[0] + steps, false);
-  expect_rows_path(gpu, 32);  // parts 2 × 2 × 30 CTAs ≤ 4 an SM, picks 2 × 2 × 8 ≤ 1 an SM
+  cuda::NsaDecodeCuda gpu(c, B, capacity, false);
+  expect_rows_path(gpu, tma_from_sms, picks_tma_from_sms);
+  EXPECT_TRUE(gpu.selection_by_block_sums());
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   std::mt19937 rng(29);
   // The prompts' K/V per branch, packed back to back on the GPU, one tensor per prompt on the CPU;
@@ -359,7 +366,8 @@ TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
   }
   DeviceBuffer<int64_t> cu_dev;
   cu_dev.upload(cu.data(), B + 1);
-  const std::vector<int32_t> seqs = {0, 1};
+  std::vector<int32_t> seqs;  // each prompt its own sequence
+  for (int64_t b = 0; b < B; ++b) seqs.push_back(static_cast<int32_t>(b));
   DeviceBuffer<int32_t> seq_dev;
   seq_dev.upload(seqs.data(), B);
   const bf16* pkp[3] = {pk[0].dev.get(), pk[1].dev.get(), pk[2].dev.get()};
@@ -400,12 +408,31 @@ TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
     }
   }
   std::printf(
-      "[ long ] %lld steps × %lld sequences from 50,001 / 12,345 tokens: worst |Δo| / tol %.3f; "
-      "selection sets that differ %lld of %lld\n",
-      static_cast<long long>(steps), static_cast<long long>(B), worst,
-      static_cast<long long>(sel_diff), static_cast<long long>(sel_sets));
+      "[ long ] %lld steps × %lld sequences from %lld tokens on, caches for %lld: worst |Δo| / tol "
+      "%.3f; selection sets that differ %lld of %lld\n",
+      static_cast<long long>(steps), static_cast<long long>(B), static_cast<long long>(lengths[0]),
+      static_cast<long long>(capacity), worst, static_cast<long long>(sel_diff),
+      static_cast<long long>(sel_sets));
   EXPECT_LE(sel_diff * 200, std::max<int64_t>(sel_sets, 200))
       << "more than 0.5 % (and more than one) of the selections differ";
+}
+
+// Long contexts, where every branch is split into many parts: 50,001 and 12,345 tokens – no
+// multiple of d, l, l_sel, w or the 128-key parts – then 70 steps that cross compressed emissions
+// and a block boundary. At 50,001 tokens a step has 3,124 compressed tokens (25 compressed parts,
+// pre-merged per head), 779 candidate blocks (13 block top-n chunks whose candidate lists are
+// merged), 4 window parts and 13 picked blocks in 7 parts. Its parts grid (2 sequences × 2 groups
+// × 30 parts) and picks grid (2 × 2 × 8 CTAs) take the TMA rows on a 132-SM GPU, at b·rows offsets.
+TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
+  expect_prefilled_matches_cpu({50001, 12345}, 50001 + 70, 70, 32, 32);
+}
+
+// Caches for 530,000 tokens, filled to 20,001 and 3,333: the top-n's chunks hold 320 blocks – more
+// than its 256 threads, so the block sums' loop scores a second round and the chunk's 42 warps'
+// weights take a second pass – and the parts grid (264 parts a (sequence, group)) is too large for
+// TMA rows on fewer than 264 SMs.
+TEST(CudaDecodeLong, LargeCapacityChunksMatchTheCpuCache) {
+  expect_prefilled_matches_cpu({20001, 3333}, 530000, 20, 0, 32);
 }
 
 ModelConfig tiny_model(const std::map<std::string, std::string>& overrides) {

@@ -55,6 +55,9 @@ struct DecodeDims {
   int cmp_parts, win_parts, block0_parts, late_parts, pick_parts, dense_parts;
   int slot_win, slot_block0, slot_pre, slots;
   int sel_chunk, sel_chunks;  // candidate blocks per block top-n CTA, CTAs per (sequence, group)
+  // The block sums' quartets per (sequence, group, head) row, 0 where the parts leave every
+  // compressed score instead (block_sums_row).
+  int sums_q;
   float scale;
   // Division by d, l_sel, seg_len, l and w without a division instruction (common/fast_div.h).
   FastDiv div_d, div_lsel, div_seg, div_l, div_w, div_g;  // div_g: by G, for a CTA's (b, g)
@@ -100,8 +103,10 @@ struct DecodeParams {
   // Caches: every position (selected branch and dense), the window ring, the ring of the last l
   // raw rows, the compressed tokens.
   bf16 *k_sel, *v_sel, *k_win, *v_win, *k_raw, *v_raw, *k_cmp, *v_cmp;
-  // Scratch: compressed scores [B, H, max_cmp]; partials [B·G, slots, hpg, 2 | dv]; block
-  // candidates [B·G, sel_chunks, candidate_stride(n_sel)].
+  // Scratch: what the compressed parts leave the top-n – their scaled scores [B, H, max_cmp], or
+  // with dims.sums_q > 0 the block sums' rows [B·G, hpg, block_sums_floats] (block_sums_row);
+  // partials [B·G, slots, hpg, 2 | dv]; block candidates [B·G, sel_chunks,
+  // candidate_stride(n_sel)].
   float *scores, *part_ml, *part_o;
   Candidate* cand;
   // Whether the picks kernel runs its selection once before its wait, on empty lists (a dry pass
@@ -114,6 +119,23 @@ struct DecodeParams {
   uint64_t* trace;
   int64_t trace_ctas;
 };
+
+// The block sums (where l = 2d and l_sel = 4d, as m7c's 32, 16, 64, and the parts' scores are
+// narrow: decode_tile.cuh): block j's selection score (docs/nsa.md, "Selection scores") is
+// Σ_h Σ_i w_i·exp(s_hi − M_h) / L_h over its compressed tokens i = 4j − 1 .. 4j + 3, weights
+// ½, 1, 1, 1, ½ – so over "quartet" j (tokens 4j .. 4j + 3) and the last token of quartet j − 1.
+// Each part's warp, which holds 32 tokens (8 quartets) and its own max m_w of each head, leaves
+// per head and quartet A_q = Σ p_i·w_i over tokens 4q .. 4q + 3 (w = 1, 1, 1, ½), B_q = ½·p_(4q+3)
+// with p = exp(s − m_w), and m_w; the top-n then scores a block as
+// Σ_h A_j·f_h(w(4j)) + B_(j−1)·f_h(w(4j − 1)), f_h(w) = exp(m_w − M_h) / L_h – the reference's
+// terms summed in another order, so only near ties can choose differently. A row of one (sequence,
+// group, head): A [sums_q], B [sums_q], the warps' maxes [sums_q / 8] (natural units, scaled).
+__host__ __device__ constexpr int64_t block_sums_floats(int64_t sums_q) {
+  return 2 * sums_q + sums_q / 8;
+}
+__device__ __forceinline__ float* block_sums_row(const DecodeDims& m, float* sums, int bg, int h) {
+  return sums + (static_cast<int64_t>(bg) * m.hpg + h) * block_sums_floats(m.sums_q);
+}
 
 __device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {
   return t + 1 < m.l ? 0 : m.div_d.div(t + 1 - m.l) + 1;

@@ -36,17 +36,27 @@ __host__ __device__ constexpr TopkChunks topk_chunks(int64_t max_len, int64_t l_
 // Block scores and a partial top-n for chunk `chunk` of group-row bg: the candidate blocks
 // [1 + chunk·sel_chunk, 1 + (chunk + 1)·sel_chunk) ∩ [1, c − 2], the chunk's best
 // `free` = n_sel − forced by (score desc, index asc) in rank order into cand (the rest of its n_sel
-// entries empty). Latency: the scores of the chunk's first kTopkTokens·blockDim tokens and the
-// statistics of the first kStatParts·32 compressed parts are loaded before the position, so all
-// arrive in one round trip (those past the position's last token are then left out). smem: block
-// keys [sel_chunk] (Candidate, two floats each), then the group probabilities of the tokens that
-// meet the chunk. Every thread of the CTA calls it.
+// entries empty). `scores` is what the parts left: every compressed token's scaled scores, or with
+// kSums the block sums (decode_params.cuh; at most kSumHeads heads). Latency: the chunk's scores
+// (of its first kTopkTokens·blockDim tokens) or sums (of its first blockDim blocks, and its warps'
+// maxes) and the statistics of the first kStatParts·32 compressed parts are loaded before the
+// position, so all arrive in one round trip (those past the position's last token are then left
+// out). smem: block keys [sel_chunk] (Candidate, two floats each), then the group probabilities of
+// the tokens that meet the chunk, or with kSums the weights f of its warps. Every thread of the CTA
+// calls it.
 constexpr int kStatParts = 2;
 constexpr int kStatHeads = (kMaxHeadsPerGroup + kTopkThreads / 32 - 1) / (kTopkThreads / 32);
+constexpr int kSumHeads = 8;
+
+// The warps whose tokens meet a chunk of sel_chunk blocks (4·j0 − 1 .. 4·(j0 + sel_chunk) − 1),
+// the rows of its weights f in shared memory (kSumHeads floats each).
+__host__ __device__ constexpr int sum_warps(int64_t sel_chunk) {
+  return static_cast<int>(sel_chunk / 8 + 2);
+}
 
 // mark(k) records trace point k (decode_trace.cuh): 0 the statistics merged, 1 the probabilities
-// staged, 2 the blocks scored.
-template <typename Mark>
+// (kSums: the weights) staged, 2 the blocks scored.
+template <bool kSums, typename Mark>
 __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int bg, int chunk,
                            const float* scores, const float* part_ml, Candidate* cand, float* smem,
                            Mark&& mark) {
@@ -75,13 +85,39 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
       x[hh] = at[static_cast<int64_t>(hh) * m.max_cmp];
     }
   };
-  // Tokens past the chunk's last (gi_max: known before the position) are not loaded – a chunk of
-  // 64 blocks meets 257 tokens, so 255 threads of a CTA would load the last one's scores again.
-  float x[kTopkTokens][kMaxHeadsPerGroup];
+  // kSums: block j's A and the B of quartet j − 1 per head, and entry i of the chunk's warp maxes
+  // (warp w_lo + i / 8, head i mod 8); blocks and warps past the rows (the last chunk's tail, never
+  // scored) load the rows' last.
+  const int64_t row = block_sums_floats(m.sums_q);
+  const float* sums = scores + static_cast<int64_t>(bg) * m.hpg * row;
+  const int w_lo = (4 * j0 - 1) / 32, nf = sum_warps(m.sel_chunk) * kSumHeads;
+  const auto load_sums = [&](int j, float* a, float* bq) {
+    const int q = min(j, m.sums_q - 1);
 #pragma unroll
-  for (int k = 0; k < kTopkTokens; ++k) {
-    const int i = gi0 + threadIdx.x + k * blockDim.x;
-    if (k == 0 || i <= gi_max) load(i, gi_max, x[k]);
+    for (int hh = 0; hh < kSumHeads; ++hh) {
+      if (hh >= m.hpg) break;
+      a[hh] = sums[hh * row + q];
+      bq[hh] = sums[hh * row + m.sums_q + q - 1];
+    }
+  };
+  const auto load_warp_max = [&](int i) {
+    const int h = i % kSumHeads, w = min(w_lo + i / kSumHeads, m.sums_q / 8 - 1);
+    return h < m.hpg ? sums[h * row + 2 * m.sums_q + w] : -FLT_MAX;
+  };
+  float x[kTopkTokens][kMaxHeadsPerGroup];
+  float a[kSumHeads], bq[kSumHeads], wmax = -FLT_MAX;
+  if constexpr (kSums) {
+    if (threadIdx.x < m.sel_chunk) load_sums(j0 + threadIdx.x, a, bq);
+    if (threadIdx.x < nf) wmax = load_warp_max(threadIdx.x);
+  } else {
+    // Tokens past the chunk's last (gi_max: known before the position) are not loaded – a chunk
+    // of 64 blocks meets 257 tokens, so 255 threads of a CTA would load the last one's scores
+    // again.
+#pragma unroll
+    for (int k = 0; k < kTopkTokens; ++k) {
+      const int i = gi0 + threadIdx.x + k * blockDim.x;
+      if (k == 0 || i <= gi_max) load(i, gi_max, x[k]);
+    }
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
   float2 st[kStatHeads][kStatParts];
@@ -121,36 +157,63 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   }
   __syncthreads();
   mark(0);
-  // The group probabilities of the chunk's compressed tokens, staged in shared memory after the
-  // blocks' keys (8-byte keys: the kernel declares its dynamic shared memory 16-byte aligned).
+  // The group probabilities of the chunk's compressed tokens, or (kSums) the weights of its warps,
+  // staged in shared memory after the blocks' keys (8-byte keys: the kernel declares its dynamic
+  // shared memory 16-byte aligned).
   Candidate* block_key = reinterpret_cast<Candidate*>(smem);
   float* gp = smem + 2 * m.sel_chunk;
-  const auto stage = [&](int i, const float* xi) {
-    if (i > gi1) return;
-    float p = 0.0f;
+  if constexpr (kSums) {
+    // f_h(w) = exp(m_w − M_h) / L_h at gp[8·(w − w_lo) + h]; a block's score is
+    // Σ_h A_j·f_h(w(4j)) + B_(j−1)·f_h(w(4j − 1)), heads ascending.
+    const auto weight = [&](int i, float wm) {
+      const int h = i % kSumHeads;
+      gp[i] = h < m.hpg ? fast_exp(wm - head_max[h]) * head_inv_sum[h] : 0.0f;
+    };
+    if (threadIdx.x < nf) weight(threadIdx.x, wmax);
+    for (int i = threadIdx.x + blockDim.x; i < nf; i += blockDim.x) weight(i, load_warp_max(i));
+    __syncthreads();
+    mark(1);
+    for (int j = j0 + threadIdx.x, k = 0; j < j1; j += blockDim.x, ++k) {
+      if (k > 0) load_sums(j, a, bq);
+      const float* fa = gp + kSumHeads * ((4 * j) / 32 - w_lo);
+      const float* fb = gp + kSumHeads * ((4 * j - 1) / 32 - w_lo);
+      float score = 0.0f;
 #pragma unroll
-    for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh) {
-      if (hh >= m.hpg) break;
-      p += fast_exp(xi[hh] - head_max[hh]) * head_inv_sum[hh];
+      for (int hh = 0; hh < kSumHeads; ++hh) {
+        if (hh >= m.hpg) break;
+        score = fmaf(a[hh], fa[hh], score);
+        score = fmaf(bq[hh], fb[hh], score);
+      }
+      block_key[j - j0] = candidate_key(score, j);
     }
-    gp[i - gi0] = p;
-  };
+  } else {
+    const auto stage = [&](int i, const float* xi) {
+      if (i > gi1) return;
+      float p = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kTopkTokens; ++k) stage(gi0 + threadIdx.x + k * blockDim.x, x[k]);
-  for (int i = gi0 + threadIdx.x + kTopkTokens * blockDim.x; i <= gi1; i += blockDim.x) {
-    load(i, gi1, x[0]);
-    stage(i, x[0]);
-  }
-  __syncthreads();
-  mark(1);
-  const float inv_l = 1.0f / static_cast<float>(m.l);
-  for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    float score = 0.0f;  // ascending over the compressed tokens
-    for (int i = i_lo(j), hi = min(n - 1, i_end(j)); i <= hi; ++i) {
-      const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
-      score += gp[i - gi0] * static_cast<float>(overlap) * inv_l;
+      for (int hh = 0; hh < kMaxHeadsPerGroup; ++hh) {
+        if (hh >= m.hpg) break;
+        p += fast_exp(xi[hh] - head_max[hh]) * head_inv_sum[hh];
+      }
+      gp[i - gi0] = p;
+    };
+#pragma unroll
+    for (int k = 0; k < kTopkTokens; ++k) stage(gi0 + threadIdx.x + k * blockDim.x, x[k]);
+    for (int i = gi0 + threadIdx.x + kTopkTokens * blockDim.x; i <= gi1; i += blockDim.x) {
+      load(i, gi1, x[0]);
+      stage(i, x[0]);
     }
-    block_key[j - j0] = candidate_key(score, j);  // (score desc, block asc) as one unsigned order
+    __syncthreads();
+    mark(1);
+    const float inv_l = 1.0f / static_cast<float>(m.l);
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      float score = 0.0f;  // ascending over the compressed tokens
+      for (int i = i_lo(j), hi = min(n - 1, i_end(j)); i <= hi; ++i) {
+        const int overlap = min(i * m.d + m.l, (j + 1) * m.l_sel) - max(i * m.d, j * m.l_sel);
+        score += gp[i - gi0] * static_cast<float>(overlap) * inv_l;
+      }
+      block_key[j - j0] = candidate_key(score, j);  // (score desc, block asc) as one unsigned order
+    }
   }
   __syncthreads();
   mark(2);

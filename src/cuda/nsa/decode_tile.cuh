@@ -429,6 +429,49 @@ struct HeadColumns {
   __device__ static bool writes_stats(int gid, int) { return gid == 0; }
 };
 
+// What a compressed part leaves the top-n kernel (decode_params.cuh): with `scores`, the scaled
+// score of head h, key c at scores[h·stride + c]; with `sums` (the narrow layout only: hpg ≤ 8 and
+// d_k = d_v = 64, where the decoder takes the block sums' path), head 0's block-sums row
+// (block_sums_row) of the part's (sequence, group), the part's keys from `first` on (a multiple of
+// 32: a warp's keys are whole quartets). Neither: the part is not compressed.
+struct ScoresOut {
+  float* scores = nullptr;
+  int64_t stride = 0;
+  float* sums = nullptr;
+  int first = 0;
+};
+
+// Whether a part's scores are computed as Sᵀ = K·Qᵀ (HeadColumns): the heads fit the 8 columns
+// and the head dims are compiled in.
+__host__ __device__ constexpr bool narrow_scores(int dk, int dv, int hpg) {
+  return dk == 64 && dv == 64 && hpg <= 8;
+}
+
+// A warp's quartet sums (decode_params.cuh, "The block sums") from its probabilities p = s[t][e]
+// (HeadColumns: key key0 + 16t + 8·(e / 2) + gid, head 2·tq + e mod 2): the four keys of a quartet
+// are the lanes gid mod 4 = 0 .. 3 of one (gid / 4, tq), whose A meets in lane gid mod 4 = 0 (two
+// shuffles) and whose B is lane 3's half.
+template <int kTiles>
+__device__ __forceinline__ void write_quartets(const DecodeDims& m, const ScoresOut& out, int key0,
+                                               const float (&s)[kTiles][4]) {
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3, r = gid & 3;
+  const int64_t row = block_sums_floats(m.sums_q);
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = s[t][e], half = 0.5f * p;
+      float a = r == 3 ? half : p;
+      a += __shfl_xor_sync(0xffffffffu, a, 4);
+      a += __shfl_xor_sync(0xffffffffu, a, 8);
+      const int h = 2 * tq + (e & 1);
+      const int q = (out.first + key0 + 16 * t + 8 * (e >> 1)) / 4 + (gid >> 2);
+      if (h < m.hpg && r == 0) out.sums[h * row + q] = a;
+      if (h < m.hpg && r == 3) out.sums[h * row + m.sums_q + q] = half;
+    }
+  }
+}
+
 // tile_attend's phase hook: called by every thread after S = Q·Kᵀ (1) and after the warp's partial
 // is written (2); the decoder's does nothing, the workshop's (nsa_decode_tile) reads the clock.
 struct NoStamps {
@@ -437,9 +480,9 @@ struct NoStamps {
 
 // The attention of the staged part (its loads landed and a barrier passed): per head h < hpg the
 // part's max and sum of exp (ml[2h], ml[2h + 1], fp32) and its unnormalised output o[h·dv + e]
-// (8-byte aligned; global or shared memory); with s_out, also the scaled scores
-// s_out[h·s_stride + c]. count ≥ 1. Every thread of the CTA calls it; a barrier must follow before
-// the tile is staged again. kDk, kDv > 0 compile it for those head dims (tile_attend_part picks).
+// (8-byte aligned; global or shared memory); and what `out` asks for (ScoresOut). count ≥ 1. Every
+// thread of the CTA calls it; a barrier must follow before the tile is staged again. kDk, kDv > 0
+// compile it for those head dims (tile_attend_part picks).
 //
 // Each warp takes its own 32 keys through S = Q·Kᵀ, a softmax over them (a head's max and sum meet
 // in the lanes that hold it) and O = P·V with P straight from the S registers, and leaves (max,
@@ -450,7 +493,7 @@ struct NoStamps {
 // and half the exponentials.
 template <int kDk, int kDv, bool kNarrow = false, typename Stamps = NoStamps>
 __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& tile, int count,
-                                            float* s_out, int64_t s_stride, float* ml, float* o,
+                                            const ScoresOut& out, float* ml, float* o,
                                             Stamps stamp = {}) {
   static_assert(!kNarrow || (kDk > 0 && kDv > 0), "the narrow layout is for compiled head dims");
   float2(*warp_ml)[kMaxHeadsPerGroup] = warp_ml_table();  // (max, sum) of each warp's keys
@@ -486,7 +529,7 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
     }
   }
   mx[0] = Layout::head_max(mx[0]), mx[1] = Layout::head_max(mx[1]);
-  if (s_out) {
+  if (out.scores) {
     const int lane_key = key0 + Layout::lane_key(gid, tq);
 #pragma unroll
     for (int t = 0; t < kWarpTiles; ++t) {
@@ -494,7 +537,7 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
       for (int e = 0; e < Layout::kPerTile; ++e) {
         const int h = Layout::head(gid, tq, Layout::slot(e));
         if (valid(t, e) && h < m.hpg)
-          s_out[h * s_stride + lane_key + Layout::tile_key(t, e)] = s[t][e] * m.scale;
+          out.scores[h * out.stride + lane_key + Layout::tile_key(t, e)] = s[t][e] * m.scale;
       }
     }
   }
@@ -512,12 +555,20 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
     }
     Layout::to_a(pa[t], s[t]);
   }
+  if constexpr (kNarrow) {
+    if (out.sums) write_quartets(m, out, key0, s);
+  }
   sum[0] = Layout::head_sum(sum[0]), sum[1] = Layout::head_sum(sum[1]);
   if (Layout::writes_stats(gid, tq)) {  // the maxes in log2 units, as the fold takes them
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int h = Layout::head(gid, tq, r);
       if (h < m.hpg) warp_ml[warp][h] = make_float2(mx[r] * c2, sum[r]);
+      // The block sums' warp max, natural units of the scaled scores (−FLT_MAX: no keys).
+      if (kNarrow && out.sums && h < m.hpg) {
+        out.sums[h * block_sums_floats(m.sums_q) + 2 * m.sums_q + (out.first + key0) / 32] =
+            mx[r] > -FLT_MAX ? mx[r] * m.scale : -FLT_MAX;
+      }
     }
   }
   warp_values<kDv>(tl, dv, m.hpg, key0, tiles, pa);
@@ -559,14 +610,14 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
 // other shape with its dims read at run time (correct, not tuned).
 template <typename Stamps = NoStamps>
 __device__ __forceinline__ void tile_attend_part(const DecodeDims& m, const Tile& tl, int count,
-                                                 float* s_out, int64_t s_stride, float* ml,
-                                                 float* o, Stamps stamp = {}) {
-  if (m.dk == 64 && m.dv == 64 && m.hpg <= 8) {
-    tile_attend<64, 64, true>(m, tl, count, s_out, s_stride, ml, o, stamp);
+                                                 const ScoresOut& out, float* ml, float* o,
+                                                 Stamps stamp = {}) {
+  if (narrow_scores(m.dk, m.dv, m.hpg)) {
+    tile_attend<64, 64, true>(m, tl, count, out, ml, o, stamp);
   } else if (m.dk == 64 && m.dv == 64) {
-    tile_attend<64, 64, false>(m, tl, count, s_out, s_stride, ml, o, stamp);
+    tile_attend<64, 64, false>(m, tl, count, out, ml, o, stamp);
   } else {
-    tile_attend<0, 0, false>(m, tl, count, s_out, s_stride, ml, o, stamp);
+    tile_attend<0, 0, false>(m, tl, count, out, ml, o, stamp);
   }
 }
 

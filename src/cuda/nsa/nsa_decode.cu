@@ -188,10 +188,14 @@ __global__ void __launch_bounds__(kPartThreads, 6)
   tile_fix_rows(m, tl, count, patch, piece);
   if (emit >= 0) compress_row(p, b, g, t, first + emit, tl, emit);
   __syncthreads();
-  float* s_out = kind == PartKind::kCompressed
-                     ? p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first
-                     : nullptr;
-  tile_attend_part(m, tl, count, s_out, m.max_cmp, ml, p.part_o + part_index(m, bg, slot) * m.dv);
+  ScoresOut out;  // what a compressed part leaves the top-n
+  if (kind == PartKind::kCompressed && m.sums_q > 0) {
+    out.sums = block_sums_row(m, p.scores, bg, 0), out.first = first;
+  } else if (kind == PartKind::kCompressed) {
+    out.scores = p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first;
+    out.stride = m.max_cmp;
+  }
+  tile_attend_part(m, tl, count, out, ml, p.part_o + part_index(m, bg, slot) * m.dv);
   trace_mark<kTrace>(p, kTraceParts, 4);  // attended
 }
 
@@ -202,7 +206,8 @@ __global__ void __launch_bounds__(kPartThreads, 6)
 static_assert(kTopkThreads / 4 >= 256 / 4,
               "a pre-merge range (a quarter of a top-n CTA) needs a thread per float4 of a head's "
               "output, dv up to 256 (the constructor's limit)");
-template <bool kTrace>
+// kSums: the parts left block sums (dims.sums_q > 0), not every compressed score.
+template <bool kTrace, bool kSums>
 __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   trace_mark<kTrace>(p, kTraceTopk, 0);  // start
@@ -212,8 +217,8 @@ __global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParam
   extern __shared__ __align__(16) float topk_smem[];
   const int bg = blockIdx.x, b = m.div_g.div(bg), g = bg - b * m.G, y = blockIdx.y;
   if (y < m.sel_chunks) {
-    block_topk(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem,
-               [&](int k) { trace_mark<kTrace>(p, kTraceTopk, 4 + k); });
+    block_topk<kSums>(m, p.pos, b, bg, y, p.scores, p.part_ml, p.cand, topk_smem,
+                      [&](int k) { trace_mark<kTrace>(p, kTraceTopk, 4 + k); });
     trace_mark<kTrace>(p, kTraceTopk, 2);  // a chunk's candidates written
     return;
   }
@@ -356,7 +361,7 @@ __global__ void __launch_bounds__(kPartThreads)
     if (y == rank) trace_mark<kTrace>(p, kTracePicks, 4);  // the first part's rows landed
     const SmemPartial out = y == rank ? own : extra;       // later parts are folded into own
     if (sp.count > 0) {
-      tile_attend_part(m, tl, sp.count, nullptr, 0, out.ml, out.o);
+      tile_attend_part(m, tl, sp.count, ScoresOut{}, out.ml, out.o);
     } else {
       write_empty(m, out.ml);
     }
@@ -381,6 +386,13 @@ __global__ void __launch_bounds__(kPartThreads)
         __float2bfloat16(gate_branches(m, pm, inbox, cluster, heads, hl, e));
   }
   trace_mark<kTrace>(p, kTracePicks, 7);  // combined
+}
+
+// The top-n kernel's instance: with or without trace points, from block sums or scores.
+using TopkKernel = void (*)(DecodeParams);
+TopkKernel topk_kernel_for(bool traced, bool sums) {
+  if (traced) return sums ? topk_kernel<true, true> : topk_kernel<true, false>;
+  return sums ? topk_kernel<false, true> : topk_kernel<false, false>;
 }
 
 // The picks kernel's instance: with or without trace points, its rows by TMA or by cp.async – two
@@ -475,7 +487,16 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     v_raw_.resize(B_ * cfg.l * G * dv);
     k_cmp_.resize(B_ * max_cmp_ * G * dk);
     v_cmp_.resize(B_ * max_cmp_ * G * dv);
-    scores_.resize(B_ * H * max_cmp_);
+    // The block sums where the parts' scores are narrow and a block is four strides of d with
+    // l = 2d (decode_params.cuh); their rows cover every compressed part's keys.
+    if (narrow_scores(static_cast<int>(dk), static_cast<int>(dv), static_cast<int>(hpg)) &&
+        cfg.l == 2 * cfg.d && cfg.l_sel == 4 * cfg.d) {
+      sums_q_ = cmp_parts_ * kPartKeys / 4;
+      scores_.resize(B_ * G * hpg * block_sums_floats(sums_q_));
+    } else {
+      scores_.resize(B_ * H * max_cmp_);
+    }
+    scores_.zero();
     candidates_.resize(B_ * G * candidate_keys(sel_chunks_, cfg.n_sel));
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
@@ -521,11 +542,11 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   for (const bool traced : {false, true}) {  // the kernels with and without trace points
     allow_dynamic_smem(traced ? parts_kernel<true> : parts_kernel<false>, parts_smem_bytes());
     if (!dense) {
-      allow_dynamic_smem(traced ? topk_kernel<true> : topk_kernel<false>, block_topk_smem_bytes());
+      allow_dynamic_smem(topk_kernel_for(traced, sums_q_ > 0), block_topk_smem_bytes());
       allow_dynamic_smem(picks_kernel_for(traced, pick_maps_.on), picks_smem_bytes());
     }
     prefer_shared_carveout(traced ? parts_kernel<true> : parts_kernel<false>);
-    prefer_shared_carveout(traced ? topk_kernel<true> : topk_kernel<false>);
+    prefer_shared_carveout(topk_kernel_for(traced, sums_q_ > 0));
     if (!dense) prefer_shared_carveout(picks_kernel_for(traced, pick_maps_.on));
   }
   prefer_shared_carveout(dense_combine_kernel);
@@ -569,6 +590,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
   m.slots = static_cast<int>(slots_);
   m.sel_chunk = static_cast<int>(sel_chunk_);
   m.sel_chunks = static_cast<int>(sel_chunks_);
+  m.sums_q = static_cast<int>(sums_q_);
   m.scale = static_cast<float>(c.softmax_scale());
   m.div_d = FastDiv(m.d), m.div_lsel = FastDiv(m.l_sel), m.div_seg = FastDiv(m.seg_len);
   m.div_l = FastDiv(m.l), m.div_w = FastDiv(m.w), m.div_g = FastDiv(m.G);
@@ -605,7 +627,7 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
                      dim3(kPartThreads), 0, stream, p);
     return;
   }
-  launch_dependent(traced ? topk_kernel<true> : topk_kernel<false>,
+  launch_dependent(topk_kernel_for(traced, m.sums_q > 0),
                    dim3(BG, static_cast<unsigned>(sel_chunks_ + m.hpg)), dim3(kTopkThreads),
                    block_topk_smem_bytes(), stream, p);
   launch_dependent_clusters(picks_kernel_for(traced, pick_maps_.on), dim3(picks_cluster_, BG),
@@ -725,7 +747,9 @@ size_t NsaDecodeCuda::picks_smem_bytes() const {
 
 // The keys of a chunk's blocks, and the group probabilities of the compressed tokens that meet it.
 size_t NsaDecodeCuda::block_topk_smem_bytes() const {
-  const int64_t gp = (sel_chunk_ * cfg_.l_sel + cfg_.l) / cfg_.d + 2;
+  const int64_t probs = (sel_chunk_ * cfg_.l_sel + cfg_.l) / cfg_.d + 2;
+  const int64_t gp =
+      sums_q_ > 0 ? std::max<int64_t>(probs, sum_warps(sel_chunk_) * kSumHeads) : probs;
   return static_cast<size_t>(sel_chunk_) * sizeof(decode::Candidate) +
          static_cast<size_t>(gp) * sizeof(float);
 }

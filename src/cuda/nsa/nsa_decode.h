@@ -94,6 +94,9 @@ class NsaDecodeCuda {
   // the shape and the grids' sizes against the SMs) – for tests that must cover both paths.
   bool parts_rows_by_tma() const { return part_maps_.on != 0; }
   bool picks_rows_by_tma() const { return pick_maps_.on != 0; }
+  // Whether the compressed parts leave the top-n block sums instead of every score (the
+  // constructor's choice from the shape: decode_params.cuh, "The block sums").
+  bool selection_by_block_sums() const { return sums_q_ > 0; }
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
   // on `stream` after this call have every CTA of the three kernels stamp %globaltimer at fixed
@@ -141,6 +144,7 @@ class NsaDecodeCuda {
   // Parts per (sequence, group) of each kind and the slots of their partials (decode_params.cuh).
   int64_t cmp_parts_ = 0, win_parts_ = 0, block0_parts_ = 0, late_parts_ = 0, pick_parts_ = 0;
   int64_t dense_parts_ = 0, slots_ = 0;
+  int64_t sums_q_ = 0;          // the block sums' quartets per row (0: every compressed score kept)
   unsigned picks_cluster_ = 1;  // CTAs of the picks kernel per (sequence, group)
   // The parts kernel's cache rows by TMA where it wins (DecodePartMaps; constructor).
   DecodePartMaps part_maps_{};
