@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(nsa::cuda::decode::kPartThreads)
     unsigned long long g0, g1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
     if (threadIdx.x == 0) at[0] = clock64();
-    nsa::cuda::decode::tile_attend_part(m, tl, count, nsa::cuda::decode::ScoresOut{}, ml, o,
-                                        ClockStamps{at});
+    nsa::cuda::decode::tile_attend_part<false>(m, tl, count, nsa::cuda::decode::ScoresOut{}, ml, o,
+                                               ClockStamps{at});
     __syncthreads();
     if (threadIdx.x == 0) at[3] = clock64();
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));

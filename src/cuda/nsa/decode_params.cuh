@@ -48,6 +48,9 @@ constexpr int kTracePhases = 8;
 // computed in 64 bits where they multiply).
 struct DecodeDims {
   int G, hpg, dk, dv, l, d, l_sel, n_sel, w;
+  // The block sums' quartets per (sequence, group, head) row, 0 where the parts leave every
+  // compressed score instead (block_sums_row); in the 4 bytes before the 8-byte fields.
+  int sums_q;
   int64_t max_len, max_cmp;
   // Selected parts: keys per segment (one block, or a kPartKeys slice of a long block), blocks per
   // part (kPartKeys / l_sel, at least 1) and parts per block (⌈l_sel / kPartKeys⌉).
@@ -55,9 +58,6 @@ struct DecodeDims {
   int cmp_parts, win_parts, block0_parts, late_parts, pick_parts, dense_parts;
   int slot_win, slot_block0, slot_pre, slots;
   int sel_chunk, sel_chunks;  // candidate blocks per block top-n CTA, CTAs per (sequence, group)
-  // The block sums' quartets per (sequence, group, head) row, 0 where the parts leave every
-  // compressed score instead (block_sums_row).
-  int sums_q;
   float scale;
   // Division by d, l_sel, seg_len, l and w without a division instruction (common/fast_div.h).
   FastDiv div_d, div_lsel, div_seg, div_l, div_w, div_g;  // div_g: by G, for a CTA's (b, g)

@@ -449,26 +449,40 @@ __host__ __device__ constexpr bool narrow_scores(int dk, int dv, int hpg) {
 
 // A warp's quartet sums (decode_params.cuh, "The block sums") from its probabilities p = s[t][e]
 // (HeadColumns: key key0 + 16t + 8·(e / 2) + gid, head 2·tq + e mod 2): the four keys of a quartet
-// are the lanes gid mod 4 = 0 .. 3 of one (gid / 4, tq), whose A meets in lane gid mod 4 = 0 (two
-// shuffles) and whose B is lane 3's half.
+// are the lanes r = gid mod 4 = 0 .. 3 of one (gid / 4, tq). Their weighted terms x (½·p at r = 3)
+// meet in two shuffles; lane 0 writes the sum A, lane 3 its own term B – one store a value, at
+// constant offsets from a base per lane (the code runs once per CTA at batch 1, where its size
+// costs instruction fetches: docs/perf.md).
 template <int kTiles>
 __device__ __forceinline__ void write_quartets(const DecodeDims& m, const ScoresOut& out, int key0,
                                                const float (&s)[kTiles][4]) {
   const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3, r = gid & 3;
   const int64_t row = block_sums_floats(m.sums_q);
+  const float w = r == 3 ? 0.5f : 1.0f;
+  float* at = out.sums + 2 * tq * row + (r == 3 ? m.sums_q : 0) + (out.first + key0) / 4 + gid / 4;
+  const bool writes = r == 0 || r == 3;
+  const bool ok[2] = {writes && 2 * tq < m.hpg, writes && 2 * tq + 1 < m.hpg};
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float p = s[t][e], half = 0.5f * p;
-      float a = r == 3 ? half : p;
-      a += __shfl_xor_sync(0xffffffffu, a, 4);
+      const float x = w * s[t][e];
+      float a = x + __shfl_xor_sync(0xffffffffu, x, 4);
       a += __shfl_xor_sync(0xffffffffu, a, 8);
-      const int h = 2 * tq + (e & 1);
-      const int q = (out.first + key0 + 16 * t + 8 * (e >> 1)) / 4 + (gid >> 2);
-      if (h < m.hpg && r == 0) out.sums[h * row + q] = a;
-      if (h < m.hpg && r == 3) out.sums[h * row + m.sums_q + q] = half;
+      if (ok[e & 1]) at[(e & 1) * row + 4 * t + 2 * (e >> 1)] = r == 0 ? a : x;
     }
+  }
+}
+
+// The block sums' warp maxes of heads 2·tq and 2·tq + 1 (HeadColumns; mx raw scores, −FLT_MAX for
+// no keys), in natural units of the scaled scores.
+__device__ __forceinline__ void write_warp_max(const DecodeDims& m, const ScoresOut& out, int key0,
+                                               int tq, const float (&mx)[2]) {
+  const int64_t row = block_sums_floats(m.sums_q);
+  float* at = out.sums + 2 * tq * row + 2 * m.sums_q + (out.first + key0) / 32;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (2 * tq + r < m.hpg) at[r * row] = mx[r] > -FLT_MAX ? mx[r] * m.scale : -FLT_MAX;
   }
 }
 
@@ -491,7 +505,7 @@ struct NoStamps {
 // shared memory cost two more barriers and a round trip). The scores' layout is HeadRows, or with
 // kNarrow (hpg ≤ 8, d_k and d_v compiled in) HeadColumns – Sᵀ, one MMA a 16-key tile and k step
 // and half the exponentials.
-template <int kDk, int kDv, bool kNarrow = false, typename Stamps = NoStamps>
+template <int kDk, int kDv, bool kNarrow = false, bool kScores = true, typename Stamps = NoStamps>
 __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& tile, int count,
                                             const ScoresOut& out, float* ml, float* o,
                                             Stamps stamp = {}) {
@@ -529,7 +543,7 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
     }
   }
   mx[0] = Layout::head_max(mx[0]), mx[1] = Layout::head_max(mx[1]);
-  if (out.scores) {
+  if (kScores && out.scores) {
     const int lane_key = key0 + Layout::lane_key(gid, tq);
 #pragma unroll
     for (int t = 0; t < kWarpTiles; ++t) {
@@ -555,7 +569,7 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
     }
     Layout::to_a(pa[t], s[t]);
   }
-  if constexpr (kNarrow) {
+  if constexpr (kNarrow && kScores) {
     if (out.sums) write_quartets(m, out, key0, s);
   }
   sum[0] = Layout::head_sum(sum[0]), sum[1] = Layout::head_sum(sum[1]);
@@ -564,12 +578,8 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
     for (int r = 0; r < 2; ++r) {
       const int h = Layout::head(gid, tq, r);
       if (h < m.hpg) warp_ml[warp][h] = make_float2(mx[r] * c2, sum[r]);
-      // The block sums' warp max, natural units of the scaled scores (−FLT_MAX: no keys).
-      if (kNarrow && out.sums && h < m.hpg) {
-        out.sums[h * block_sums_floats(m.sums_q) + 2 * m.sums_q + (out.first + key0) / 32] =
-            mx[r] > -FLT_MAX ? mx[r] * m.scale : -FLT_MAX;
-      }
     }
+    if (kNarrow && kScores && out.sums) write_warp_max(m, out, key0, tq, mx);
   }
   warp_values<kDv>(tl, dv, m.hpg, key0, tiles, pa);
   stamp(2);
@@ -608,16 +618,18 @@ __device__ __forceinline__ void tile_attend(const DecodeDims& m, const Tile& til
 
 // tile_attend for the decoder's head dims: d_k = d_v = 64 (m7c_125m) compiled for them, every
 // other shape with its dims read at run time (correct, not tuned).
-template <typename Stamps = NoStamps>
+// kScores: the part may leave scores or block sums (`out`); without, that code is not compiled in
+// (the picks' parts).
+template <bool kScores, typename Stamps = NoStamps>
 __device__ __forceinline__ void tile_attend_part(const DecodeDims& m, const Tile& tl, int count,
                                                  const ScoresOut& out, float* ml, float* o,
                                                  Stamps stamp = {}) {
   if (narrow_scores(m.dk, m.dv, m.hpg)) {
-    tile_attend<64, 64, true>(m, tl, count, out, ml, o, stamp);
+    tile_attend<64, 64, true, kScores>(m, tl, count, out, ml, o, stamp);
   } else if (m.dk == 64 && m.dv == 64) {
-    tile_attend<64, 64, false>(m, tl, count, out, ml, o, stamp);
+    tile_attend<64, 64, false, kScores>(m, tl, count, out, ml, o, stamp);
   } else {
-    tile_attend<0, 0, false>(m, tl, count, out, ml, o, stamp);
+    tile_attend<0, 0, false, kScores>(m, tl, count, out, ml, o, stamp);
   }
 }
 

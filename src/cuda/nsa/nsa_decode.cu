@@ -188,14 +188,13 @@ __global__ void __launch_bounds__(kPartThreads, 6)
   tile_fix_rows(m, tl, count, patch, piece);
   if (emit >= 0) compress_row(p, b, g, t, first + emit, tl, emit);
   __syncthreads();
-  ScoresOut out;  // what a compressed part leaves the top-n
-  if (kind == PartKind::kCompressed && m.sums_q > 0) {
-    out.sums = block_sums_row(m, p.scores, bg, 0), out.first = first;
-  } else if (kind == PartKind::kCompressed) {
-    out.scores = p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first;
-    out.stride = m.max_cmp;
-  }
-  tile_attend_part(m, tl, count, out, ml, p.part_o + part_index(m, bg, slot) * m.dv);
+  // What a compressed part leaves the top-n: block sums or every score.
+  const bool cmp = kind == PartKind::kCompressed;
+  const ScoresOut out{
+      cmp && m.sums_q == 0 ? p.scores + static_cast<int64_t>(bg) * m.hpg * m.max_cmp + first
+                           : nullptr,
+      m.max_cmp, cmp && m.sums_q > 0 ? block_sums_row(m, p.scores, bg, 0) : nullptr, first};
+  tile_attend_part<true>(m, tl, count, out, ml, p.part_o + part_index(m, bg, slot) * m.dv);
   trace_mark<kTrace>(p, kTraceParts, 4);  // attended
 }
 
@@ -361,7 +360,7 @@ __global__ void __launch_bounds__(kPartThreads)
     if (y == rank) trace_mark<kTrace>(p, kTracePicks, 4);  // the first part's rows landed
     const SmemPartial out = y == rank ? own : extra;       // later parts are folded into own
     if (sp.count > 0) {
-      tile_attend_part(m, tl, sp.count, ScoresOut{}, out.ml, out.o);
+      tile_attend_part<false>(m, tl, sp.count, ScoresOut{}, out.ml, out.o);
     } else {
       write_empty(m, out.ml);
     }
