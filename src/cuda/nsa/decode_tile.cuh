@@ -450,26 +450,38 @@ __host__ __device__ constexpr bool narrow_scores(int dk, int dv, int hpg) {
 // A warp's quartet sums (decode_params.cuh, "The block sums") from its probabilities p = s[t][e]
 // (HeadColumns: key key0 + 16t + 8·(e / 2) + gid, head 2·tq + e mod 2): the four keys of a quartet
 // are the lanes r = gid mod 4 = 0 .. 3 of one (gid / 4, tq). Their weighted terms x (½·p at r = 3)
-// meet in two shuffles; lane 0 writes the sum A, lane 3 its own term B – one store a value, at
-// constant offsets from a base per lane (the code runs once per CTA at batch 1, where its size
-// costs instruction fetches: docs/perf.md).
+// of the thread's 8 values meet by halving exchanges – 4 values over lane bit 2, then 2 over lane
+// bit 3 – so that each of the four lanes ends with the sums A of 2 values, t = r mod 2, e / 2 =
+// r / 2 (6 shuffles, coalesced stores); lane 3 writes its own terms B. The code runs once per CTA
+// at batch 1, where its size costs instruction fetches (docs/perf.md).
 template <int kTiles>
 __device__ __forceinline__ void write_quartets(const DecodeDims& m, const ScoresOut& out, int key0,
                                                const float (&s)[kTiles][4]) {
+  static_assert(kTiles == 2, "the exchanges take a warp's two 16-key tiles");
+  const unsigned all = 0xffffffffu;
   const int lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3, r = gid & 3;
+  const bool b0 = r & 1, b1 = r >> 1;
   const int64_t row = block_sums_floats(m.sums_q);
   const float w = r == 3 ? 0.5f : 1.0f;
-  float* at = out.sums + 2 * tq * row + (r == 3 ? m.sums_q : 0) + (out.first + key0) / 4 + gid / 4;
-  const bool writes = r == 0 || r == 3;
-  const bool ok[2] = {writes && 2 * tq < m.hpg, writes && 2 * tq + 1 < m.hpg};
+  float x[8];  // value i = 4t + e
 #pragma unroll
-  for (int t = 0; t < kTiles; ++t) {
+  for (int i = 0; i < 8; ++i) x[i] = w * s[i / 4][i % 4];
+  float y[4], z[2];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float x = w * s[t][e];
-      float a = x + __shfl_xor_sync(0xffffffffu, x, 4);
-      a += __shfl_xor_sync(0xffffffffu, a, 8);
-      if (ok[e & 1]) at[(e & 1) * row + 4 * t + 2 * (e >> 1)] = r == 0 ? a : x;
+  for (int k = 0; k < 4; ++k)  // y[k]: value k + 4·b0 over lanes r and r ^ 1
+    y[k] = (b0 ? x[k + 4] : x[k]) + __shfl_xor_sync(all, b0 ? x[k] : x[k + 4], 4);
+#pragma unroll
+  for (int k = 0; k < 2; ++k)  // z[k]: value k + 2·b1 + 4·b0 over the four lanes: head 2·tq + k
+    z[k] = (b1 ? y[k + 2] : y[k]) + __shfl_xor_sync(all, b1 ? y[k] : y[k + 2], 8);
+  const int q0 = (out.first + key0) / 4 + gid / 4;  // the lane's first quartet (t = 0, e / 2 = 0)
+  float* head0 = out.sums + 2 * tq * row;
+  if (2 * tq < m.hpg) head0[q0 + 4 * b0 + 2 * b1] = z[0];
+  if (2 * tq + 1 < m.hpg) head0[row + q0 + 4 * b0 + 2 * b1] = z[1];
+  if (r == 3) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (2 * tq + (i & 1) < m.hpg)
+        head0[(i & 1) * row + m.sums_q + q0 + (i / 4) * 4 + (i & 2)] = x[i];
     }
   }
 }
