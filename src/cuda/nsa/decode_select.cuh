@@ -1,11 +1,13 @@
 // Decode selection (docs/nsa.md, "Selection scores" and "Top-n"), split over CTAs: block_topk
 // scores one chunk of candidate blocks of one (sequence, group) and keeps the chunk's best
 // n_sel − forced in rank order; select_blocks merges the chunks' lists into the exact top-n (the
-// union of the chunks' bests holds the global best). The arithmetic is the reference's order:
-// the group probability of each compressed token (Σ over heads in head order of exp(s − M_h)
-// times 1 / L_h, the head's merged max and the reciprocal of its sum – a rounding apart from the
-// reference's division, so that only near ties can differ), then each block's Σ over tokens
-// ascending of P[i]·overlap·(1/l); ties go to the lower block.
+// union of the chunks' bests holds the global best). From every compressed score the arithmetic
+// is the reference's order: the group probability of each compressed token (Σ over heads in head
+// order of exp(s − M_h) times 1 / L_h, the head's merged max and the reciprocal of its sum – a
+// rounding apart from the reference's division, so that only near ties can differ), then each
+// block's Σ over tokens ascending of P[i]·overlap·(1/l); from the parts' block sums (m7c's shape:
+// decode_params.cuh) the same terms summed over the tokens first, then the heads. Ties go to the
+// lower block.
 #pragma once
 
 #include "common/fast_exp.cuh"
