@@ -744,7 +744,8 @@ size_t NsaDecodeCuda::picks_smem_bytes() const {
          premerged_tile_bytes(static_cast<int>(ceil_div(hpg, picks_cluster_)), dv);
 }
 
-// The keys of a chunk's blocks, and the group probabilities of the compressed tokens that meet it.
+// The keys of a chunk's blocks, and the group probabilities of the compressed tokens that meet it
+// (block sums: the weights of its warps, fewer).
 size_t NsaDecodeCuda::block_topk_smem_bytes() const {
   const int64_t probs = (sel_chunk_ * cfg_.l_sel + cfg_.l) / cfg_.d + 2;
   const int64_t gp =
