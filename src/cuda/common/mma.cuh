@@ -100,20 +100,17 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float c0[4], const f
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
-// 16-byte asynchronous copy global → shared (cp.async, bypassing L1), its commit and wait.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+// Asynchronous copy of kBytes global → shared (cp.async), its commit and wait: 16 bytes bypass L1
+// (.cg), 4 and 8 go through it (.ca: sizes below 16 must); both addresses kBytes-aligned.
+template <int kBytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-// 4-byte asynchronous copy (cp.async.ca: sizes below 16 go through L1); src 4-byte aligned.
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
-// 8-byte asynchronous copy (cp.async.ca); both addresses 8-byte aligned.
-__device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(kBytes));
+  }
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);

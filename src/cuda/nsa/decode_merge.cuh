@@ -313,9 +313,9 @@ __device__ __forceinline__ void issue_premerged(const DecodeDims& m, const float
     const int k = i / per, j = i - k * per, hl = k / kNumBranches, r = k - hl * kNumBranches;
     const int64_t pi = part_index(m, bg, m.slot_pre + r) + h0 + hl;
     if (j < per - 1) {
-      cp_async16(pt.o + k * m.dv + 4 * j, part_o + pi * m.dv + 4 * j);
+      cp_async<16>(pt.o + k * m.dv + 4 * j, part_o + pi * m.dv + 4 * j);
     } else {
-      cp_async8(pt.ml + k, part_ml + 2 * pi);
+      cp_async<8>(pt.ml + k, part_ml + 2 * pi);
     }
   }
 }

@@ -325,7 +325,7 @@ __device__ __forceinline__ void issue_candidates(const DecodeDims& m, const Cand
   const int lists = static_cast<int>(candidate_keys(m.sel_chunks, m.n_sel));
   const int* in = reinterpret_cast<const int*>(cand + static_cast<int64_t>(bg) * lists);
   int* out = reinterpret_cast<int*>(sh.cand);
-  for (int i = threadIdx.x; i < 2 * lists; i += blockDim.x) cp_async4(out + i, in + i);
+  for (int i = threadIdx.x; i < 2 * lists; i += blockDim.x) cp_async<4>(out + i, in + i);
 }
 
 // What the selection at position t needs besides the candidates – known before they land, so

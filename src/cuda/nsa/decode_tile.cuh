@@ -135,7 +135,7 @@ __device__ __forceinline__ void tile_issue_q(const DecodeDims& m, const bf16* q,
     const int r = i / n8, c8 = i % n8;
     bf16* dst = tl.q + r * tl.qs + 8 * c8;
     if (r < m.hpg) {
-      cp_async16(dst, src + r * m.dk + 8 * c8);
+      cp_async<16>(dst, src + r * m.dk + 8 * c8);
     } else {
       *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
@@ -164,9 +164,9 @@ __device__ __forceinline__ void tile_issue_rows(const DecodeDims& m, const Tile&
   const int nk = m.dk / 8, nv = m.dv / 8;
   for_each_piece(n, nk + nv, [&](int c, int j) {
     if (j < nk) {
-      cp_async16(key_at(tl, c, j), k_first + c * k_stride + 8 * j);
+      cp_async<16>(key_at(tl, c, j), k_first + c * k_stride + 8 * j);
     } else {
-      cp_async16(tl.v + c * tl.vs + 8 * (j - nk), v_first + c * v_stride + 8 * (j - nk));
+      cp_async<16>(tl.v + c * tl.vs + 8 * (j - nk), v_first + c * v_stride + 8 * (j - nk));
     }
   });
 }
@@ -210,9 +210,9 @@ __device__ __forceinline__ void tile_issue_kv(const DecodeDims& m, const Tile& t
   const int nk = m.dk / 8, nv = m.dv / 8;
   for_each_piece(count, nk + nv, [&](int c, int j) {
     if (j < nk) {
-      cp_async16(key_at(tl, c, j), rows.k[c] + 8 * j);
+      cp_async<16>(key_at(tl, c, j), rows.k[c] + 8 * j);
     } else {
-      cp_async16(tl.v + c * tl.vs + 8 * (j - nk), rows.v[c] + 8 * (j - nk));
+      cp_async<16>(tl.v + c * tl.vs + 8 * (j - nk), rows.v[c] + 8 * (j - nk));
     }
   });
   tile_fix_rows(m, tl, count, -1, make_uint4(0, 0, 0, 0));

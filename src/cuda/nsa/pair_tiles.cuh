@@ -180,9 +180,9 @@ __device__ void fill_pair_stage(const NsaParams& p, const PairList& pairs, int64
     st.slot[i] = slot;
     if constexpr (kGrad) {
       if (th >= 0) {
-        cp_async4(st.lse2 + i, p.lse[c] + th);
-        cp_async4(st.delta + i, p.delta[c] + th);
-        cp_async4(st.gate + i, p.gate[c] + (th & ~int64_t{1}));
+        cp_async<4>(st.lse2 + i, p.lse[c] + th);
+        cp_async<4>(st.delta + i, p.delta[c] + th);
+        cp_async<4>(st.gate + i, p.gate[c] + (th & ~int64_t{1}));
       } else {
         st.lse2[i] = st.delta[i] = st.gate[i] = 0.0f;
       }

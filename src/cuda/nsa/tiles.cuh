@@ -101,7 +101,7 @@ __device__ __forceinline__ void load_tile(bf16* dst, int R, RowPtr row_ptr, int 
     if (src == nullptr) {
       *reinterpret_cast<uint4*>(dst_chunk) = make_uint4(0, 0, 0, 0);
     } else if constexpr (kAsync) {
-      cp_async16(dst_chunk, src + c * 8);
+      cp_async<16>(dst_chunk, src + c * 8);
     } else {
       *reinterpret_cast<uint4*>(dst_chunk) = load8(src + c * 8);
     }

@@ -53,7 +53,7 @@ __device__ __forceinline__ void load_sw_tile(unsigned char* dst, RowPtr row_ptr,
     if (src == nullptr) {
       *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
     } else {
-      cp_async16(d, src + c * 8);
+      cp_async<16>(d, src + c * 8);
     }
   }
 }

@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(kThreads)
   // first), so they and the angles come before the wait (common/dependent_launch.cuh), as the
   // bias (a weight) does.
   if (in.gate[0] != nullptr) {
-    for (int64_t i = threadIdx.x; i < 3 * in.H; i += blockDim.x) cp_async4(bias + i, gate_bias + i);
+    for (int64_t i = threadIdx.x; i < 3 * in.H; i += blockDim.x)
+      cp_async<4>(bias + i, gate_bias + i);
   }
   const double pos = static_cast<double>(positions[b]);
   for (int64_t i = threadIdx.x; i < in.dk / 2; i += blockDim.x)
@@ -53,9 +54,9 @@ __global__ void __launch_bounds__(kThreads)
   const float* from = proj + b * in.width;
   if (in.width % 4 == 0 && reinterpret_cast<uintptr_t>(from) % 16 == 0) {
     for (int64_t i = threadIdx.x; i < in.width / 4; i += blockDim.x)
-      cp_async16(row + 4 * i, from + 4 * i);
+      cp_async<16>(row + 4 * i, from + 4 * i);
   } else {
-    for (int64_t i = threadIdx.x; i < in.width; i += blockDim.x) cp_async4(row + i, from + i);
+    for (int64_t i = threadIdx.x; i < in.width; i += blockDim.x) cp_async<4>(row + i, from + i);
   }
   cp_async_commit();
   cp_async_wait<0>();

@@ -46,7 +46,7 @@ __device__ __forceinline__ uint4 load_chunk(const uint4* row, int c, int chunks)
 __device__ __forceinline__ void stage_norm_weight(const Operands& a, float* xs) {
   const int64_t row_quads = static_cast<int64_t>(a.B) * a.in / 4;
   for (int64_t i = threadIdx.x; i < a.in / 4; i += blockDim.x)
-    cp_async16(xs + 4 * (row_quads + i), a.x.norm_w + 4 * i);
+    cp_async<16>(xs + 4 * (row_quads + i), a.x.norm_w + 4 * i);
 }
 
 // After the wait: the fp32 rows [B, in] into xs (16-byte copies: in % 8 == 0), the whole CTA.
@@ -55,7 +55,7 @@ __device__ __forceinline__ void stage_norm_weight(const Operands& a, float* xs) 
 __device__ __forceinline__ void stage_rows(const Operands& a, float* xs) {
   const int64_t row_quads = static_cast<int64_t>(a.B) * a.in / 4;
   for (int64_t i = threadIdx.x; i < row_quads; i += blockDim.x)
-    cp_async16(xs + 4 * i, a.x.x_f32 + 4 * i);
+    cp_async<16>(xs + 4 * i, a.x.x_f32 + 4 * i);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
