@@ -128,7 +128,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
       std::error_code ignored;
       if (armed) fs::remove_all(dir, ignored);
     }
-  } created{o.out_dir, io::make_out_folder(o.out_dir, "a folder for the shards")};
+  } created{o.out_dir, io::make_out_folder(o.out_dir, "--out", "a folder for the shards")};
 
   std::unique_ptr<Tokenizer> tok;
   if (o.tokenizer == "bytes") {

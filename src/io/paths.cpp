@@ -21,13 +21,13 @@ bool lies_within(const fs::path& p, const fs::path& folder) {
   return std::mismatch(folder.begin(), folder.end(), p.begin(), p.end()).first == folder.end();
 }
 
-bool make_out_folder(const std::string& dir, const std::string& what) {
-  NSA_CHECK(!dir.empty(), "--out is empty; pass ", what);
-  NSA_CHECK(!fs::exists(dir) || fs::is_directory(dir), "--out '", dir,
+bool make_out_folder(const std::string& dir, const std::string& flag, const std::string& what) {
+  NSA_CHECK(!dir.empty(), flag, " is empty; pass ", what);
+  NSA_CHECK(!fs::exists(dir) || fs::is_directory(dir), flag, " '", dir,
             "' exists and is not a folder; pass ", what);
   std::error_code ec;
   const bool created = fs::create_directories(dir, ec);
-  NSA_CHECK(!ec, "--out '", dir, "': cannot create the folder: ", ec.message());
+  NSA_CHECK(!ec, flag, " '", dir, "': cannot create the folder: ", ec.message());
   return created;
 }
 

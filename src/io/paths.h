@@ -16,9 +16,10 @@ std::filesystem::path normal_path(const std::string& p);
 // Whether `p` is `folder` or lies inside it (both normal_path's).
 bool lies_within(const std::filesystem::path& p, const std::filesystem::path& folder);
 
-// Creates the --out folder `dir` (and its parents) unless it exists, refusing an empty name or a
-// path that is not a folder; `what` says what --out should be ("a run folder", "a folder for the
-// shards"). Returns whether this call created it: its command removes it again on failure.
-bool make_out_folder(const std::string& dir, const std::string& what);
+// Creates the output folder `dir` (and its parents) unless it exists, refusing an empty name or a
+// path that is not a folder; the errors name the command's `flag` ("--out") and say what it should
+// be (`what`: "a run folder", "a folder for the shards"). Returns whether this call created it: its
+// command removes it again on failure.
+bool make_out_folder(const std::string& dir, const std::string& flag, const std::string& what);
 
 }  // namespace nsa::io

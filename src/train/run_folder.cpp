@@ -39,7 +39,7 @@ bool is_run_output(const std::string& name) {
 }  // namespace
 
 RunFolderLock::RunFolderLock(const std::string& dir) {
-  created_ = io::make_out_folder(dir, "a run folder");
+  created_ = io::make_out_folder(dir, "--out", "a run folder");
   dir_ = dir;
   const std::string path = (fs::path(dir) / "run.lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);

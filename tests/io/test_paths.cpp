@@ -33,13 +33,13 @@ TEST(Paths, LiesWithinComparesWholeNames) {
 
 TEST(Paths, MakeOutFolderCreatesOnceAndRefusesFilesAndEmptyNames) {
   const fs::path dir = fs::path(unique_temp_path("paths_out")) / "a" / "b";
-  EXPECT_TRUE(io::make_out_folder(dir.string(), "a run folder"));  // with its parents
+  EXPECT_TRUE(io::make_out_folder(dir.string(), "--out", "a run folder"));  // with its parents
   EXPECT_TRUE(fs::is_directory(dir));
-  EXPECT_FALSE(io::make_out_folder(dir.string(), "a run folder"));  // there already
+  EXPECT_FALSE(io::make_out_folder(dir.string(), "--out", "a run folder"));  // there already
   const fs::path file = dir / "a_file";
   std::ofstream(file) << "x";
   try {
-    io::make_out_folder(file.string(), "a folder for the shards");
+    io::make_out_folder(file.string(), "--out", "a folder for the shards");
     FAIL() << "a file was taken as --out";
   } catch (const Error& e) {
     EXPECT_NE(
@@ -48,10 +48,10 @@ TEST(Paths, MakeOutFolderCreatesOnceAndRefusesFilesAndEmptyNames) {
         << e.what();
   }
   try {
-    io::make_out_folder("", "a run folder");
-    FAIL() << "an empty --out was taken";
+    io::make_out_folder("", "--dest", "a run folder");  // the error names the caller's flag
+    FAIL() << "an empty folder name was taken";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--out is empty; pass a run folder"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("--dest is empty; pass a run folder"), std::string::npos)
         << e.what();
   }
   fs::remove_all(dir.parent_path().parent_path());
