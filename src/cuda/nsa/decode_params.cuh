@@ -133,7 +133,8 @@ struct DecodeParams {
 __host__ __device__ constexpr int64_t block_sums_floats(int64_t sums_q) {
   return 2 * sums_q + sums_q / 8;
 }
-__device__ __forceinline__ float* block_sums_row(const DecodeDims& m, float* sums, int bg, int h) {
+template <typename T>  // float (the parts write) or const float (the top-n reads)
+__device__ __forceinline__ T* block_sums_row(const DecodeDims& m, T* sums, int bg, int h) {
   return sums + (static_cast<int64_t>(bg) * m.hpg + h) * block_sums_floats(m.sums_q);
 }
 

@@ -91,7 +91,7 @@ __device__ void block_topk(const DecodeDims& m, const int32_t* pos, int b, int b
   // (warp w_lo + i / 8, head i mod 8); blocks and warps past the rows (the last chunk's tail, never
   // scored) load the rows' last.
   const int64_t row = block_sums_floats(m.sums_q);
-  const float* sums = scores + static_cast<int64_t>(bg) * m.hpg * row;
+  const float* sums = block_sums_row(m, scores, bg, 0);
   const int w_lo = (4 * j0 - 1) / 32, nf = sum_warps(m.sel_chunk) * kSumHeads;
   const auto load_sums = [&](int j, float* a, float* bq) {
     const int q = min(j, m.sums_q - 1);
