@@ -338,13 +338,15 @@ INSTANTIATE_TEST_SUITE_P(
 // identical but for fp32 near ties. The parts' rows come by TMA from `tma_from_sms` SMs, the
 // picks' from `picks_tma_from_sms` (expect_rows_path).
 void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t capacity,
-                                  int64_t steps, int tma_from_sms, int picks_tma_from_sms) {
+                                  int64_t steps, int tma_from_sms, int picks_tma_from_sms,
+                                  int64_t chunk) {
   const NsaConfig c = make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512});
   const int64_t B = static_cast<int64_t>(lengths.size()), H = c.heads, G = c.groups;
   const int64_t kw = G * c.dk, vw = G * c.dv;
   cuda::NsaDecodeCuda gpu(c, B, capacity, false);
   expect_rows_path(gpu, tma_from_sms, picks_tma_from_sms);
   EXPECT_TRUE(gpu.selection_by_block_sums());
+  EXPECT_EQ(gpu.topk_chunk(), chunk) << "candidate blocks a top-n chunk";
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   std::mt19937 rng(29);
   // The prompts' K/V per branch, packed back to back on the GPU, one tensor per prompt on the CPU;
@@ -424,7 +426,7 @@ void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t c
 // merged), 4 window parts and 13 picked blocks in 7 parts. Its parts grid (2 sequences × 2 groups
 // × 30 parts) and picks grid (2 × 2 × 8 CTAs) take the TMA rows on a 132-SM GPU, at b·rows offsets.
 TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
-  expect_prefilled_matches_cpu({50001, 12345}, 50001 + 70, 70, 32, 32);
+  expect_prefilled_matches_cpu({50001, 12345}, 50001 + 70, 70, 32, 32, 64);
 }
 
 // Caches for 530,000 tokens, filled to 20,001 and 3,333: the top-n's chunks hold 320 blocks – more
@@ -432,7 +434,18 @@ TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
 // weights take a second pass – and the parts grid (264 parts a (sequence, group)) is too large for
 // TMA rows on fewer than 264 SMs.
 TEST(CudaDecodeLong, LargeCapacityChunksMatchTheCpuCache) {
-  expect_prefilled_matches_cpu({20001, 3333}, 530000, 20, 0, 32);
+  expect_prefilled_matches_cpu({20001, 3333}, 530000, 20, 0, 32, 320);
+}
+
+// Eight sequences with caches for 131,072 tokens: 32 chunks of 64 candidate blocks a (sequence,
+// group) would make a top-n grid of 16 × (32 + 6) = 608 CTAs, more than a wave of four an SM below
+// 152 SMs, so there the decoder takes 16 chunks of 128 (decode_chunks.h), whose ranking takes two
+// rounds of a CTA's threads. The picks' 16 × 8 CTAs take TMA rows from 128 SMs on, the parts'
+// 16 × 69 from 276.
+TEST(CudaDecodeLong, WidenedChunksMatchTheCpuCache) {
+  const int64_t chunk = cuda::current_sm_count() < 152 ? 128 : 64;
+  expect_prefilled_matches_cpu({20001, 3333, 9001, 131, 14000, 20001, 64, 7777}, 131072, 20, 276,
+                               128, chunk);
 }
 
 ModelConfig tiny_model(const std::map<std::string, std::string>& overrides) {

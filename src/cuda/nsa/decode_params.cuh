@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "common/fast_div.h"
+#include "decode_chunks.h"
 #include "nsa/attention.h"
 
 namespace nsa::cuda::decode {
@@ -38,7 +39,6 @@ constexpr int kMaxHeadsPerGroup = 16;  // the rows of one m16n8k16 tile
 constexpr int kPartKeys = 128;         // keys per part CTA
 constexpr int kPartThreads = 128;      // four warps per part CTA
 constexpr int kMaxSel = 64;            // n_sel limit of the candidate merge (plus forced slack)
-constexpr int kMaxTopkChunks = 32;     // block top-n chunks per (sequence, group): lists to rank
 constexpr int kPicksCluster = 8;       // picks CTAs per (sequence, group), at most: one cluster
 // Phase timestamps (decode_trace.cuh): the kernels, in step order, and the points of each.
 enum TraceKernel { kTraceParts, kTraceTopk, kTracePicks, kTraceKernels };

@@ -16,24 +16,7 @@
 
 namespace nsa::cuda::decode {
 
-constexpr int kTopkThreads = 256, kTopkTokens = 2, kTopkChunk = 64, kRankLanes = 4;
-
-// Candidate blocks per block top-n CTA of a decoder for max_len positions: kTopkChunk, or a
-// multiple of it so that at most kMaxTopkChunks CTAs per (sequence, group) leave candidate lists
-// for the picks CTAs to rank. The candidates of position t are blocks 1 .. c − 2 (c = t / l_sel;
-// 0, c − 1 and c are forced), so the last position, max_len − 1, has the most: a 64k decoder's
-// 1,022 blocks take 16 chunks of 64 (not 17 with an empty one), a 128k decoder's 2,046 take 32 of
-// 64 (not 17 of 128).
-struct TopkChunks {
-  int64_t chunk, chunks;  // blocks a chunk, chunks per (sequence, group)
-};
-
-__host__ __device__ constexpr TopkChunks topk_chunks(int64_t max_len, int64_t l_sel) {
-  const int64_t most = (max_len - 1) / l_sel - 2, candidates = most > 1 ? most : 1;
-  const int64_t span = int64_t{kTopkChunk} * kMaxTopkChunks;
-  const int64_t chunk = kTopkChunk * ((candidates + span - 1) / span);
-  return {chunk, (candidates + chunk - 1) / chunk};
-}
+constexpr int kTopkThreads = 256, kTopkTokens = 2, kRankLanes = 4;
 
 // Block scores and a partial top-n for chunk `chunk` of group-row bg: the candidate blocks
 // [1 + chunk·sel_chunk, 1 + (chunk + 1)·sel_chunk) ∩ [1, c − 2], the chunk's best

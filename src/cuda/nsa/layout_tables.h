@@ -11,11 +11,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define NSA_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define NSA_HOST_DEVICE inline
-#endif
+#include "../common/host_device.h"
 
 namespace nsa::layout {
 

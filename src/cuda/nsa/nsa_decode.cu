@@ -207,7 +207,7 @@ static_assert(kTopkThreads / 4 >= 256 / 4,
               "output, dv up to 256 (the constructor's limit)");
 // kSums: the parts left block sums (dims.sums_q > 0), not every compressed score.
 template <bool kTrace, bool kSums>
-__global__ void __launch_bounds__(kTopkThreads, 4) topk_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kTopkThreads, kTopkCtasPerSm) topk_kernel(const DecodeParams p) {
   const DecodeDims& m = p.dims;
   trace_mark<kTrace>(p, kTraceTopk, 0);  // start
   wait_for_previous_kernel();
@@ -453,7 +453,8 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
             cfg.n_sel);
   const int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv, H = cfg.heads;
   max_cmp_ = std::max<int64_t>(1, cfg.num_compressed(max_len));
-  const TopkChunks chunking = topk_chunks(max_len, cfg.l_sel);  // decode_select.cuh
+  const TopkChunks chunking = decoder_topk_chunks(max_len, cfg.l_sel, B_ * cfg.groups,
+                                                  cfg.heads_per_group(), current_sm_count());
   sel_chunk_ = chunking.chunk;
   sel_chunks_ = chunking.chunks;
   NSA_CHECK(block_topk_smem_bytes() <= 160 * 1024, "decode on the GPU: max length ", max_len,

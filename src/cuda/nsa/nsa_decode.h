@@ -97,6 +97,7 @@ class NsaDecodeCuda {
   // Whether the compressed parts leave the top-n block sums instead of every score (the
   // constructor's choice from the shape: decode_params.cuh, "The block sums").
   bool selection_by_block_sums() const { return sums_q_ > 0; }
+  int64_t topk_chunk() const { return sel_chunk_; }  // candidate blocks a top-n chunk
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
   // on `stream` after this call have every CTA of the three kernels stamp %globaltimer at fixed
