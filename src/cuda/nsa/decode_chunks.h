@@ -32,6 +32,12 @@ NSA_HOST_DEVICE constexpr TopkChunks topk_chunks(int64_t max_len, int64_t l_sel,
   return {chunk, (candidates + chunk - 1) / chunk};
 }
 
+// The top-n grid's rows per (sequence, group): a CTA a chunk, then a pre-merge CTA a head
+// (nsa_decode.cu, topk_kernel).
+NSA_HOST_DEVICE constexpr int64_t topk_grid_rows(int64_t chunks, int64_t hpg) {
+  return chunks + hpg;
+}
+
 // The chunks a decoder of `rows` (sequence, group) pairs and hpg heads a group takes on `sms` SMs:
 // topk_chunks, twice as long where there are more than half the lists a selection takes and the
 // top-n grid – a CTA a chunk and a pre-merge CTA a head, per pair – would not fit in one wave
@@ -41,7 +47,7 @@ NSA_HOST_DEVICE constexpr TopkChunks topk_chunks(int64_t max_len, int64_t l_sel,
 NSA_HOST_DEVICE constexpr TopkChunks decoder_topk_chunks(int64_t max_len, int64_t l_sel,
                                                          int64_t rows, int64_t hpg, int64_t sms) {
   const TopkChunks c = topk_chunks(max_len, l_sel);
-  const bool waves = rows * (c.chunks + hpg) > kTopkCtasPerSm * sms;
+  const bool waves = rows * topk_grid_rows(c.chunks, hpg) > kTopkCtasPerSm * sms;
   return c.chunks > kMaxTopkChunks / 2 && waves ? topk_chunks(max_len, l_sel, 2) : c;
 }
 

@@ -628,8 +628,8 @@ void NsaDecodeCuda::step(const bf16* q, const bf16* const k[kNumBranches],
     return;
   }
   launch_dependent(topk_kernel_for(traced, m.sums_q > 0),
-                   dim3(BG, static_cast<unsigned>(sel_chunks_ + m.hpg)), dim3(kTopkThreads),
-                   block_topk_smem_bytes(), stream, p);
+                   dim3(BG, static_cast<unsigned>(topk_grid_rows(sel_chunks_, m.hpg))),
+                   dim3(kTopkThreads), block_topk_smem_bytes(), stream, p);
   launch_dependent_clusters(picks_kernel_for(traced, pick_maps_.on), dim3(picks_cluster_, BG),
                             picks_cluster_, dim3(kPartThreads), picks_smem_bytes(), stream, p,
                             pick_maps_);
@@ -688,7 +688,7 @@ int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
     case kTraceParts:
       return BG * (dense_ ? dense_parts_ : cmp_parts_ + win_parts_ + block0_parts_);
     case kTraceTopk:
-      return dense_ ? 0 : BG * (sel_chunks_ + cfg_.heads_per_group());
+      return dense_ ? 0 : BG * topk_grid_rows(sel_chunks_, cfg_.heads_per_group());
     default:
       return dense_ ? 0 : BG * picks_cluster_;
   }
