@@ -12,6 +12,7 @@
 #include "../common/test_util.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/device.h"
+#include "cuda/nsa/decode_chunks.h"
 #include "cuda/nsa/nsa_decode.h"
 #include "decode/cuda/model_decoder_cuda.h"
 #include "decode/model_decoder.h"
@@ -336,17 +337,17 @@ INSTANTIATE_TEST_SUITE_P(
 // NsaDecodeCuda::prefill, the CPU's NsaDecodeCache::prefill) to `lengths`, then `steps` steps on
 // fresh inputs. Same checks as the shapes above: o within 2^-7·max|o| + 1e-3, selections
 // identical but for fp32 near ties. The parts' rows come by TMA from `tma_from_sms` SMs, the
-// picks' from `picks_tma_from_sms` (expect_rows_path).
+// picks' from `picks_tma_from_sms` (expect_rows_path); the top-n takes `chunking`.
 void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t capacity,
                                   int64_t steps, int tma_from_sms, int picks_tma_from_sms,
-                                  int64_t chunk) {
+                                  cuda::decode::TopkChunks chunking) {
   const NsaConfig c = make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512});
   const int64_t B = static_cast<int64_t>(lengths.size()), H = c.heads, G = c.groups;
   const int64_t kw = G * c.dk, vw = G * c.dv;
   cuda::NsaDecodeCuda gpu(c, B, capacity, false);
   expect_rows_path(gpu, tma_from_sms, picks_tma_from_sms);
   EXPECT_TRUE(gpu.selection_by_block_sums());
-  EXPECT_EQ(gpu.topk_chunk(), chunk) << "candidate blocks a top-n chunk";
+  EXPECT_EQ(gpu.topk_chunk(), chunking.chunk) << "candidate blocks a top-n chunk";
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   std::mt19937 rng(29);
@@ -420,6 +421,21 @@ void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t c
       << "more than 0.5 % (and more than one) of the selections differ";
 }
 
+// The top-n's chunking of a decoder of `sequences` × m7c's 2 groups and 6 heads a group for
+// `capacity` tokens on this GPU (decode_chunks.h; the CPU test DecodeChunks states the rule),
+// checked to be `on_132` on a GPU of 132 SMs (H100 SXM, H200), the case the test was written for.
+cuda::decode::TopkChunks m7c_chunking(int64_t capacity, int64_t sequences,
+                                      cuda::decode::TopkChunks on_132) {
+  const int sms = cuda::current_sm_count();
+  const cuda::decode::TopkChunks c =
+      cuda::decode::decoder_topk_chunks(capacity, 64, sequences * 2, 6, sms);
+  if (sms == 132) {
+    EXPECT_EQ(c.chunk, on_132.chunk);
+    EXPECT_EQ(c.chunks, on_132.chunks);
+  }
+  return c;
+}
+
 // Long contexts, where every branch is split into many parts: 50,001 and 12,345 tokens – no
 // multiple of d, l, l_sel, w or the 128-key parts – then 70 steps that cross compressed emissions
 // and a block boundary. At 50,001 tokens a step has 3,124 compressed tokens (25 compressed parts,
@@ -427,7 +443,7 @@ void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t c
 // merged), 4 window parts and 13 picked blocks in 7 parts. Its parts grid (2 sequences × 2 groups
 // × 30 parts) and picks grid (2 × 2 × 8 CTAs) take the TMA rows on a 132-SM GPU, at b·rows offsets.
 TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
-  expect_prefilled_matches_cpu({50001, 12345}, 50001 + 70, 70, 32, 32, 64);
+  expect_prefilled_matches_cpu({50001, 12345}, 50001 + 70, 70, 32, 32, {64, 13});
 }
 
 // Caches for 530,000 tokens, filled to 20,001 and 3,333: the top-n's chunks hold 320 blocks – more
@@ -436,19 +452,28 @@ TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
 // TMA rows on fewer than 264 SMs. (Below 32 SMs its 4 × (26 + 6) top-n CTAs would not fit in a
 // wave: chunks of 640, decode_chunks.h.)
 TEST(CudaDecodeLong, LargeCapacityChunksMatchTheCpuCache) {
-  const int64_t chunk = cuda::current_sm_count() >= 32 ? 320 : 640;
-  expect_prefilled_matches_cpu({20001, 3333}, 530000, 20, 264, 32, chunk);
+  expect_prefilled_matches_cpu({20001, 3333}, 530000, 20, 264, 32,
+                               m7c_chunking(530000, 2, {320, 26}));
 }
 
 // Eight sequences with caches for 131,072 tokens: 32 chunks of 64 candidate blocks a (sequence,
-// group) would make a top-n grid of 16 × (32 + 6) = 608 CTAs, more than a wave of four an SM below
-// 152 SMs, so there the decoder takes 16 chunks of 128 (decode_chunks.h), whose ranking takes two
+// group) would make a top-n grid of 16 × (32 + 6) = 608 CTAs, more than a wave of four an SM on
+// 132 SMs, so there the decoder takes 16 chunks of 128 (decode_chunks.h), whose ranking takes two
 // rounds of a CTA's threads. The picks' 16 × 8 CTAs take TMA rows from 128 SMs on, the parts'
 // 16 × 69 from 276.
 TEST(CudaDecodeLong, WidenedChunksMatchTheCpuCache) {
-  const int64_t chunk = cuda::current_sm_count() < 152 ? 128 : 64;
   expect_prefilled_matches_cpu({20001, 3333, 9001, 131, 14000, 20001, 64, 7777}, 131072, 20, 276,
-                               128, chunk);
+                               128, m7c_chunking(131072, 8, {128, 16}));
+}
+
+// Sixteen sequences with caches for 65,536 tokens – the benchmark's 64k, B = 16 shape: a top-n
+// grid of 32 × (16 + 6) = 704 CTAs, a wave and a third on 132 SMs (16 chunks of 64: no more than
+// half the lists a selection merges, so they stay), the picks' 32 × 8 CTAs by cp.async below 256
+// SMs and the parts' 32 × 37 below 296.
+TEST(CudaDecodeLong, SixteenSequencesMatchTheCpuCache) {
+  expect_prefilled_matches_cpu({20001, 3333, 9001, 131, 14000, 8193, 64, 7777, 16385, 1, 12288,
+                                5000, 19999, 640, 8191, 2049},
+                               65536, 20, 296, 256, m7c_chunking(65536, 16, {64, 16}));
 }
 
 ModelConfig tiny_model(const std::map<std::string, std::string>& overrides) {
