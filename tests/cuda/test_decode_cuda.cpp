@@ -348,6 +348,16 @@ void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t c
   expect_rows_path(gpu, tma_from_sms, picks_tma_from_sms);
   EXPECT_TRUE(gpu.selection_by_block_sums());
   EXPECT_EQ(gpu.topk_chunk(), chunking.chunk) << "candidate blocks a top-n chunk";
+  // At most two picks CTAs an SM only where their grid (8 CTAs a (sequence, group) for m7c) is
+  // more than the SMs and at most 1.5 times them – and there only if every cluster fits at once,
+  // which the runtime decides (NsaDecodeCuda::spread_picks).
+  const int64_t picks_ctas = B * G * 8, sms = cuda::current_sm_count();
+  if (picks_ctas <= sms || 2 * picks_ctas > 3 * sms) {
+    EXPECT_FALSE(gpu.picks_spread());
+  }
+  std::printf("[ long ] picks CTAs %lld on %lld SMs: at most two an SM %s\n",
+              static_cast<long long>(picks_ctas), static_cast<long long>(sms),
+              gpu.picks_spread() ? "yes" : "no");
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   std::mt19937 rng(29);
@@ -474,6 +484,16 @@ TEST(CudaDecodeLong, SixteenSequencesMatchTheCpuCache) {
   expect_prefilled_matches_cpu({20001, 3333, 9001, 131, 14000, 8193, 64, 7777, 16385, 1, 12288,
                                 5000, 19999, 640, 8191, 2049},
                                65536, 20, 296, 256, m7c_chunking(65536, 16, {64, 16}));
+}
+
+// Twelve sequences with caches for 65,536 tokens: the picks' 24 × 8 = 192 CTAs are more than the
+// SMs of an H100 or H200 and at most 1.5 times them, so the decoder asks for two picks CTAs an SM
+// at most where every cluster still fits (a launch with more shared memory a CTA; the kernels are
+// the same). Compiled in the thirty-eighth session after its device time was spent: not yet run.
+TEST(CudaDecodeLong, TwelveSequencesMatchTheCpuCache) {
+  expect_prefilled_matches_cpu(
+      {20001, 3333, 9001, 131, 14000, 8193, 64, 7777, 16385, 1, 12288, 5000}, 65536, 20, 222, 192,
+      m7c_chunking(65536, 12, {64, 16}));
 }
 
 ModelConfig tiny_model(const std::map<std::string, std::string>& overrides) {

@@ -554,6 +554,13 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   // CTAs wait on the top-n with time to spare; at 64k, B = 16 it measured 2.5 % slower
   // (docs/perf.md).
   warm_picks_ = !dense && kernel_ctas(kTracePicks) <= current_sm_count();
+  // At most two picks CTAs an SM where their grid is more than the SMs and at most 1.5 times
+  // them (m7c on 132 SMs: B = 9 to 12), if every cluster still fits at once: measured on the
+  // H200, 64k B10 attention 0.250 → 0.235 ms, B12 0.273 → 0.268, 128k B10 0.360 → 0.353, B12
+  // 0.400 → 0.395; at B14 and B16, where two an SM leave few spare slots, 128k B14 lost
+  // 0.440 → 0.460 and B16 was level (docs/perf.md, thirty-eighth session).
+  const int64_t picks_ctas = kernel_ctas(kTracePicks), sms = current_sm_count();
+  if (picks_ctas > sms && 2 * picks_ctas <= 3 * sms) spread_picks();
   part_ml_.resize(B_ * G * slots_ * hpg * 2);
   part_o_.resize(B_ * G * slots_ * hpg * dv);
 }
@@ -736,13 +743,55 @@ size_t NsaDecodeCuda::parts_smem_bytes() const {
          (part_maps_.on ? kTileAlignSlack : 0);
 }
 
-// The picks kernel's tile, its selection scratch, its partial and a later part's, its inbox.
+// The picks kernel's tile, its selection scratch, its partial and a later part's, its inbox – or
+// picks_smem_floor_ if that is more.
 size_t NsaDecodeCuda::picks_smem_bytes() const {
   const int hpg = static_cast<int>(cfg_.heads_per_group()), dv = static_cast<int>(cfg_.dv);
-  return (pick_maps_.on ? kTileAlignSlack : 0) + tile_bytes(static_cast<int>(cfg_.dk), dv) +
-         select_scratch_bytes(sel_chunks_, cfg_.n_sel) + 2 * smem_partial_bytes(hpg, dv) +
-         inbox_bytes(hpg, dv) +
-         premerged_tile_bytes(static_cast<int>(ceil_div(hpg, picks_cluster_)), dv);
+  const size_t need = (pick_maps_.on ? kTileAlignSlack : 0) +
+                      tile_bytes(static_cast<int>(cfg_.dk), dv) +
+                      select_scratch_bytes(sel_chunks_, cfg_.n_sel) +
+                      2 * smem_partial_bytes(hpg, dv) + inbox_bytes(hpg, dv) +
+                      premerged_tile_bytes(static_cast<int>(ceil_div(hpg, picks_cluster_)), dv);
+  return std::max(need, picks_smem_floor_);
+}
+
+// At most two picks CTAs an SM (the constructor says where): each asks for a third of an SM's
+// shared memory (it uses no more than picks_smem_bytes' other terms), kept only if every cluster
+// of the grid still fits at once (cudaOccupancyMaxActiveClusters). Without it up to four can share
+// an SM (shared memory and registers allow four) while others hold none – our reading of why it
+// helps, not measured.
+void NsaDecodeCuda::spread_picks() {
+  int dev = 0, sm_smem = 0, reserved = 0;
+  NSA_CUDA_CHECK(cudaGetDevice(&dev));
+  NSA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  NSA_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  size_t floor = 0;
+  for (const bool traced : {false, true}) {
+    cudaFuncAttributes fa{};
+    NSA_CUDA_CHECK(cudaFuncGetAttributes(&fa, picks_kernel_for(traced, pick_maps_.on)));
+    const int64_t f = sm_smem / 3 + 1 - reserved - static_cast<int64_t>(fa.sharedSizeBytes);
+    floor = std::max(floor, static_cast<size_t>(std::max<int64_t>(f, 0)));
+  }
+  if (floor <= picks_smem_bytes()) return;
+  const size_t before = picks_smem_floor_;
+  picks_smem_floor_ = floor;
+  for (const bool traced : {false, true})
+    allow_dynamic_smem(picks_kernel_for(traced, pick_maps_.on), picks_smem_bytes());
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = picks_cluster_;
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(picks_cluster_, static_cast<unsigned>(B_ * cfg_.groups));
+  config.blockDim = dim3(kPartThreads);
+  config.dynamicSmemBytes = picks_smem_bytes();
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  NSA_CUDA_CHECK(
+      cudaOccupancyMaxActiveClusters(&clusters, picks_kernel_for(false, pick_maps_.on), &config));
+  if (clusters < B_ * cfg_.groups) picks_smem_floor_ = before;
 }
 
 // The keys of a chunk's blocks, and the group probabilities of the compressed tokens that meet it

@@ -97,7 +97,8 @@ class NsaDecodeCuda {
   // Whether the compressed parts leave the top-n block sums instead of every score (the
   // constructor's choice from the shape: decode_params.cuh, "The block sums").
   bool selection_by_block_sums() const { return sums_q_ > 0; }
-  int64_t topk_chunk() const { return sel_chunk_; }  // candidate blocks a top-n chunk
+  int64_t topk_chunk() const { return sel_chunk_; }            // candidate blocks a top-n chunk
+  bool picks_spread() const { return picks_smem_floor_ > 0; }  // at most two picks CTAs an SM
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
   // on `stream` after this call have every CTA of the three kernels stamp %globaltimer at fixed
@@ -139,6 +140,7 @@ class NsaDecodeCuda {
   size_t block_topk_smem_bytes() const;
   size_t parts_smem_bytes() const;
   size_t picks_smem_bytes() const;
+  void spread_picks();
   int64_t kernel_ctas(int kernel) const;  // grid size of parts / top-n / picks (TraceKernel order)
   NsaConfig cfg_;
   int64_t B_, max_len_, max_cmp_, sel_chunk_ = 1, sel_chunks_ = 1;
@@ -147,6 +149,7 @@ class NsaDecodeCuda {
   int64_t dense_parts_ = 0, slots_ = 0;
   int64_t sums_q_ = 0;          // the block sums' quartets per row (0: every compressed score kept)
   unsigned picks_cluster_ = 1;  // CTAs of the picks kernel per (sequence, group)
+  size_t picks_smem_floor_ = 0;  // the picks' shared memory at least (constructor: their spread)
   // The parts kernel's cache rows by TMA where it wins (DecodePartMaps; constructor).
   DecodePartMaps part_maps_{};
   DecodePickMaps pick_maps_{};  // the picks' rows by TMA where it wins (constructor)
