@@ -489,7 +489,7 @@ TEST(CudaDecodeLong, SixteenSequencesMatchTheCpuCache) {
 // Twelve sequences with caches for 65,536 tokens: the picks' 24 × 8 = 192 CTAs are more than the
 // SMs of an H100 or H200 and at most 1.5 times them, so the decoder asks for two picks CTAs an SM
 // at most where every cluster still fits (a launch with more shared memory a CTA; the kernels are
-// the same). Compiled in the thirty-eighth session after its device time was spent: not yet run.
+// the same).
 TEST(CudaDecodeLong, TwelveSequencesMatchTheCpuCache) {
   expect_prefilled_matches_cpu(
       {20001, 3333, 9001, 131, 14000, 8193, 64, 7777, 16385, 1, 12288, 5000}, 65536, 20, 222, 192,
