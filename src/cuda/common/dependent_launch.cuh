@@ -49,6 +49,16 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
   let_next_kernel_start();
 }
 
+// The launch attribute of clusters of cluster_x CTAs along the grid's x dimension.
+inline cudaLaunchAttribute cluster_attribute(unsigned cluster_x) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = cluster_x;
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
 // cluster_x > 0: the grid's x dimension is split into clusters of cluster_x CTAs (a multiple),
 // which can meet at a cluster barrier (cluster_arrive_relaxed, cluster_wait) and store into each
 // other's shared memory (cluster_address, st_async_cluster; a cluster of one too). 0: no cluster.
@@ -58,10 +68,7 @@ void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, unsigned cl
   cudaLaunchAttribute attrs[2]{};
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = cluster_x;
-  attrs[1].val.clusterDim.y = 1;
-  attrs[1].val.clusterDim.z = 1;
+  attrs[1] = cluster_attribute(cluster_x);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;

@@ -778,10 +778,7 @@ void NsaDecodeCuda::spread_picks() {
   picks_smem_floor_ = floor;
   for (const bool traced : {false, true})
     allow_dynamic_smem(picks_kernel_for(traced, pick_maps_.on), picks_smem_bytes());
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = picks_cluster_;
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cudaLaunchAttribute attr = cluster_attribute(picks_cluster_);  // as step() launches them
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(picks_cluster_, static_cast<unsigned>(B_ * cfg_.groups));
   config.blockDim = dim3(kPartThreads);
