@@ -57,10 +57,12 @@ constexpr int kTracedSteps = 3;  // replays of a traced graph; the last one's ma
 // captured as one graph (the position stays at S; each replay rewrites the same cache row), with
 // random caches and queries. With `trace` (NSA), then a graph of the same steps with the phase
 // timestamps on, run kTracedSteps times: the last replay's layers land in *trace, a slot each.
+// *plan: the layer's kernels and paths (NsaDecodeCuda::plan).
 double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, int64_t warmup,
-                    int64_t steps, cuda::NsaDecodeCuda::Trace* trace) {
+                    int64_t steps, cuda::NsaDecodeCuda::Trace* trace, std::string* plan) {
   const NsaConfig& a = cfg.attn;
   cuda::NsaDecodeCuda layer(a, B, S + 1, dense);
+  *plan = layer.plan();
   cudaStream_t st;
   NSA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   layer.fill_random(S, 7, st);
@@ -104,6 +106,7 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
 
 struct Measured {
   double step_ms = 0, attn_ms = 0, kv_bytes = 0, cache_gib = 0;
+  std::string plan;  // the attention's kernels and paths (NsaDecodeCuda::plan)
   // With --trace (NSA): the attention alone (its layers in one graph) and inside the model's step.
   cuda::NsaDecodeCuda::Trace trace, step_trace;
 };
@@ -125,7 +128,8 @@ Measured measure(const ModelConfig& cfg, const ModelParams<float>& params, int64
       m.step_trace = dec.trace();
     }
   }
-  m.attn_ms = attention_ms(cfg, B, S, dense, a.warmup, a.steps, a.trace ? &m.trace : nullptr);
+  m.attn_ms =
+      attention_ms(cfg, B, S, dense, a.warmup, a.steps, a.trace ? &m.trace : nullptr, &m.plan);
   return m;
 }
 
@@ -206,11 +210,13 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
     cuda::NsaDecodeCuda::Trace trace, step_trace;
   };
   std::vector<TracedStep> traces;
+  std::vector<std::string> plans;  // "context B: plan", printed after the table
   for (const int64_t S : a.contexts) {
     for (const int64_t B : a.batches) {
       Measured n = measure(cfg, params, B, S, false, a);
       const Measured d = measure(cfg, params, B, S, true, a);
       if (a.trace) traces.push_back({S, B, std::move(n.trace), std::move(n.step_trace)});
+      plans.push_back(std::to_string(S) + " B" + std::to_string(B) + ": " + n.plan);
       const auto it = sdpa.best.find({S, B});
       const SdpaResult* sd = it == sdpa.best.end() ? nullptr : &it->second;
       const DenseChoice best = faster_dense(d.attn_ms, sd);
@@ -240,13 +246,16 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
                 << "\",\"sdpa_layout\":\"" << sd->layout
                 << "\",\"sdpa_graph\":" << (sd->graph ? "true" : "false");
         }
-        *json << ",\"dense_best_attention_ms\":" << best.ms << ",\"dense_best_by\":\"" << best.by
-              << "\",\"nsa_kv_bytes\":" << n.kv_bytes << ",\"formula_kv_bytes\":" << formula
-              << ",\"dense_kv_bytes\":" << d.kv_bytes << ",\"nsa_device_gib\":" << n.cache_gib
-              << ",\"dense_device_gib\":" << d.cache_gib << "}\n";
+        *json << ",\"nsa_plan\":\"" << n.plan << "\",\"dense_best_attention_ms\":" << best.ms
+              << ",\"dense_best_by\":\"" << best.by << "\",\"nsa_kv_bytes\":" << n.kv_bytes
+              << ",\"formula_kv_bytes\":" << formula << ",\"dense_kv_bytes\":" << d.kv_bytes
+              << ",\"nsa_device_gib\":" << n.cache_gib << ",\"dense_device_gib\":" << d.cache_gib
+              << "}\n";
       }
     }
   }
+  std::printf("NSA attention's kernels (CTAs and paths):\n");
+  for (const std::string& p : plans) std::printf("  %s\n", p.c_str());
   for (const TracedStep& t : traces) {
     report_decode_trace(t.trace, "attention", t.context, t.batch, json.get());
     report_decode_trace(t.step_trace, "step", t.context, t.batch, json.get());

@@ -701,6 +701,17 @@ int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
   }
 }
 
+std::string NsaDecodeCuda::plan() const {
+  const std::string parts = "parts " + std::to_string(kernel_ctas(kTraceParts)) +
+                            (parts_rows_by_tma() ? " TMA" : " cp.async");
+  if (dense_) return parts + " | combine " + std::to_string(B_ * cfg_.heads);
+  return parts + " | top-n " + std::to_string(kernel_ctas(kTraceTopk)) + ", chunks of " +
+         std::to_string(sel_chunk_) + (selection_by_block_sums() ? ", block sums" : ", scores") +
+         " | picks " + std::to_string(kernel_ctas(kTracePicks)) + " in clusters of " +
+         std::to_string(picks_cluster_) + (picks_rows_by_tma() ? ", TMA" : ", cp.async") +
+         (picks_spread() ? ", spread" : "") + (warm_picks_ ? ", warm" : "");
+}
+
 void NsaDecodeCuda::enable_trace(cudaStream_t stream, int64_t calls) {
   NSA_CHECK(calls > 0, "decode trace: calls must be positive, got ", calls);
   trace_ctas_ = 0;

@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/device_buffer.h"
@@ -99,6 +100,10 @@ class NsaDecodeCuda {
   bool selection_by_block_sums() const { return sums_q_ > 0; }
   int64_t topk_chunk() const { return sel_chunk_; }            // candidate blocks a top-n chunk
   bool picks_spread() const { return picks_smem_floor_ > 0; }  // at most two picks CTAs an SM
+  // The constructor's choices in one line, for benchmarks' tables and logs: each kernel's grid
+  // (CTAs) and the paths above, e.g. "parts 1152 cp.async | top-n 704, chunks of 64, block sums |
+  // picks 256 in clusters of 8, cp.async, spread" (dense: the parts and the combine).
+  std::string plan() const;
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
   // on `stream` after this call have every CTA of the three kernels stamp %globaltimer at fixed
