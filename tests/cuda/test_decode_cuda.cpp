@@ -69,21 +69,15 @@ struct LayerCase {
   NsaConfig cfg;
   int64_t batch, steps;
   int64_t max_len = 0;  // the caches' capacity (0: steps); it sets the block top-n chunk size
-  // The SMs from which both kernels' rows must come as TMA boxes (0: never – the shape takes the
-  // 16-byte copies); asserted, so that a change of the choice cannot leave a path untested.
-  int tma_from_sms = 0;
-  int picks_tma_from_sms = -1;  // the picks' own (-1: as the parts')
+  // Whether both kernels' rows must come as TMA boxes (false: the shape takes the 16-byte copies);
+  // asserted, so that a change of the choice cannot leave a path untested.
+  bool tma_rows = false;
 };
 
-// The rows' paths the constructor chose, against the ones the case expects on this GPU.
-void expect_rows_path(const cuda::NsaDecodeCuda& gpu, int tma_from_sms,
-                      int picks_tma_from_sms = -1) {
-  if (picks_tma_from_sms < 0) picks_tma_from_sms = tma_from_sms;
-  const int sms = cuda::current_sm_count();
-  EXPECT_EQ(gpu.parts_rows_by_tma(), tma_from_sms > 0 && sms >= tma_from_sms)
-      << "the parts' rows path";
-  EXPECT_EQ(gpu.picks_rows_by_tma(), picks_tma_from_sms > 0 && sms >= picks_tma_from_sms)
-      << "the picks' rows path";
+// The rows' paths the constructor chose (the shape's, at every batch), against the case's.
+void expect_rows_path(const cuda::NsaDecodeCuda& gpu, bool tma_rows) {
+  EXPECT_EQ(gpu.parts_rows_by_tma(), tma_rows) << "the parts' rows path";
+  EXPECT_EQ(gpu.picks_rows_by_tma(), tma_rows) << "the picks' rows path";
 }
 
 // Whether the compressed parts left the top-n block sums (decode_params.cuh) – the shapes whose
@@ -168,7 +162,7 @@ TEST_P(CudaDecodeLayer, NsaMatchesTheCpuCacheStepByStep) {
   const NsaConfig& c = lc.cfg;
   const int64_t B = lc.batch, H = c.heads, G = c.groups;
   cuda::NsaDecodeCuda gpu(c, B, std::max(lc.steps, lc.max_len), false);
-  expect_rows_path(gpu, lc.tma_from_sms, lc.picks_tma_from_sms);
+  expect_rows_path(gpu, lc.tma_rows);
   expect_selection_path(gpu, c);
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   DeviceBuffer<int32_t> pos(B);
@@ -288,20 +282,17 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // tiny's attention, lengths far past w, with many emissions and blocks.
         LayerCase{"tiny", make_config({4, 2, 16, 16}, {16, 8, 32, 4, 64}), 2, 333},
-        // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions; its parts (12 CTAs)
-        // and picks (16) grids are under a CTA an SM from 16 SMs on, so both kernels' rows come
-        // by TMA boxes (the picks' with the row at t put in from the inputs; the shapes without
-        // tma_from_sms: cp.async).
-        LayerCase{"m7c", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 1, 700, 0, 16},
+        // m7c's attention (hpg 6, dk 64), B = 1, many compressed emissions; both kernels' rows
+        // come by TMA boxes (the picks' with the row at t put in from the inputs; the shapes
+        // without tma_rows: cp.async).
+        LayerCase{"m7c", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 1, 700, 0, true},
         // m7c's branches with 8 heads a group (the most the narrow scores take: heads 2·tq + 1 = 7
-        // of the last column), B = 2: both kernels' rows by TMA from 32 SMs (4 × 5 parts, 4 × 8
-        // picks CTAs).
-        LayerCase{"heads8", make_config({16, 2, 64, 64}, {32, 16, 64, 16, 512}), 2, 300, 0, 32},
-        // m7c's attention at B = 16 (the benchmark's batch): the parts' rows by TMA (16 × 2 × 6
-        // CTAs, up to four an SM from 48 SMs), the picks' (16 × 2 × 8 CTAs, at most one an SM) by
-        // 16-byte copies below 256 SMs.
-        LayerCase{"m7c_b16", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 16, 300, 700, 48,
-                  256},
+        // of the last column), B = 2: both kernels' rows by TMA.
+        LayerCase{"heads8", make_config({16, 2, 64, 64}, {32, 16, 64, 16, 512}), 2, 300, 0, true},
+        // m7c's attention at B = 16 (the benchmark's batch): both kernels' rows by TMA (16 × 2 × 6
+        // parts CTAs, 16 × 2 × 8 picks CTAs) at map rows (b·G + g)·rows + r.
+        LayerCase{"m7c_b16", make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512}), 16, 300, 700,
+                  true},
         // d_k = d_v = 64 with 16 heads in one group: the 16-row scores (hpg > 8), compiled dims.
         LayerCase{"heads16", make_config({16, 1, 64, 64}, {32, 16, 64, 16, 512}), 1, 300},
         // l_sel = 128 (one block per 128-key part), dv ≠ dk, one group of 16 heads, n_sel = 3
@@ -336,16 +327,15 @@ INSTANTIATE_TEST_SUITE_P(
 // m7c's attention with caches for `capacity` tokens filled by prefill on both sides (the GPU's
 // NsaDecodeCuda::prefill, the CPU's NsaDecodeCache::prefill) to `lengths`, then `steps` steps on
 // fresh inputs. Same checks as the shapes above: o within 2^-7·max|o| + 1e-3, selections
-// identical but for fp32 near ties. The parts' rows come by TMA from `tma_from_sms` SMs, the
-// picks' from `picks_tma_from_sms` (expect_rows_path); the top-n takes `chunking`.
+// identical but for fp32 near ties. Both kernels' rows come by TMA (m7c's shape,
+// expect_rows_path); the top-n takes `chunking`.
 void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t capacity,
-                                  int64_t steps, int tma_from_sms, int picks_tma_from_sms,
-                                  cuda::decode::TopkChunks chunking) {
+                                  int64_t steps, cuda::decode::TopkChunks chunking) {
   const NsaConfig c = make_config({12, 2, 64, 64}, {32, 16, 64, 16, 512});
   const int64_t B = static_cast<int64_t>(lengths.size()), H = c.heads, G = c.groups;
   const int64_t kw = G * c.dk, vw = G * c.dv;
   cuda::NsaDecodeCuda gpu(c, B, capacity, false);
-  expect_rows_path(gpu, tma_from_sms, picks_tma_from_sms);
+  expect_rows_path(gpu, true);
   EXPECT_TRUE(gpu.selection_by_block_sums());
   EXPECT_EQ(gpu.topk_chunk(), chunking.chunk) << "candidate blocks a top-n chunk";
   // At most two picks CTAs an SM only where their grid (8 CTAs a (sequence, group) for m7c) is
@@ -450,40 +440,37 @@ cuda::decode::TopkChunks m7c_chunking(int64_t capacity, int64_t sequences,
 // multiple of d, l, l_sel, w or the 128-key parts – then 70 steps that cross compressed emissions
 // and a block boundary. At 50,001 tokens a step has 3,124 compressed tokens (25 compressed parts,
 // pre-merged per head), 779 candidate blocks (13 block top-n chunks whose candidate lists are
-// merged), 4 window parts and 13 picked blocks in 7 parts. Its parts grid (2 sequences × 2 groups
-// × 30 parts) and picks grid (2 × 2 × 8 CTAs) take the TMA rows on a 132-SM GPU, at b·rows offsets.
+// merged), 4 window parts and 13 picked blocks in 7 parts, the rows at (b·G + g)·rows offsets.
 TEST(CudaDecodeLong, PrefilledLongContextsMatchTheCpuCache) {
-  expect_prefilled_matches_cpu({50001, 12345}, 50001 + 70, 70, 32, 32, {64, 13});
+  expect_prefilled_matches_cpu({50001, 12345}, 50001 + 70, 70, {64, 13});
 }
 
 // Caches for 530,000 tokens, filled to 20,001 and 3,333: the top-n's chunks hold 320 blocks – more
 // than its 256 threads, so the block sums' loop scores a second round and the chunk's 42 warps'
-// weights take a second pass – and the parts grid (264 parts a (sequence, group)) is too large for
-// TMA rows on fewer than 264 SMs. (Below 32 SMs its 4 × (26 + 6) top-n CTAs would not fit in a
-// wave: chunks of 640, decode_chunks.h.)
+// weights take a second pass – and the TMA maps span 4 × 530,000 rows of the selected caches.
+// (Below 32 SMs its 4 × (26 + 6) top-n CTAs would not fit in a wave: chunks of 640,
+// decode_chunks.h.)
 TEST(CudaDecodeLong, LargeCapacityChunksMatchTheCpuCache) {
-  expect_prefilled_matches_cpu({20001, 3333}, 530000, 20, 264, 32,
-                               m7c_chunking(530000, 2, {320, 26}));
+  expect_prefilled_matches_cpu({20001, 3333}, 530000, 20, m7c_chunking(530000, 2, {320, 26}));
 }
 
 // Eight sequences with caches for 131,072 tokens: 32 chunks of 64 candidate blocks a (sequence,
 // group) would make a top-n grid of 16 × (32 + 6) = 608 CTAs, more than a wave of four an SM on
 // 132 SMs, so there the decoder takes 16 chunks of 128 (decode_chunks.h), whose ranking takes two
-// rounds of a CTA's threads. The picks' 16 × 8 CTAs take TMA rows from 128 SMs on, the parts'
-// 16 × 69 from 276.
+// rounds of a CTA's threads.
 TEST(CudaDecodeLong, WidenedChunksMatchTheCpuCache) {
-  expect_prefilled_matches_cpu({20001, 3333, 9001, 131, 14000, 20001, 64, 7777}, 131072, 20, 276,
-                               128, m7c_chunking(131072, 8, {128, 16}));
+  expect_prefilled_matches_cpu({20001, 3333, 9001, 131, 14000, 20001, 64, 7777}, 131072, 20,
+                               m7c_chunking(131072, 8, {128, 16}));
 }
 
 // Sixteen sequences with caches for 65,536 tokens – the benchmark's 64k, B = 16 shape: a top-n
 // grid of 32 × (16 + 6) = 704 CTAs, a wave and a third on 132 SMs (16 chunks of 64: no more than
-// half the lists a selection merges, so they stay), the picks' 32 × 8 CTAs by cp.async below 256
-// SMs and the parts' 32 × 37 below 296.
+// half the lists a selection merges, so they stay), the picks' 32 × 8 CTAs and the parts' 32 × 37
+// several an SM, every one's rows by TMA.
 TEST(CudaDecodeLong, SixteenSequencesMatchTheCpuCache) {
   expect_prefilled_matches_cpu({20001, 3333, 9001, 131, 14000, 8193, 64, 7777, 16385, 1, 12288,
                                 5000, 19999, 640, 8191, 2049},
-                               65536, 20, 296, 256, m7c_chunking(65536, 16, {64, 16}));
+                               65536, 20, m7c_chunking(65536, 16, {64, 16}));
 }
 
 // Twelve sequences with caches for 65,536 tokens: the picks' 24 × 8 = 192 CTAs are more than the
@@ -492,7 +479,7 @@ TEST(CudaDecodeLong, SixteenSequencesMatchTheCpuCache) {
 // the same).
 TEST(CudaDecodeLong, TwelveSequencesMatchTheCpuCache) {
   expect_prefilled_matches_cpu(
-      {20001, 3333, 9001, 131, 14000, 8193, 64, 7777, 16385, 1, 12288, 5000}, 65536, 20, 222, 192,
+      {20001, 3333, 9001, 131, 14000, 8193, 64, 7777, 16385, 1, 12288, 5000}, 65536, 20,
       m7c_chunking(65536, 12, {64, 16}));
 }
 

@@ -89,7 +89,7 @@ __host__ __device__ constexpr int64_t candidate_keys(int64_t sel_chunks, int64_t
 
 // The one parameter struct every decode kernel takes (as NsaParams for the training kernels):
 // the sizes, the step's inputs and outputs, the caches and the scratch between the kernels.
-// Caches are [B, rows, G, dk|dv] (bf16); the dense baseline leaves the NSA-only ones null.
+// Caches are [B, G, rows, dk|dv] (bf16); the dense baseline leaves the NSA-only ones null.
 struct DecodeParams {
   DecodeDims dims;
   bool dense;
@@ -142,11 +142,12 @@ __device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {
   return t + 1 < m.l ? 0 : m.div_d.div(t + 1 - m.l) + 1;
 }
 
-// Row r of sequence b, group g in a cache [B, rows, G, dim].
+// Row r of sequence b, group g in a cache [B, G, rows, dim]: a group's rows are contiguous, so a
+// part's 128 rows are one block of memory (cp.async's pieces in order, TMA's box a dense one).
 template <typename T>  // bf16 or const bf16
 __device__ __forceinline__ T* row(T* base, int b, int64_t rows, int64_t r, int g,
                                   const DecodeDims& m, int dim) {
-  return base + ((static_cast<int64_t>(b) * rows + r) * m.G + g) * dim;
+  return base + ((static_cast<int64_t>(b) * m.G + g) * rows + r) * dim;
 }
 
 // First (head 0) row of slot `slot` of group-row bg in part_ml (×2) / part_o (×dv).

@@ -26,13 +26,16 @@ struct PrefillParams {
   const bf16* v_in[kNumBranches];  // [T, G, dv]
   const int64_t* cu_seqlens;       // [n + 1]
   const int32_t* seqs;             // [n] the decoder sequence of each prompt
-  // The caches, [B, rows, G, dk|dv] (nsa_decode.h).
+  // The caches, [B, G, rows, dk|dv] (nsa_decode.h).
   bf16 *k_sel, *v_sel, *k_win, *v_win, *k_raw, *v_raw, *k_cmp, *v_cmp;
 };
 
-// Row r of sequence b in a cache of `rows` rows per sequence, `width` = G·dim elements per row.
-__device__ __forceinline__ int64_t cache_offset(int b, int64_t rows, int64_t r, int64_t width) {
-  return (static_cast<int64_t>(b) * rows + r) * width;
+// Element e of row r (e < G·dim: group e / dim) of sequence b in a cache [B, G, rows, dim] –
+// the inputs' row [G, dim] spread over the groups' rows.
+__device__ __forceinline__ int64_t cache_offset(const PrefillParams& p, int b, int64_t rows,
+                                                int64_t r, int e, int dim) {
+  const int g = e / dim;
+  return ((static_cast<int64_t>(b) * p.G + g) * rows + r) * dim + (e - g * dim);
 }
 
 __global__ void prefill_rows_kernel(const PrefillParams p) {
@@ -52,8 +55,9 @@ __global__ void prefill_rows_kernel(const PrefillParams p) {
     const auto load = [&](const bf16* base) {
       return reinterpret_cast<const uint4*>(base + (start + t) * width)[piece];
     };
+    const int dim = is_k ? p.dk : p.dv;
     const auto store = [&](bf16* base, int64_t rows_per_seq, int64_t r, uint4 value) {
-      reinterpret_cast<uint4*>(base + cache_offset(b, rows_per_seq, r, width))[piece] = value;
+      *reinterpret_cast<uint4*>(base + cache_offset(p, b, rows_per_seq, r, 8 * piece, dim)) = value;
     };
     store(is_k ? p.k_sel : p.v_sel, p.max_len, t, load(is_k ? p.k_in[kSel] : p.v_in[kSel]));
     if (p.dense) continue;
@@ -84,7 +88,7 @@ __global__ void prefill_compress_kernel(const PrefillParams p) {
     const bf16* src = (is_k ? p.k_in[kCmp] : p.v_in[kCmp]) + (start + j * p.d) * width + e;
     float s = 0.0f;
     for (int r = 0; r < p.l; ++r) s += __bfloat162float(src[r * width]);
-    (is_k ? p.k_cmp : p.v_cmp)[cache_offset(b, p.max_cmp, j, width) + e] =
+    (is_k ? p.k_cmp : p.v_cmp)[cache_offset(p, b, p.max_cmp, j, e, is_k ? p.dk : p.dv)] =
         __float2bfloat16(s * inv_l);
   }
 }
@@ -127,12 +131,15 @@ void NsaDecodeCuda::copy_sequence(int64_t from, int64_t to, int64_t len, cudaStr
             max_len_);
   if (from == to) return;
   const NsaConfig& c = cfg_;
+  // The first `rows` rows of each group's [rows_per_seq, dim] block (caches [B, G, rows, dim]).
   const auto copy = [&](DeviceBuffer<bf16>& buf, int64_t rows_per_seq, int64_t rows, int64_t dim) {
-    const int64_t width = c.groups * dim;
     if (rows == 0 || buf.size() == 0) return;
-    NSA_CUDA_CHECK(cudaMemcpyAsync(
-        buf.get() + to * rows_per_seq * width, buf.get() + from * rows_per_seq * width,
-        static_cast<size_t>(rows * width) * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+    const int64_t seq = c.groups * rows_per_seq * dim;  // one sequence's elements
+    const size_t pitch = static_cast<size_t>(rows_per_seq * dim) * sizeof(bf16);
+    NSA_CUDA_CHECK(cudaMemcpy2DAsync(buf.get() + to * seq, pitch, buf.get() + from * seq, pitch,
+                                     static_cast<size_t>(rows * dim) * sizeof(bf16),
+                                     static_cast<size_t>(c.groups), cudaMemcpyDeviceToDevice,
+                                     stream));
   };
   copy(k_sel_, max_len_, len, c.dk);
   copy(v_sel_, max_len_, len, c.dv);

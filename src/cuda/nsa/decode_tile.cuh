@@ -115,14 +115,15 @@ __device__ __forceinline__ uint32_t row_boxes_bytes(int rows) {
   return static_cast<uint32_t>(rows * (kTmaHeadDim + tile_stride(kTmaHeadDim)) * sizeof(bf16));
 }
 
-// One thread: a key box and a value box (NsaDecodeCuda's maps: make_row_box_map, keys swizzled,
-// values 72 columns wide) of group g's cache rows from row `at` into the tile from row r0 on
-// (carve_tile_aligned64's), completing on `bar` – the parts' and the picks' TMA rows.
+// One thread: a key box and a value box (NsaDecodeCuda's maps: make_row_box_map over a cache's
+// rows of one group each, keys swizzled, values 72 columns wide – the 8 past the row are zeros)
+// from map row `at` ((b·G + g)·rows + r) on into the tile from row r0 on (carve_tile_aligned64's),
+// completing on `bar` – the parts' and the picks' TMA rows.
 __device__ __forceinline__ void tile_issue_row_boxes(const Tile& tl, int r0, const CUtensorMap* k,
-                                                     const CUtensorMap* v, int g, int32_t at,
+                                                     const CUtensorMap* v, int32_t at,
                                                      uint64_t* bar) {
-  tma_load_box_2d(tl.k + r0 * kTmaHeadDim, k, g * kTmaHeadDim, at, bar);
-  tma_load_box_2d(tl.v + r0 * tl.vs, v, g * kTmaHeadDim, at, bar);
+  tma_load_box_2d(tl.k + r0 * kTmaHeadDim, k, 0, at, bar);
+  tma_load_box_2d(tl.v + r0 * tl.vs, v, 0, at, bar);
 }
 
 // Starts copying the group's q rows ([hpg, dk] bf16, contiguous in q [B, H, dk]); rows hpg .. 15

@@ -137,17 +137,16 @@ __global__ void __launch_bounds__(kPartThreads, 6)
   if (maps.on) {
     if (threadIdx.x == 0) {
       const int which = kind == PartKind::kCompressed ? 0 : kind == PartKind::kWindow ? 1 : 2;
-      const int32_t at = static_cast<int32_t>(b * rows + first);
+      const int32_t at = static_cast<int32_t>((static_cast<int64_t>(bg) * rows + first));
       mbarrier_init_one(&rows_landed);
       mbarrier_init_fence();
       mbarrier_expect_bytes(&rows_landed, row_boxes_bytes(kPartKeys));
-      tile_issue_row_boxes(tl, 0, &maps.k[which], &maps.v[which], g, at, &rows_landed);
+      tile_issue_row_boxes(tl, 0, &maps.k[which], &maps.v[which], at, &rows_landed);
     }
     __syncthreads();  // the barrier is initialised before any thread waits on it
   } else {
     tile_issue_rows(m, tl, avail, row(kc, b, rows, first, g, m, m.dk),
-                    row(vc, b, rows, first, g, m, m.dv), static_cast<int64_t>(m.G) * m.dk,
-                    static_cast<int64_t>(m.G) * m.dv);
+                    row(vc, b, rows, first, g, m, m.dv), m.dk, m.dv);
   }
   trace_mark<kTrace>(p, kTraceParts, 1);  // cache rows issued
   wait_for_previous_kernel();
@@ -328,9 +327,10 @@ __global__ void __launch_bounds__(kPartThreads)
         ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // the tile's generic writes
         mbarrier_expect_bytes(&rows_landed, row_boxes_bytes(sp.nseg * m.l_sel));
         for (int e = 0; e < sp.nseg; ++e) {
-          const int32_t at = static_cast<int32_t>(
-              b * m.max_len + static_cast<int64_t>(block_at(sp.e0 + e)) * m.l_sel);
-          tile_issue_row_boxes(tl, e * m.l_sel, &maps.k, &maps.v, g, at, &rows_landed);
+          const int32_t at =
+              static_cast<int32_t>((static_cast<int64_t>(b) * m.G + g) * m.max_len +
+                                   static_cast<int64_t>(block_at(sp.e0 + e)) * m.l_sel);
+          tile_issue_row_boxes(tl, e * m.l_sel, &maps.k, &maps.v, at, &rows_landed);
         }
       }
       int patch = -1;  // t's row in the tile, if the part's last block holds it
@@ -501,36 +501,37 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
     sel_.resize(B_ * G * cfg.n_sel);
     sel_.zero();
   }
-  // The parts' rows by the copy engine where the grid is at most four CTAs an SM (m7c: batch 1 to
-  // 4 at 64k, 1 and 2 at 128k): there it issues in 0.2 µs what cp.async issues in 0.9-1.8
-  // (nsa_decode_loads, H200), and in the step the issue loop ran long. Past that (64k, B = 16: nine
-  // CTAs an SM) its 128-byte rows, 256 bytes apart, came in slower than cp.async's (the workshop).
-  // Measured on the H200 (docs/perf.md): two CTAs an SM took 128k, B = 1 from 0.191 to 0.186 ms,
-  // four took 128k, B = 2's step from 0.478 to 0.459 ms.
-  part_maps_.on = dk == kTmaHeadDim && dv == kTmaHeadDim && G >= 2 &&
-                  B_ * G * grid_y <= 4 * current_sm_count() && B_ * max_len < (int64_t{1} << 31);
+  // The parts' rows by the copy engine (two boxes, one thread) at every batch: it issues in 0.2 µs
+  // what cp.async issues in 0.9-1.8 (nsa_decode_loads, H200) and leaves the warps free. With the
+  // caches group-major a part's rows are one block of memory; while they were [B, rows, G, d]
+  // (128-byte rows 256 bytes apart) TMA paid only up to four CTAs an SM. Measured on the H200
+  // (docs/perf.md, thirty-ninth session; with the picks' below): attention 64k B16 0.315 -> 0.311
+  // ms, 128k B16 0.491 -> 0.475, our dense decoding at B16 −10 to −13 %. G ≥ 2: the shapes
+  // measured (a box past the row's 64 columns is zeros either way).
+  part_maps_.on =
+      dk == kTmaHeadDim && dv == kTmaHeadDim && G >= 2 && B_ * G * max_len < (int64_t{1} << 31);
   if (part_maps_.on) {
     const bf16* const caches[3][2] = {
         {k_cmp_.get(), v_cmp_.get()}, {k_win_.get(), v_win_.get()}, {k_sel_.get(), v_sel_.get()}};
-    const int64_t rows[3] = {B_ * max_cmp_, B_ * cfg.w, B_ * max_len};
+    // Every (sequence, group)'s rows one after another: map row (b·G + g)·rows + r.
+    const int64_t rows[3] = {B_ * G * max_cmp_, B_ * G * cfg.w, B_ * G * max_len};
     for (int i = 0; i < 3; ++i) {
       if (caches[i][0] == nullptr) continue;  // dense: the selected caches only
-      const int64_t width = G * kTmaHeadDim;
       part_maps_.k[i] =
-          make_row_box_map(caches[i][0], rows[i], width, kTmaHeadDim, kPartKeys, true);
-      part_maps_.v[i] = make_row_box_map(caches[i][1], rows[i], width, tile_stride(kTmaHeadDim),
-                                         kPartKeys, false);
+          make_row_box_map(caches[i][0], rows[i], kTmaHeadDim, kTmaHeadDim, kPartKeys, true);
+      part_maps_.v[i] = make_row_box_map(caches[i][1], rows[i], kTmaHeadDim,
+                                         tile_stride(kTmaHeadDim), kPartKeys, false);
     }
   }
-  // The picks' rows by TMA where their grid is at most a CTA an SM and a part is two 64-row
-  // blocks (m7c: l_sel = 64): 64k, B = 1 attention 0.161 -> 0.156 ms (H200, docs/perf.md).
+  // The picks' rows by TMA where a part is two 64-row blocks (m7c: l_sel = 64): 64k, B = 1
+  // attention 0.161 -> 0.156 ms (H200, docs/perf.md); at every batch since the caches are
+  // group-major (before, only up to a CTA an SM): 128k B16 0.484 -> 0.475 ms beside the parts'.
   pick_maps_.on = !dense && dk == kTmaHeadDim && dv == kTmaHeadDim && G >= 2 && cfg.l_sel == 64 &&
-                  kPartKeys == 2 * cfg.l_sel && B_ * G * picks_cluster_ <= current_sm_count() &&
-                  B_ * max_len < (int64_t{1} << 31);
+                  kPartKeys == 2 * cfg.l_sel && B_ * G * max_len < (int64_t{1} << 31);
   if (pick_maps_.on) {
     pick_maps_.k =
-        make_row_box_map(k_sel_.get(), B_ * max_len, G * kTmaHeadDim, kTmaHeadDim, cfg.l_sel, true);
-    pick_maps_.v = make_row_box_map(v_sel_.get(), B_ * max_len, G * kTmaHeadDim,
+        make_row_box_map(k_sel_.get(), B_ * G * max_len, kTmaHeadDim, kTmaHeadDim, cfg.l_sel, true);
+    pick_maps_.v = make_row_box_map(v_sel_.get(), B_ * G * max_len, kTmaHeadDim,
                                     tile_stride(kTmaHeadDim), cfg.l_sel, false);
   }
   NSA_CHECK(

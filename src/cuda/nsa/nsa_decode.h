@@ -4,8 +4,10 @@
 //
 // Caches (bf16, per sequence): raw K/V of the selected branch for every position, a ring of the
 // last w raw K/V for the window, a ring of the last l raw K/V of the compressed branch, and the
-// compressed K/V – one token emitted every d steps once l are available (φ = avg). Dense decoding
-// (the baseline of `nsa bench decode`) keeps only the first cache and attends over all of it.
+// compressed K/V – one token emitted every d steps once l are available (φ = avg). Each is
+// [B, G, rows, dk|dv]: a group's rows contiguous, so that a part's rows are one block of memory
+// (docs/inference.md). Dense decoding (the baseline of `nsa bench decode`) keeps only the first
+// cache and attends over all of it.
 //
 // A step is three kernels (dense: two), all reading the positions from device memory (nothing on
 // the host depends on them, so a step can be captured in a CUDA graph and replayed), each taking
@@ -41,7 +43,7 @@
 namespace nsa::cuda {
 
 // The parts kernel's cache rows by the copy engine (TMA) instead of cp.async, where that wins
-// (d_k = d_v = 64, G ≥ 2, a grid of at most four CTAs an SM; nsa_decode.cu): on, and the maps of
+// (d_k = d_v = 64, G ≥ 2; nsa_decode.cu): on, and the maps of
 // the compressed, window and selected caches' key rows (swizzled) and value rows (padded) – the
 // kernel's parameter, as NsaDecodeCuda keeps it and passes it every step.
 struct DecodePartMaps {
@@ -49,8 +51,8 @@ struct DecodePartMaps {
   int on;
 };
 
-// The picks kernel's selected blocks by TMA where it pays (d_k = d_v = 64, l_sel = 64, a grid of at
-// most a CTA an SM; nsa_decode.cu): on, and the selected caches' maps of l_sel-row boxes (keys
+// The picks kernel's selected blocks by TMA where it pays (d_k = d_v = 64, G ≥ 2, l_sel = 64;
+// nsa_decode.cu): on, and the selected caches' maps of l_sel-row boxes (keys
 // swizzled, values padded) – the kernel's parameter, as DecodePartMaps.
 struct DecodePickMaps {
   CUtensorMap k, v;
