@@ -505,9 +505,9 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   // what cp.async issues in 0.9-1.8 (nsa_decode_loads, H200) and leaves the warps free. With the
   // caches group-major a part's rows are one block of memory; while they were [B, rows, G, d]
   // (128-byte rows 256 bytes apart) TMA paid only up to four CTAs an SM. Measured on the H200
-  // (docs/perf.md, thirty-ninth session; with the picks' below): attention 64k B16 0.315 -> 0.311
-  // ms, 128k B16 0.491 -> 0.475, our dense decoding at B16 −10 to −13 %. G ≥ 2: the shapes
-  // measured (a box past the row's 64 columns is zeros either way).
+  // (docs/perf.md, thirty-ninth session; with the picks' below): attention 64k B8 0.220 -> 0.198
+  // ms, B16 0.312 -> 0.307, 128k B16 0.490 -> 0.466, our dense decoding at B16 −8 to −10 %. G ≥ 2:
+  // the shapes measured (a box past the row's 64 columns is zeros either way).
   part_maps_.on =
       dk == kTmaHeadDim && dv == kTmaHeadDim && G >= 2 && B_ * G * max_len < (int64_t{1} << 31);
   if (part_maps_.on) {

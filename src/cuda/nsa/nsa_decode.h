@@ -103,8 +103,8 @@ class NsaDecodeCuda {
   int64_t topk_chunk() const { return sel_chunk_; }            // candidate blocks a top-n chunk
   bool picks_spread() const { return picks_smem_floor_ > 0; }  // at most two picks CTAs an SM
   // The constructor's choices in one line, for benchmarks' tables and logs: each kernel's grid
-  // (CTAs) and the paths above, e.g. "parts 1152 cp.async | top-n 704, chunks of 64, block sums |
-  // picks 256 in clusters of 8, cp.async, spread" (dense: the parts and the combine).
+  // (CTAs) and the paths above, e.g. m7c at 64k, B = 16: "parts 1184 TMA | top-n 704, chunks of
+  // 64, block sums | picks 256 in clusters of 8, TMA" (dense: the parts and the combine).
   std::string plan() const;
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
