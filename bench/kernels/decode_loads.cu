@@ -3,7 +3,8 @@
 // "cache rows issued" mark 2.6–3.6 µs after the CTA started: issuing 16 cp.async of 16 bytes a
 // thread should take a fraction of that, unless each SM can keep only so many bytes in flight.
 // This program times N CTAs (one part each: 128 key rows and 128 value rows of 128 bytes, a group's
-// rows 256 bytes apart as m7c's caches, or G·128 with --groups G) loading rows from memory that is
+// rows 256 bytes apart as m7c's caches were until the thirty-ninth session, or G·128 with --groups
+// G; --groups 1 is the group-major caches' contiguous rows) loading rows from memory that is
 // not in L2, two ways:
 //   cp.async   every thread 16-byte copies, as tile_issue_rows (decode_tile.cuh) does;
 //   tma        one thread, two tensor-map boxes (common/tma.h: 64 columns × 128 rows, the 128-byte
