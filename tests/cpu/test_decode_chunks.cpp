@@ -1,7 +1,7 @@
 // How the GPU decoder chunks its block top-n (src/cuda/nsa/decode_chunks.h), on the CPU: the
 // chunk sizes of the documented contexts, the lists never more than a selection merges, every
 // candidate block in a chunk, and chunks twice as long only where the top-n grid would not fit in
-// one wave.
+// one wave; the picks CTAs at most two an SM where their grid is 1 – 1.5 times the SMs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@ using cuda::decode::decoder_topk_chunks;
 using cuda::decode::kMaxTopkChunks;
 using cuda::decode::kTopkChunk;
 using cuda::decode::kTopkCtasPerSm;
+using cuda::decode::picks_spread_wanted;
 using cuda::decode::topk_chunks;
 using cuda::decode::TopkChunks;
 
@@ -53,6 +54,18 @@ TEST(DecodeChunks, LongerChunksOnlyWhereTheTopnGridSpansWaves) {
   EXPECT_EQ(chunks(131072, 6).chunk, 64);    // 456 CTAs
   EXPECT_EQ(chunks(131072, 7).chunk, 128);   // 532 > 528
   EXPECT_EQ(chunks(131072, 16).chunk, 128);  // 1,216
+}
+
+// m7c's picks grid is 8 CTAs a (sequence, group), two groups: on 132 SMs batches 9 to 12 (144 to
+// 192 CTAs) spread, 8 (128: under a CTA an SM) and 13 (208: more than 1.5 times) do not.
+TEST(DecodeChunks, PicksSpreadOnlyWhereTheirGridIsOneToOneAndAHalfTimesTheSms) {
+  for (int64_t B = 1; B <= 32; ++B) {
+    EXPECT_EQ(picks_spread_wanted(B * kGroups * 8, kSms), B >= 9 && B <= 12) << "B = " << B;
+  }
+  EXPECT_FALSE(picks_spread_wanted(kSms, kSms));
+  EXPECT_TRUE(picks_spread_wanted(kSms + 1, kSms));
+  EXPECT_TRUE(picks_spread_wanted(198, kSms));
+  EXPECT_FALSE(picks_spread_wanted(199, kSms));
 }
 
 }  // namespace

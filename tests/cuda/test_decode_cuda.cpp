@@ -338,16 +338,14 @@ void expect_prefilled_matches_cpu(const std::vector<int64_t>& lengths, int64_t c
   expect_rows_path(gpu, true);
   EXPECT_TRUE(gpu.selection_by_block_sums());
   EXPECT_EQ(gpu.topk_chunk(), chunking.chunk) << "candidate blocks a top-n chunk";
-  // At most two picks CTAs an SM only where their grid (8 CTAs a (sequence, group) for m7c) is
-  // more than the SMs and at most 1.5 times them – and there only if every cluster fits at once,
-  // which the runtime decides (NsaDecodeCuda::spread_picks).
-  const int64_t picks_ctas = B * G * 8, sms = cuda::current_sm_count();
-  if (picks_ctas <= sms || 2 * picks_ctas > 3 * sms) {
+  // At most two picks CTAs an SM only where the rule wants it for their grid (8 CTAs a (sequence,
+  // group) for m7c; decode_chunks.h, checked on the CPU) – and there only if every cluster fits
+  // at once, which the runtime decides (NsaDecodeCuda::spread_picks).
+  const int64_t sms = cuda::current_sm_count();
+  if (!cuda::decode::picks_spread_wanted(B * G * 8, sms)) {
     EXPECT_FALSE(gpu.picks_spread());
   }
-  std::printf("[ long ] picks CTAs %lld on %lld SMs: at most two an SM %s\n",
-              static_cast<long long>(picks_ctas), static_cast<long long>(sms),
-              gpu.picks_spread() ? "yes" : "no");
+  std::printf("[ long ] on %lld SMs: %s\n", static_cast<long long>(sms), gpu.plan().c_str());
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   std::vector<NsaDecodeCache> cpu(static_cast<size_t>(B), NsaDecodeCache(c));
   std::mt19937 rng(29);

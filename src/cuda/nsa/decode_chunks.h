@@ -1,7 +1,7 @@
 // How a decoder splits the block top-n over CTAs (docs/inference.md, "Decoding on the GPU"): the
 // candidate blocks of a (sequence, group) in chunks, one top-n CTA each, whose lists the picks CTAs
-// merge. Plain C++ (no CUDA headers) so that the CPU tests check the rule
-// (tests/cpu/test_decode_chunks.cpp).
+// merge; and where the picks CTAs go at most two an SM. Plain C++ (no CUDA headers) so that the
+// CPU tests check the rules (tests/cpu/test_decode_chunks.cpp).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +49,16 @@ NSA_HOST_DEVICE constexpr TopkChunks decoder_topk_chunks(int64_t max_len, int64_
   const TopkChunks c = topk_chunks(max_len, l_sel);
   const bool waves = rows * topk_grid_rows(c.chunks, hpg) > kTopkCtasPerSm * sms;
   return c.chunks > kMaxTopkChunks / 2 && waves ? topk_chunks(max_len, l_sel, 2) : c;
+}
+
+// Whether the picks CTAs go at most two an SM (NsaDecodeCuda::spread_picks, which keeps it only if
+// every cluster still fits at once): where their grid is more than the SMs and at most 1.5 times
+// them – m7c on 132 SMs: B = 9 to 12. Measured on the H200: 64k B10 attention 0.250 → 0.235 ms,
+// B12 0.273 → 0.268, 128k B10 0.360 → 0.353, B12 0.400 → 0.395; at B14 and B16, where two an SM
+// leave few spare slots, 128k B14 lost 0.440 → 0.460 and B16 was level (docs/perf.md,
+// thirty-eighth session).
+NSA_HOST_DEVICE constexpr bool picks_spread_wanted(int64_t picks_ctas, int64_t sms) {
+  return picks_ctas > sms && 2 * picks_ctas <= 3 * sms;
 }
 
 }  // namespace nsa::cuda::decode

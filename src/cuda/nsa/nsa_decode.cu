@@ -555,13 +555,8 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   // CTAs wait on the top-n with time to spare; at 64k, B = 16 it measured 2.5 % slower
   // (docs/perf.md).
   warm_picks_ = !dense && kernel_ctas(kTracePicks) <= current_sm_count();
-  // At most two picks CTAs an SM where their grid is more than the SMs and at most 1.5 times
-  // them (m7c on 132 SMs: B = 9 to 12), if every cluster still fits at once: measured on the
-  // H200, 64k B10 attention 0.250 → 0.235 ms, B12 0.273 → 0.268, 128k B10 0.360 → 0.353, B12
-  // 0.400 → 0.395; at B14 and B16, where two an SM leave few spare slots, 128k B14 lost
-  // 0.440 → 0.460 and B16 was level (docs/perf.md, thirty-eighth session).
-  const int64_t picks_ctas = kernel_ctas(kTracePicks), sms = current_sm_count();
-  if (picks_ctas > sms && 2 * picks_ctas <= 3 * sms) spread_picks();
+  // At most two picks CTAs an SM where the rule wants it (decode_chunks.h).
+  if (picks_spread_wanted(kernel_ctas(kTracePicks), current_sm_count())) spread_picks();
   part_ml_.resize(B_ * G * slots_ * hpg * 2);
   part_o_.resize(B_ * G * slots_ * hpg * dv);
 }
