@@ -18,8 +18,11 @@ bool lies_within(const std::filesystem::path& p, const std::filesystem::path& fo
 
 // Creates the output folder `dir` (and its parents) unless it exists, refusing an empty name or a
 // path that is not a folder; the errors name the command's `flag` ("--out") and say what it should
-// be (`what`: "a run folder", "a folder for the shards"). Returns whether this call created it: its
-// command removes it again on failure.
+// be (`what`: "a run folder", "a folder for the shards"). Returns whether this call created it, so
+// that its command can remove it again on failure – each by its own rule: `prepare` removes the
+// whole folder (everything in it is that call's, and partial shards are of no use), `train` only
+// a folder that holds nothing but its lock (a failed run's metrics and checkpoints are kept:
+// RunFolderLock::release).
 bool make_out_folder(const std::string& dir, const std::string& flag, const std::string& what);
 
 }  // namespace nsa::io
