@@ -142,12 +142,20 @@ __device__ __forceinline__ int num_cmp(const DecodeDims& m, int t) {
   return t + 1 < m.l ? 0 : m.div_d.div(t + 1 - m.l) + 1;
 }
 
-// Row r of sequence b, group g in a cache [B, G, rows, dim]: a group's rows are contiguous, so a
-// part's 128 rows are one block of memory (cp.async's pieces in order, TMA's box a dense one).
+// The caches' one layout, [B, G, rows, dim]: row r of sequence b, group g is row
+// (b·G + g)·rows + r of B·G·rows – its elements start at that times dim, and it is the row
+// coordinate of the TMA maps over the cache. A group's rows are contiguous, so a part's 128 rows
+// are one block of memory (cp.async's pieces in order, TMA's box a dense one).
+__host__ __device__ __forceinline__ int64_t cache_row(int b, int g, int G, int64_t rows,
+                                                      int64_t r) {
+  return (static_cast<int64_t>(b) * G + g) * rows + r;
+}
+
+// Row r of sequence b, group g in a cache (cache_row).
 template <typename T>  // bf16 or const bf16
 __device__ __forceinline__ T* row(T* base, int b, int64_t rows, int64_t r, int g,
                                   const DecodeDims& m, int dim) {
-  return base + ((static_cast<int64_t>(b) * m.G + g) * rows + r) * dim;
+  return base + cache_row(b, g, m.G, rows, r) * dim;
 }
 
 // First (head 0) row of slot `slot` of group-row bg in part_ml (×2) / part_o (×dv).

@@ -10,6 +10,7 @@
 // copies) and compressed tokens (B' prompts × their compressed tokens, one CTA each).
 #include <algorithm>
 
+#include "decode_params.cuh"
 #include "nsa_decode.h"
 
 namespace nsa::cuda {
@@ -30,12 +31,12 @@ struct PrefillParams {
   bf16 *k_sel, *v_sel, *k_win, *v_win, *k_raw, *v_raw, *k_cmp, *v_cmp;
 };
 
-// Element e of row r (e < G·dim: group e / dim) of sequence b in a cache [B, G, rows, dim] –
-// the inputs' row [G, dim] spread over the groups' rows.
+// Element e of row r (e < G·dim: group e / dim) of sequence b in a cache (cache_row,
+// decode_params.cuh) – the inputs' row [G, dim] spread over the groups' rows.
 __device__ __forceinline__ int64_t cache_offset(const PrefillParams& p, int b, int64_t rows,
                                                 int64_t r, int e, int dim) {
   const int g = e / dim;
-  return ((static_cast<int64_t>(b) * p.G + g) * rows + r) * dim + (e - g * dim);
+  return decode::cache_row(b, g, p.G, rows, r) * dim + (e - g * dim);
 }
 
 __global__ void prefill_rows_kernel(const PrefillParams p) {

@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kPartThreads, 6)
   if (maps.on) {
     if (threadIdx.x == 0) {
       const int which = kind == PartKind::kCompressed ? 0 : kind == PartKind::kWindow ? 1 : 2;
-      const int32_t at = static_cast<int32_t>((static_cast<int64_t>(bg) * rows + first));
+      const int32_t at = static_cast<int32_t>(cache_row(b, g, m.G, rows, first));
       mbarrier_init_one(&rows_landed);
       mbarrier_init_fence();
       mbarrier_expect_bytes(&rows_landed, row_boxes_bytes(kPartKeys));
@@ -327,9 +327,8 @@ __global__ void __launch_bounds__(kPartThreads)
         ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // the tile's generic writes
         mbarrier_expect_bytes(&rows_landed, row_boxes_bytes(sp.nseg * m.l_sel));
         for (int e = 0; e < sp.nseg; ++e) {
-          const int32_t at =
-              static_cast<int32_t>((static_cast<int64_t>(b) * m.G + g) * m.max_len +
-                                   static_cast<int64_t>(block_at(sp.e0 + e)) * m.l_sel);
+          const int32_t at = static_cast<int32_t>(
+              cache_row(b, g, m.G, m.max_len, static_cast<int64_t>(block_at(sp.e0 + e)) * m.l_sel));
           tile_issue_row_boxes(tl, e * m.l_sel, &maps.k, &maps.v, at, &rows_landed);
         }
       }
@@ -513,7 +512,7 @@ NsaDecodeCuda::NsaDecodeCuda(const NsaConfig& cfg, int64_t batch, int64_t max_le
   if (part_maps_.on) {
     const bf16* const caches[3][2] = {
         {k_cmp_.get(), v_cmp_.get()}, {k_win_.get(), v_win_.get()}, {k_sel_.get(), v_sel_.get()}};
-    // Every (sequence, group)'s rows one after another: map row (b·G + g)·rows + r.
+    // Every (sequence, group)'s rows one after another (cache_row, decode_params.cuh).
     const int64_t rows[3] = {B_ * G * max_cmp_, B_ * G * cfg.w, B_ * G * max_len};
     for (int i = 0; i < 3; ++i) {
       if (caches[i][0] == nullptr) continue;  // dense: the selected caches only
