@@ -75,9 +75,14 @@ struct LayerCase {
 };
 
 // The rows' paths the constructor chose (the shape's, at every batch), against the case's.
+// m7c's tile, on either path, leaves room for six parts CTAs an SM (the kernel's launch bounds;
+// the copy engine's alignment slack once cost one of them).
 void expect_rows_path(const cuda::NsaDecodeCuda& gpu, bool tma_rows) {
   EXPECT_EQ(gpu.parts_rows_by_tma(), tma_rows) << "the parts' rows path";
   EXPECT_EQ(gpu.picks_rows_by_tma(), tma_rows) << "the picks' rows path";
+  if (tma_rows) {
+    EXPECT_EQ(gpu.parts_ctas_per_sm(), 6) << "parts CTAs an SM: " << gpu.plan();
+  }
 }
 
 // Whether the compressed parts left the top-n block sums (decode_params.cuh) – the shapes whose

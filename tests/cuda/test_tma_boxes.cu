@@ -1,9 +1,9 @@
 // The copy engine's boxes as the decode parts use them (common/tma.h make_row_box_map, tma.cuh
 // tma_load_box_2d) against the CPU: a [rows, width] bf16 tensor of distinct values, boxes of 64
-// columns with the 128-byte swizzle – which must land in decode_tile.cuh's key_piece order at a
-// 1024-byte boundary – and plain boxes 72 columns wide (the padded value rows: columns past the
-// width and rows past the tensor arrive as zeros), every element checked. And the encoder's
-// argument checks, which name what is wrong.
+// columns with the 128-byte swizzle – which must land in decode_tile.cuh's key_piece order, with
+// the phase of the destination's 128-byte line in its 1024 bytes – and plain boxes 72 columns wide
+// (the padded value rows: columns past the width and rows past the tensor arrive as zeros), every
+// element checked. And the encoder's argument checks, which name what is wrong.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -24,14 +24,14 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// One CTA copies the box at (column, row) into 1024-byte-aligned shared memory, then writes the
-// box's bytes out as they lie there.
+// One CTA copies the box at (column, row) into shared memory `lines` 128-byte lines past a
+// 1024-byte boundary, then writes the box's bytes out as they lie there.
 __global__ void copy_box_kernel(const __grid_constant__ CUtensorMap map, int column, int row,
-                                int elements, bf16* out) {
+                                int elements, int lines, bf16* out) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t bar;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  bf16* box = reinterpret_cast<bf16*>(smem_raw + (((base + 1023u) & ~1023u) - base));
+  bf16* box = reinterpret_cast<bf16*>(smem_raw + (((base + 1023u) & ~1023u) - base) + 128 * lines);
   if (threadIdx.x == 0) {
     mbarrier_init_one(&bar);
     mbarrier_init_fence();
@@ -64,13 +64,14 @@ class TmaBoxes : public ::testing::Test {
   }
 
   // The box's elements as they lie in shared memory.
-  std::vector<float> copy(const CUtensorMap& map, int column, int row, int box_cols) {
+  std::vector<float> copy(const CUtensorMap& map, int column, int row, int box_cols,
+                          int lines = 0) {
     const int elements = box_cols * kBoxRows;
     DeviceBuffer<bf16> out(elements);
-    const size_t smem = 1024 + elements * sizeof(bf16);
+    const size_t smem = 1024 + 128 * lines + elements * sizeof(bf16);
     NSA_CUDA_CHECK(cudaFuncSetAttribute(
         copy_box_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    copy_box_kernel<<<1, 128, smem>>>(map, column, row, elements, out.get());
+    copy_box_kernel<<<1, 128, smem>>>(map, column, row, elements, lines, out.get());
     NSA_CUDA_CHECK(cudaGetLastError());
     NSA_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<bf16> host = out.download();
@@ -88,18 +89,25 @@ class TmaBoxes : public ::testing::Test {
   std::vector<float> expect_;
 };
 
-TEST_F(TmaBoxes, SwizzledKeyRowsLandInKeyPieceOrder) {
+// At every 128-byte line of the swizzle's 1024-byte period (carve_tile_aligned64 takes the next
+// 128-byte boundary): the rows land XOR-ed with the phase the destination's address gives.
+TEST_F(TmaBoxes, SwizzledKeyRowsLandInKeyPieceOrderAtEveryPhase) {
   const CUtensorMap map = make_row_box_map(tensor_.get(), kRows, kWidth, 64, kBoxRows, true);
-  // Group 1's columns (64 ..), rows 100 .. 227: the last 28 past the tensor.
-  const std::vector<float> got = copy(map, 64, 100, 64);
-  int wrong = 0;
-  for (int r = 0; r < kBoxRows; ++r) {
-    for (int j = 0; j < 64; ++j) {
-      const int at = 8 * decode::key_piece(r, j / 8, 8) + j % 8;
-      wrong += got[at] == source(100 + r, 64 + j) ? 0 : 1;
+  for (int phase = 0; phase < 8; ++phase) {
+    // Group 1's columns (64 ..), rows 100 .. 227: the last 28 past the tensor.
+    const std::vector<float> got = copy(map, 64, 100, 64, phase);
+    int wrong = 0, wrong_unphased = 0;
+    for (int r = 0; r < kBoxRows; ++r) {
+      for (int j = 0; j < 64; ++j) {
+        const float want = source(100 + r, 64 + j);
+        wrong += got[8 * decode::key_piece(r, j / 8, 8, phase) + j % 8] == want ? 0 : 1;
+        wrong_unphased += got[8 * decode::key_piece(r, j / 8, 8) + j % 8] == want ? 0 : 1;
+      }
     }
+    EXPECT_EQ(wrong, 0) << "of " << kBoxRows * 64 << " key elements, phase " << phase;
+    // The phase matters: read without it, a shifted box is wrong (the check can fail).
+    if (phase > 0) EXPECT_GT(wrong_unphased, 0) << "phase " << phase;
   }
-  EXPECT_EQ(wrong, 0) << "of " << kBoxRows * 64 << " key elements";
 }
 
 TEST_F(TmaBoxes, PlainValueBoxesArePaddedRows) {

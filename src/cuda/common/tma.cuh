@@ -47,7 +47,8 @@ __device__ __forceinline__ void tma_load_box(void* dst, const CUtensorMap* map, 
 }
 
 // Copies the box at (column, row) of a two-dimensional `map` (tma.h, make_row_box_map) to `dst`
-// (shared; 1024-byte aligned for the 128-byte swizzle, else 128), completing on `bar`.
+// (shared, 128-byte aligned; under the 128-byte swizzle the rows' XOR pattern follows the
+// address's bits 7–9: decode_tile.cuh's key_piece phase), completing on `bar`.
 __device__ __forceinline__ void tma_load_box_2d(void* dst, const CUtensorMap* map, int32_t column,
                                                 int32_t row, uint64_t* bar) {
   const int32_t coords[2] = {column, row};

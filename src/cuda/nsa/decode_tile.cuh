@@ -26,16 +26,20 @@ struct Tile {
   bf16 *q, *k, *v;
   int qs, vs;  // row strides in elements
   int nk;      // 16-byte pieces of a key row (dk / 8)
+  int kphase;  // the keys' swizzle phase: 0, or the copy engine's (carve_tile_aligned64)
 };
 
 // Where piece j (8 bf16) of key row c lies among the packed keys' pieces, nk = dk / 8 to a row: the
 // piece's index i = c·nk + j with its low three bits XOR-ed by the key row's (nk a multiple of 8)
 // or else by its 128-byte line's (i / 8) – a permutation within each line, under which the eight
 // rows of a fragment load (the same j) fall on eight different 16-byte bank groups when nk is a
-// power of two (dk = 16, 32, 64, 128, 256). No division: this runs for every piece.
-__host__ __device__ __forceinline__ constexpr int key_piece(int c, int j, int nk) {
+// power of two (dk = 16, 32, 64, 128, 256). No division: this runs for every piece. `phase` (nk a
+// multiple of 8) shifts the rows' XOR: the copy engine's 128-byte swizzle XORs a piece's address
+// bits 4–6 with bits 7–9, so keys starting `phase` 128-byte lines past a 1024-byte boundary land
+// with row c XOR-ed by (c + phase) mod 8.
+__host__ __device__ __forceinline__ constexpr int key_piece(int c, int j, int nk, int phase = 0) {
   const int i = c * nk + j;
-  return i ^ (((nk & 7) == 0 ? c : i >> 3) & 7);
+  return i ^ (((nk & 7) == 0 ? c + phase : i >> 3) & 7);
 }
 
 // Checked at compile time for every dk the decoder takes (nk even, 2 .. 32): key_piece permutes the
@@ -69,7 +73,7 @@ static_assert(
     "key_piece must permute the keys' pieces, conflict-free for power-of-two dk / 8");
 
 __device__ __forceinline__ bf16* key_at(const Tile& tl, int c, int j) {
-  return tl.k + 8 * key_piece(c, j, tl.nk);
+  return tl.k + 8 * key_piece(c, j, tl.nk, tl.kphase);
 }
 
 __host__ __device__ constexpr size_t tile_key_bytes(int dk) {
@@ -85,7 +89,7 @@ __host__ __device__ constexpr size_t tile_bytes(int dk, int dv) {
 // multiple of 16 bytes).
 __device__ __forceinline__ Tile carve_tile(unsigned char* base, int dk, int dv) {
   Tile t;
-  t.qs = tile_stride(dk), t.vs = tile_stride(dv), t.nk = dk / 8;
+  t.qs = tile_stride(dk), t.vs = tile_stride(dv), t.nk = dk / 8, t.kphase = 0;
   t.q = reinterpret_cast<bf16*>(base);
   unsigned char* keys = base + sizeof(bf16) * kMaxHeadsPerGroup * t.qs;
   t.k = reinterpret_cast<bf16*>(keys);
@@ -94,15 +98,20 @@ __device__ __forceinline__ Tile carve_tile(unsigned char* base, int dk, int dv) 
 }
 
 // The tile of a part whose cache rows the copy engine brings (d_k = d_v = kTmaHeadDim;
-// nsa_decode.cu): the keys first, at the next 1024-byte boundary (the 128-byte swizzle's period –
-// under it a box of 64-column key rows lands in key_piece's order), the values next (a box 72
-// columns wide: the padded rows), q last. `base` needs tile_bytes(64, 64) + kTileAlignSlack bytes.
-constexpr int kTmaHeadDim = 64, kTileAlignSlack = 1024;
+// nsa_decode.cu): the keys first, at the next 128-byte boundary (a box's destination; under the
+// 128-byte swizzle a box of 64-column key rows lands in key_piece's order with the phase of that
+// boundary within its 1024 bytes, tests/cuda/test_tma_boxes.cu), the values next (a box 72 columns
+// wide: the padded rows), q last. `base` needs tile_bytes(64, 64) + kTileAlignSlack bytes. The
+// slack is at most 112 bytes (the base is 16-byte aligned), not the 1,008 of a 1024-byte boundary:
+// that is what keeps a parts CTA at six an SM (docs/perf.md).
+constexpr int kTmaHeadDim = 64, kTileAlignSlack = 112;
 __device__ __forceinline__ Tile carve_tile_aligned64(unsigned char* base) {
   const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(base));
-  unsigned char* keys = base + ((kTileAlignSlack - at % kTileAlignSlack) % kTileAlignSlack);
+  const uint32_t pad = (128u - at % 128u) % 128u;
+  unsigned char* keys = base + pad;
   Tile t;
   t.qs = tile_stride(kTmaHeadDim), t.vs = tile_stride(kTmaHeadDim), t.nk = kTmaHeadDim / 8;
+  t.kphase = static_cast<int>(((at + pad) >> 7) & 7u);
   t.k = reinterpret_cast<bf16*>(keys);
   t.v = reinterpret_cast<bf16*>(keys + tile_key_bytes(kTmaHeadDim));
   t.q = t.v + kPartKeys * t.vs;

@@ -84,6 +84,36 @@ __device__ __forceinline__ InputRows input_rows(const DecodeParams& p, int br, i
 
 enum class PartKind { kCompressed, kWindow, kBlock0, kDense };
 
+// Part y of a (sequence, group): its kind, the cache rows it reads – up to `avail` rows from row
+// `first` on, of a cache of `rows` rows a sequence – and its partial's slot (decode_params.cuh).
+struct PartRange {
+  PartKind kind;
+  int first, slot, avail;
+  int64_t rows;
+};
+
+__device__ __forceinline__ PartRange part_range(const DecodeDims& m, bool dense, int y) {
+  PartRange r{PartKind::kCompressed, y * kPartKeys, y, 0, m.max_cmp};
+  if (dense) {
+    r.kind = PartKind::kDense, r.rows = m.max_len;
+  } else if (const int k = y - m.cmp_parts; k >= 0 && k < m.win_parts) {
+    r.kind = PartKind::kWindow, r.first = k * kPartKeys, r.slot = m.slot_win + k, r.rows = m.w;
+  } else if (k >= m.win_parts) {
+    r.kind = PartKind::kBlock0, r.first = (k - m.win_parts) * m.seg_len;
+    r.slot = m.slot_block0 + k - m.win_parts, r.rows = m.max_len;
+  }
+  r.avail = static_cast<int>(min(
+      static_cast<int64_t>(r.kind == PartKind::kBlock0 ? m.seg_len : kPartKeys), r.rows - r.first));
+  if (r.kind == PartKind::kBlock0) r.avail = min(r.avail, m.l_sel - r.first);
+  return r;
+}
+
+// The part maps' index of a kind's cache (NsaDecodeCuda::part_maps_: compressed, window,
+// selected – the dense parts read the selected cache).
+__device__ __forceinline__ int part_map(PartKind kind) {
+  return kind == PartKind::kCompressed ? 0 : kind == PartKind::kWindow ? 1 : 2;
+}
+
 // Grid (B·G, parts): the parts whose rows do not depend on the position – NSA: compressed parts
 // [0, cmp_parts), window parts (ring slots), the forced block 0 (decode_params.cuh's slots); dense:
 // parts over positions k·kPartKeys .. – so each CTA issues its loads, then reads the position: one
@@ -106,37 +136,23 @@ __global__ void __launch_bounds__(kPartThreads, 6)
   trace_mark<kTrace>(p, kTraceParts, 0);  // start
   const int bg = blockIdx.x, b = m.div_g.div(bg), g = bg - b * m.G, y = blockIdx.y;
   const Tile tl = maps.on ? carve_tile_aligned64(smem) : carve_tile(smem, m.dk, m.dv);
-  // What the part reads: `avail` rows from row `first` on of a cache of `rows` rows per sequence.
-  PartKind kind;
-  int k = y, first = k * kPartKeys, slot = y, avail;
-  const bf16 *kc, *vc;
-  int64_t rows;
-  if (p.dense) {
-    kind = PartKind::kDense;
-    kc = p.k_sel, vc = p.v_sel, rows = m.max_len;
-  } else if (k < m.cmp_parts) {
-    kind = PartKind::kCompressed;
-    kc = p.k_cmp, vc = p.v_cmp, rows = m.max_cmp;
-  } else if ((k -= m.cmp_parts) < m.win_parts) {
-    kind = PartKind::kWindow;
-    first = k * kPartKeys, slot = m.slot_win + k;
-    kc = p.k_win, vc = p.v_win, rows = m.w;
-  } else {
-    k -= m.win_parts;
-    kind = PartKind::kBlock0;
-    first = k * m.seg_len, slot = m.slot_block0 + k;
-    kc = p.k_sel, vc = p.v_sel, rows = m.max_len;
-  }
-  avail = static_cast<int>(
-      min(static_cast<int64_t>(kind == PartKind::kBlock0 ? m.seg_len : kPartKeys), rows - first));
-  if (kind == PartKind::kBlock0) avail = min(avail, m.l_sel - first);
+  const PartRange pr = part_range(m, p.dense, y);
+  const PartKind kind = pr.kind;
+  const int first = pr.first, slot = pr.slot, avail = pr.avail;
+  const int64_t rows = pr.rows;
+  const bf16* kc = kind == PartKind::kCompressed ? p.k_cmp
+                   : kind == PartKind::kWindow   ? p.k_win
+                                                 : p.k_sel;
+  const bf16* vc = kind == PartKind::kCompressed ? p.v_cmp
+                   : kind == PartKind::kWindow   ? p.v_win
+                                                 : p.v_sel;
   // The cache rows are copied before the wait: the rows this step writes (position t, the
   // compressed token completing at t) are replaced from the inputs below, and the others were
   // written by earlier steps, many kernels back (common/dependent_launch.cuh).
   trace_mark<kTrace>(p, kTraceParts, 5);  // rows addressed: the part's kind and range known
   if (maps.on) {
     if (threadIdx.x == 0) {
-      const int which = kind == PartKind::kCompressed ? 0 : kind == PartKind::kWindow ? 1 : 2;
+      const int which = part_map(kind);
       const int32_t at = static_cast<int32_t>(cache_row(b, g, m.G, rows, first));
       mbarrier_init_one(&rows_landed);
       mbarrier_init_fence();
@@ -698,7 +714,8 @@ int64_t NsaDecodeCuda::kernel_ctas(int kernel) const {
 
 std::string NsaDecodeCuda::plan() const {
   const std::string parts = "parts " + std::to_string(kernel_ctas(kTraceParts)) +
-                            (parts_rows_by_tma() ? " TMA" : " cp.async");
+                            (parts_rows_by_tma() ? " TMA, " : " cp.async, ") +
+                            std::to_string(parts_ctas_per_sm()) + " an SM";
   if (dense_) return parts + " | combine " + std::to_string(B_ * cfg_.heads);
   return parts + " | top-n " + std::to_string(kernel_ctas(kTraceTopk)) + ", chunks of " +
          std::to_string(sel_chunk_) + (selection_by_block_sums() ? ", block sums" : ", scores") +
@@ -747,6 +764,13 @@ const char* NsaDecodeCuda::trace_phase(int kernel, int phase) {
 size_t NsaDecodeCuda::parts_smem_bytes() const {
   return tile_bytes(static_cast<int>(cfg_.dk), static_cast<int>(cfg_.dv)) +
          (part_maps_.on ? kTileAlignSlack : 0);
+}
+
+int NsaDecodeCuda::parts_ctas_per_sm() const {
+  int ctas = 0;
+  NSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, parts_kernel<false>,
+                                                               kPartThreads, parts_smem_bytes()));
+  return ctas;
 }
 
 // The picks kernel's tile, its selection scratch, its partial and a later part's, its inbox – or

@@ -102,9 +102,12 @@ class NsaDecodeCuda {
   bool selection_by_block_sums() const { return sums_q_ > 0; }
   int64_t topk_chunk() const { return sel_chunk_; }            // candidate blocks a top-n chunk
   bool picks_spread() const { return picks_smem_floor_ > 0; }  // at most two picks CTAs an SM
+  // Parts CTAs an SM can hold at once (the occupancy query on the untraced kernel with its shared
+  // memory): six for m7c's tile (its launch bounds), which a larger tile silently lowers.
+  int parts_ctas_per_sm() const;
   // The constructor's choices in one line, for benchmarks' tables and logs: each kernel's grid
-  // (CTAs) and the paths above, e.g. m7c at 64k, B = 16: "parts 1184 TMA | top-n 704, chunks of
-  // 64, block sums | picks 256 in clusters of 8, TMA" (dense: the parts and the combine).
+  // (CTAs) and the paths above, e.g. m7c at 64k, B = 16: "parts 1184 TMA, 6 an SM | top-n 704,
+  // chunks of 64, block sums | picks 256 in clusters of 8, TMA" (dense: the parts and the combine).
   std::string plan() const;
 
   // Phase timestamps (decode_trace.cuh; `nsa bench decode --trace`): steps launched or captured
