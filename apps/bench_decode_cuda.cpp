@@ -53,19 +53,24 @@ double ms_per_call(cudaStream_t stream, int64_t warmup, int64_t steps, F&& launc
 
 constexpr int kTracedSteps = 3;  // replays of a traced graph; the last one's marks are read
 
-// The attention of one model step alone: n_layers decode steps of one layer at context S,
-// captured as one graph (the position stays at S; each replay rewrites the same cache row), with
-// random caches and queries. With `trace` (NSA), then a graph of the same steps with the phase
-// timestamps on, run kTracedSteps times: the last replay's layers land in *trace, a slot each.
-// *plan: the layer's kernels and paths (NsaDecodeCuda::plan).
-double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, int64_t warmup,
-                    int64_t steps, cuda::NsaDecodeCuda::Trace* trace, std::string* plan) {
+// The attention of one model step alone: n_layers decode steps of one layer at context S – or,
+// `distinct`, of n_layers layers with caches of their own – captured as one graph (the position
+// stays at S; each replay rewrites the same cache row), with random caches and queries. With
+// `trace` (NSA), then a graph of the same steps with the phase timestamps on, run kTracedSteps
+// times: the last replay's layers land in *trace, a slot each. *plan: the layer's kernels and paths
+// (NsaDecodeCuda::plan).
+double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, bool distinct,
+                    int64_t warmup, int64_t steps, cuda::NsaDecodeCuda::Trace* trace,
+                    std::string* plan) {
   const NsaConfig& a = cfg.attn;
-  cuda::NsaDecodeCuda layer(a, B, S + 1, dense);
+  std::vector<std::unique_ptr<cuda::NsaDecodeCuda>> layers;
+  for (int64_t i = 0; i < (distinct ? cfg.n_layers : 1); ++i)
+    layers.push_back(std::make_unique<cuda::NsaDecodeCuda>(a, B, S + 1, dense));
+  cuda::NsaDecodeCuda& layer = *layers[0];
   *plan = layer.plan();
   cudaStream_t st;
   NSA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  layer.fill_random(S, 7, st);
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->fill_random(S, 7 + i, st);
   cuda::DeviceBuffer<int32_t> pos(B);
   const std::vector<int32_t> p(static_cast<size_t>(B), static_cast<int32_t>(S));
   pos.upload(p.data(), B);
@@ -83,7 +88,8 @@ double attention_ms(const ModelConfig& cfg, int64_t B, int64_t S, bool dense, in
     cudaGraphExec_t exec;
     NSA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int64_t i = 0; i < cfg.n_layers; ++i)
-      layer.step(q.get(), kp, vp, gp, pos.get(), o.get(), st);
+      layers[static_cast<size_t>(i) % layers.size()]->step(q.get(), kp, vp, gp, pos.get(), o.get(),
+                                                           st);
     NSA_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
     NSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     cudaGraphDestroy(graph);
@@ -128,8 +134,8 @@ Measured measure(const ModelConfig& cfg, const ModelParams<float>& params, int64
       m.step_trace = dec.trace();
     }
   }
-  m.attn_ms =
-      attention_ms(cfg, B, S, dense, a.warmup, a.steps, a.trace ? &m.trace : nullptr, &m.plan);
+  m.attn_ms = attention_ms(cfg, B, S, dense, a.distinct_layers, a.warmup, a.steps,
+                           a.trace ? &m.trace : nullptr, &m.plan);
   return m;
 }
 
@@ -149,6 +155,7 @@ SdpaBaseline sdpa_baseline(const DecodeBenchArgs& a, const ModelConfig& cfg) {
   SdpaShape shape;
   shape.heads = c.heads, shape.groups = c.groups, shape.head_dim = c.dk;
   shape.layers = cfg.n_layers, shape.steps = a.steps, shape.warmup = a.warmup;
+  shape.distinct_layers = a.distinct_layers;
   const std::string cmd = dense_decode_command(a.python, script, a.contexts, a.batches, shape);
   std::printf("dense baseline: %s\n", cmd.c_str());
   std::fflush(stdout);
@@ -199,9 +206,10 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
     for (const std::string& r : sdpa.records) *json << r << "\n";
   }
   std::printf(
-      "attention ms per step (%lld layers): NSA, ours dense, SDPA's best, and the dense column = "
+      "attention ms per step (%lld layers%s): NSA, ours dense, SDPA's best, and the dense column = "
       "the faster of the two, by which\n",
-      static_cast<long long>(cfg.n_layers));
+      static_cast<long long>(cfg.n_layers),
+      a.distinct_layers ? ", caches of their own" : ", one layer's caches each");
   std::printf("%8s %3s | %9s %9s %7s | %9s %9s %9s %9s %-6s %7s | %10s %10s %6s %10s | %9s\n",
               "context", "B", "NSA ms", "dense ms", "speedup", "NSA attn", "our dense", "SDPA",
               "dense", "by", "speedup", "NSA KV MiB", "formula", "ratio", "dense MiB", "NSA tok/s");
@@ -238,7 +246,8 @@ void bench_decode_cuda(const DecodeBenchArgs& a) {
       std::fflush(stdout);
       if (json) {
         *json << "{\"bench\":\"decode\",\"device\":\"cuda\",\"model\":\"" << a.model
-              << "\",\"context\":" << S << ",\"batch\":" << B << ",\"nsa_step_ms\":" << n.step_ms
+              << "\",\"distinct_layers\":" << (a.distinct_layers ? "true" : "false")
+              << ",\"context\":" << S << ",\"batch\":" << B << ",\"nsa_step_ms\":" << n.step_ms
               << ",\"dense_step_ms\":" << d.step_ms << ",\"nsa_attention_ms\":" << n.attn_ms
               << ",\"dense_attention_ms\":" << d.attn_ms;
         if (sd) {

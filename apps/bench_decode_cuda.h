@@ -27,6 +27,10 @@ struct DecodeBenchArgs {
   // After each NSA attention timing: one more run of the graph with the kernels' phase
   // timestamps on (cuda/nsa/decode_trace.cuh), printed per kernel and phase.
   bool trace = false;
+  // The attention alone with caches of its own per layer (n_layers decoders; SDPA's script
+  // likewise), as a model's step reads them. Off: one layer's caches called n_layers times, so
+  // what fits in L2 stays there from call to call (docs/perf.md, fortieth session).
+  bool distinct_layers = false;
 };
 
 void bench_decode_cuda(const DecodeBenchArgs& args);

@@ -296,11 +296,14 @@ void register_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   decode->add_flag("--trace", gpu_dec->trace,
                    "cuda: also print the attention kernels' phase timestamps (µs per phase)");
+  decode->add_flag("--distinct-layers", gpu_dec->distinct_layers,
+                   "cuda: time the attention alone with caches of its own per layer (SDPA's "
+                   "baseline likewise), not one layer's caches called n_layers times");
   decode->callback([dec, gpu_dec, decode, prefill] {
     if (!prefill->empty()) gpu_dec->prefill = parse_prefill_runs(*prefill);
     if (dec->device == "cpu") {
       for (const char* o : {"--model", "--batches", "--sdpa-script", "--python", "--prefill",
-                            "--prefill-reps", "--trace"}) {
+                            "--prefill-reps", "--trace", "--distinct-layers"}) {
         NSA_CHECK(decode->count(o) == 0, "nsa bench decode --device cpu: ", o,
                   " belongs to --device cuda (the whole model's step on one GPU); the CPU "
                   "benchmark times one attention layer of --config");
@@ -308,6 +311,9 @@ void register_bench_command(CLI::App& app) {
       bench_decode(*dec);
       return;
     }
+    NSA_CHECK(!(gpu_dec->trace && gpu_dec->distinct_layers),
+              "nsa bench decode: --trace times one layer's caches called n_layers times; drop "
+              "--distinct-layers to trace");
     NSA_CHECK(decode->count("--config") == 0,
               "nsa bench decode --device cuda: --config belongs to --device cpu (one attention "
               "layer); the GPU benchmark takes the model's config with --model");

@@ -123,7 +123,7 @@ std::string dense_decode_command(const std::string& interpreter, const std::stri
   cmd << interpreter << " " << shell_quote(script) << " --contexts " << comma_list(contexts)
       << " --batches " << comma_list(batches) << " --heads " << s.heads << " --groups " << s.groups
       << " --head-dim " << s.head_dim << " --layers " << s.layers << " --steps " << s.steps
-      << " --warmup " << s.warmup;
+      << " --warmup " << s.warmup << (s.distinct_layers ? " --distinct-layers" : "");
   return cmd.str();
 }
 

@@ -35,7 +35,8 @@
 # `decode`), then `nsa bench decode --device cuda --prefill none` of the build BASE (or BASE_DIR)
 # and of this tree alternately, ROUNDS times (default 2; PyTorch SDPA in the first run only), at
 # DECODE_CONTEXTS (default 65536,131072) and DECODE_BATCHES (default 1,16): attention-only and
-# whole-step ms of both builds measured in one call.
+# whole-step ms of both builds measured in one call. DECODE_FLAGS: more flags of every run, e.g.
+# --distinct-layers (the attention alone with caches of its own per layer, SDPA's likewise).
 # MORE_DIRS (decode-compare): further source trees (space-separated, each made as BASE_DIR is),
 # built beside the base and benchmarked between it and this tree in every round – one call that
 # measures a chain of changes one by one.
@@ -208,7 +209,8 @@ if [ "$what" = decode-compare ]; then
       sdpa=off; [ "$round" = 1 ] && [ "$bin" = /tmp/nsa_base/build/nsa ] && sdpa=auto
       echo "== $bin round $round"
       "$bin" bench decode --device cuda --contexts "${DECODE_CONTEXTS:-65536,131072}" \
-        --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script "$sdpa" 2>&1 | tail -n +2
+        --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script "$sdpa" ${DECODE_FLAGS:-} 2>&1 |
+        tail -n +2
     done
   done 2>&1 | tee "$out/decode_compare.txt"
 fi

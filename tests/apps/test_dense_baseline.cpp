@@ -90,6 +90,10 @@ TEST(DenseBaseline, BuildsAQuotedCommand) {
   EXPECT_EQ(cmd,
             "python3 'a b/it'\\''s.py' --contexts 64,128 --batches 1 --heads 12 --groups 2 "
             "--head-dim 64 --layers 3 --steps 50 --warmup 5");
+  s.distinct_layers = true;
+  EXPECT_EQ(dense_decode_command("python3", "d.py", {64}, {2}, s),
+            "python3 'd.py' --contexts 64 --batches 2 --heads 12 --groups 2 --head-dim 64 "
+            "--layers 3 --steps 50 --warmup 5 --distinct-layers");
 }
 
 TEST(DenseBaseline, RunsACommandAndReportsFailures) {
