@@ -29,7 +29,8 @@ struct DecodeBenchArgs {
   bool trace = false;
   // The attention alone with caches of its own per layer (n_layers decoders; SDPA's script
   // likewise), as a model's step reads them. Off: one layer's caches called n_layers times, so
-  // what fits in L2 stays there from call to call (docs/perf.md, fortieth session).
+  // what fits in L2 can stay there from call to call (docs/perf.md, fortieth session: a reading,
+  // not yet measured).
   bool distinct_layers = false;
 };
 
