@@ -21,7 +21,9 @@
 # `decode` (also in `all`): the GPU decoding and prefill tests, compute-sanitizer on the prefill and
 # on the decode layer (memcheck; racecheck on its smallest case),
 # and `nsa bench decode --device cuda` (its dense column the faster of ours and PyTorch SDPA,
-# bench/dense_decode.py run in the same call; then the batched prefill).
+# bench/dense_decode.py run in the same call; then the batched prefill), with DECODE_FLAGS (default
+# --distinct-layers: every layer's attention reads caches of its own, as in the model's step; set
+# DECODE_FLAGS= for one layer's caches called n_layers times, the benchmark's own default).
 # `pytorch` (not in `all`): the Python package on the GPU – python/tests (the CUDA ones must run:
 # NSA_REQUIRE_CUDA=1 makes a skip a failure) with build/libnsa_capi.so, then bench/pytorch_op.py
 # (the op's forward + backward from PyTorch against `nsa bench attention` and SDPA, at
@@ -35,8 +37,9 @@
 # `decode`), then `nsa bench decode --device cuda --prefill none` of the build BASE (or BASE_DIR)
 # and of this tree alternately, ROUNDS times (default 2; PyTorch SDPA in the first run only), at
 # DECODE_CONTEXTS (default 65536,131072) and DECODE_BATCHES (default 1,16): attention-only and
-# whole-step ms of both builds measured in one call. DECODE_FLAGS: more flags of every run, e.g.
-# --distinct-layers (the attention alone with caches of its own per layer, SDPA's likewise).
+# whole-step ms of both builds measured in one call. DECODE_FLAGS: more flags of every run, default
+# --distinct-layers (the attention alone with caches of its own per layer, SDPA's likewise; since
+# the forty-first session – before, one layer's caches called n_layers times: set DECODE_FLAGS=).
 # MORE_DIRS (decode-compare): further source trees (space-separated, each made as BASE_DIR is),
 # built beside the base and benchmarked between it and this tree in every round – one call that
 # measures a chain of changes one by one.
@@ -195,7 +198,8 @@ if [ "$what" = decode ] || [ "$what" = all ] || [ "$what" = decode-compare ]; th
   echo "compute-sanitizer racecheck (decode layer) rc=$? (0 = clean)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/decode_racecheck.log"
   if [ "$what" != decode-compare ]; then
     ./build/nsa bench decode --device cuda --contexts "${DECODE_CONTEXTS:-4096,16384,65536,131072}" \
-      --batches "${DECODE_BATCHES:-1,16}" --json "$out/decode_bench.jsonl" 2>&1 | tee "$out/decode_bench.txt"
+      --batches "${DECODE_BATCHES:-1,16}" ${DECODE_FLAGS---distinct-layers} --json "$out/decode_bench.jsonl" 2>&1 |
+      tee "$out/decode_bench.txt"
   fi
 fi
 if [ "$what" = decode-compare ]; then
@@ -209,7 +213,7 @@ if [ "$what" = decode-compare ]; then
       sdpa=off; [ "$round" = 1 ] && [ "$bin" = /tmp/nsa_base/build/nsa ] && sdpa=auto
       echo "== $bin round $round"
       "$bin" bench decode --device cuda --contexts "${DECODE_CONTEXTS:-65536,131072}" \
-        --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script "$sdpa" ${DECODE_FLAGS:-} 2>&1 |
+        --batches "${DECODE_BATCHES:-1,16}" --prefill none --sdpa-script "$sdpa" ${DECODE_FLAGS---distinct-layers} 2>&1 |
         tail -n +2
     done
   done 2>&1 | tee "$out/decode_compare.txt"
