@@ -4,9 +4,12 @@
 #   1. tiny on synthetic data, 12 steps: 2 ranks on 2 GPUs with NCCL against the same 2 ranks
 #      summing through host memory (NSA_GPU_ALLREDUCE=host) – the checkpoints must be byte-
 #      identical (two fp32 addends: the same sum either way) – and against 1 rank with 2B;
-#   2. the CUDA trainer tests that start ranks (ZeRO-1 over two ranks, now on two GPUs);
+#   2. the CUDA trainer tests that start ranks (ZeRO-1 over two ranks through host memory, now on
+#      two GPUs, and over NCCL – which skips on one GPU) and the NCCL reducer's;
 #   3. m7c_125m on the byte corpus (data/corpus_bytes, carried in), 1 rank against 2 ranks at the
-#      same batch per rank: step times from metrics.jsonl (weak scaling).
+#      same batch per rank, at S = 8192 (the two-rank run 200 steps) and 65,536: step times from
+#      metrics.jsonl (weak scaling); then ZeRO-1 on two ranks with its weight slices gathered over
+#      NCCL and through host memory (NSA_GPU_ALLREDUCE=host).
 # Logs to $OUT (default out/). Exits non-zero if a run fails, the checkpoints differ or a test
 # fails (the timings are reported, not checked).
 set -uo pipefail
@@ -44,24 +47,33 @@ rc=$?
 echo "trainer tests on two GPUs rc=$rc"; [ "$rc" -eq 0 ] || status=1
 grep -E "^\[  (PASSED|FAILED)" "$out/tests.log"
 if [ -d data/corpus_bytes ]; then
-  m7c() {  # nproc
-    NSA_LAUNCHER=tcp ./build/nsa train --device cuda --config configs/m7c_125m.yaml --set vocab_size=256 \
-      --seq-len 8192 --data data/corpus_bytes --steps 30 --batch 4 --val-every 1000 --ckpt-every 1000 \
-      --nproc "$1" --out "$runs/m7c_$1" >"$out/m7c_$1.log" 2>&1
+  m7c() {  # name, nproc, seq-len, batch per rank, steps, extra environment, extra flags
+    env NSA_LAUNCHER=tcp $6 ./build/nsa train --device cuda --config configs/m7c_125m.yaml \
+      --set vocab_size=256 --seq-len "$3" --data data/corpus_bytes --steps "$5" --batch "$4" \
+      --val-every 1000 --ckpt-every 1000 --nproc "$2" --out "$runs/m7c_$1" $7 >"$out/m7c_$1.log" 2>&1
     local rc=$?
-    echo "m7c nproc $1: rc=$rc"
+    echo "m7c $1 (nproc $2, S $3, batch $4 a rank, $5 steps ${6:-} ${7:-}): rc=$rc"
     [ "$rc" -eq 0 ] || status=1
     python3 - "$runs/m7c_$1/metrics.jsonl" "$1" <<'PY'
-import json, sys, statistics
+import json, math, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
-ms = [r.get("step_ms") for r in rows if r.get("step", 0) > 10]
-ms = [m for m in ms if m]
-toks = [r.get("tokens_per_s") for r in rows if r.get("step", 0) > 10 and r.get("tokens_per_s")]
-print(f"  nproc {sys.argv[2]}: steps 11-30 median step {statistics.median(ms) if ms else 'n/a'} ms,"
-      f" median tok/s {statistics.median(toks) if toks else 'n/a'}; last row: {json.dumps(rows[-1])[:300]}")
+ms = [r["step_ms"] for r in rows if r.get("step", 0) > 10 and r.get("step_ms")]
+toks = [r["tokens_per_s"] for r in rows if r.get("step", 0) > 10 and r.get("tokens_per_s")]
+losses = [r["loss"] for r in rows if "loss" in r]
+print(f"  {sys.argv[2]}: steps 11-{rows[-1].get('step')} median step "
+      f"{statistics.median(ms) if ms else 'n/a'} ms, median tok/s "
+      f"{statistics.median(toks) if toks else 'n/a'}; loss {losses[0] if losses else 'n/a'} -> "
+      f"{losses[-1] if losses else 'n/a'}, all finite: {all(isinstance(x, (int, float)) and math.isfinite(x) for x in losses)}")
 PY
   }
-  m7c 1
-  m7c 2
+  # Weak scaling at S = 8192 (4 sequences a rank) and 65,536 (1); the two-rank 8k run is the clean
+  # 200-step run.
+  m7c s8k_1 1 8192 4 30 "" ""
+  m7c s8k_2 2 8192 4 200 "" ""
+  m7c s64k_1 1 65536 1 30 "" ""
+  m7c s64k_2 2 65536 1 30 "" ""
+  # ZeRO-1 on two GPUs: the weight slices gathered over NCCL against through host memory.
+  m7c z8k_nccl 2 8192 4 30 "" "--zero1"
+  m7c z8k_host 2 8192 4 30 "NSA_GPU_ALLREDUCE=host" "--zero1"
 fi
 exit "$status"

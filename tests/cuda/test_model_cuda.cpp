@@ -708,15 +708,15 @@ TEST(CudaTrain, AnomalyModeAndTheHistogramInTheMetrics) {
   EXPECT_GT(sum, 0) << last;
 }
 
-// ZeRO-1 through the whole trainer: two ranks (the built-in TCP launcher) sharing this one GPU,
-// gradients summed through host memory. A plain run and a sharded one stopped and resumed
-// half-way end in byte-identical weights and moments.
-TEST(CudaTrain, Zero1OverTwoRanksIsBitIdenticalToPlain) {
-  const fs::path base = fs::temp_directory_path() / "nsa_test_cuda_zero1";
+// ZeRO-1 through the whole trainer: two ranks (the built-in TCP launcher) with the environment
+// `env`; a plain run and a sharded one stopped and resumed half-way must end in byte-identical
+// weights and moments.
+void expect_zero1_bit_identical_to_plain(const char* name, const std::string& env) {
+  const fs::path base = fs::temp_directory_path() / name;
   fs::remove_all(base);
   const auto cmd = [&](const char* out, const std::string& extra) {
-    return std::string("NSA_LAUNCHER=tcp NSA_GPU_ALLREDUCE=host timeout 300 ") + NSA_BINARY +
-           " train --device cuda --config " + NSA_SOURCE_DIR +
+    return "NSA_LAUNCHER=tcp " + env + " timeout 300 " + NSA_BINARY + " train --device cuda" +
+           " --config " + NSA_SOURCE_DIR +
            "/configs/tiny.yaml --seq-len 256 --data synthetic --steps 6 --val-every 3" +
            " --val-batches 1 --ckpt-every 3 --batch 2 --nproc 2 --out " + (base / out).string() +
            " " + extra;
@@ -732,6 +732,23 @@ TEST(CudaTrain, Zero1OverTwoRanksIsBitIdenticalToPlain) {
               read_file_bytes(base / "zero1" / "ckpt_00000006" / file))
         << file;
   }
+}
+
+// Both ranks sharing this one GPU, gradients and ZeRO-1's weights through host memory.
+TEST(CudaTrain, Zero1OverTwoRanksIsBitIdenticalToPlain) {
+  expect_zero1_bit_identical_to_plain("nsa_test_cuda_zero1", "NSA_GPU_ALLREDUCE=host");
+}
+
+// A rank a GPU, gradients and ZeRO-1's weight slices GPU to GPU over NCCL (the default where
+// built): needs two GPUs.
+TEST(CudaTrain, Zero1OverNcclOnTwoGpusIsBitIdenticalToPlain) {
+#ifndef NSA_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#endif
+  int gpus = 0;
+  NSA_CUDA_CHECK(cudaGetDeviceCount(&gpus));
+  if (gpus < 2) GTEST_SKIP() << "needs two GPUs, this machine has " << gpus;
+  expect_zero1_bit_identical_to_plain("nsa_test_cuda_zero1_nccl", "");
 }
 
 // A token stream with a fixed successor for every token (period 23): the loss must fall far below

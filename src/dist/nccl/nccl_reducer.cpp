@@ -2,6 +2,7 @@
 #include "nccl_reducer.h"
 
 #include "nccl_check.h"
+#include "nsa/error.h"
 
 namespace nsa::cuda {
 
@@ -21,6 +22,21 @@ NcclReducer::~NcclReducer() {
 void NcclReducer::allreduce_sum(float* data, int64_t n, cudaStream_t stream) {
   NSA_NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum,
                                static_cast<ncclComm_t>(comm_), stream));
+}
+
+void NcclReducer::allgather_ranges(float* data, const std::vector<int64_t>& offsets,
+                                   cudaStream_t stream) {
+  int world = 0;
+  NSA_NCCL_CHECK(ncclCommCount(static_cast<ncclComm_t>(comm_), &world));
+  NSA_CHECK(static_cast<int>(offsets.size()) == world + 1, "allgather_ranges: ", offsets.size(),
+            " offsets for ", world, " ranks, expected ", world + 1);
+  NSA_NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < world; ++r) {
+    float* part = data + offsets[r];
+    NSA_NCCL_CHECK(ncclBroadcast(part, part, static_cast<size_t>(offsets[r + 1] - offsets[r]),
+                                 ncclFloat, r, static_cast<ncclComm_t>(comm_), stream));
+  }
+  NSA_NCCL_CHECK(ncclGroupEnd());
 }
 
 }  // namespace nsa::cuda

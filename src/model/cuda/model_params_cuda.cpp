@@ -111,6 +111,10 @@ void ModelParamsCuda::upload_weights_flat(const std::vector<float>& flat) {
   NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void ModelParamsCuda::refresh_bf16() {
+  launch_f32_to_bf16(weights_.get(), weights_bf16_.get(), weights_.size(), stream_);
+}
+
 void ModelParamsCuda::download_weights_range(int64_t lo, int64_t hi, std::vector<float>& flat) {
   NSA_CHECK(0 <= lo && lo <= hi && hi <= weights_.size(), "weight range [", lo, ", ", hi,
             ") is outside the ", weights_.size(), " elements");

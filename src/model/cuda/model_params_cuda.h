@@ -63,6 +63,9 @@ class ModelParamsCuda {
   // The whole flat weight buffer up (bf16 copies refreshed), or the elements [lo, hi) of it down
   // into flat [flat_size()].
   void upload_weights_flat(const std::vector<float>& flat);
+  // The bf16 copies made again from the fp32 weights (on the stream): after the flat fp32 buffer
+  // was written on the device, e.g. by ZeRO-1's NCCL gather.
+  void refresh_bf16();
   void download_weights_range(int64_t lo, int64_t hi, std::vector<float>& flat);
 
   void zero_grads();

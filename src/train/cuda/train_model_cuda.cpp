@@ -53,8 +53,7 @@ class TrainModelCuda : public TrainModel {
     mark(StepPhase::kCommunication);
 #ifdef NSA_HAVE_NCCL
     if (!host_allreduce()) {
-      if (!nccl_) nccl_ = std::make_unique<NcclReducer>(comm);
-      nccl_->allreduce_sum(model_.grads_device(), model_.grads_size(), model_.stream());
+      nccl(comm).allreduce_sum(model_.grads_device(), model_.grads_size(), model_.stream());
       return;
     }
 #endif
@@ -63,8 +62,9 @@ class TrainModelCuda : public TrainModel {
     model_.params().upload_grads_flat(flat_);
   }
   // ZeRO-1: rank r keeps the moments of, and updates, the r-th of `world` equal slices of the
-  // flat parameter buffer; after each step the updated weights are put together through host
-  // memory and the host communicator (a GPU all-gather is left for when it shows on a profile).
+  // flat parameter buffer; after each step the updated weights are put together – GPU to GPU with
+  // NCCL where the build has it (NSA_GPU_ALLREDUCE=host: through host memory and the host
+  // communicator, as without NCCL), then every bf16 copy is made again from them.
   void shard_optimizer_state(Communicator& comm) override {
     offsets_ = Communicator::even_ranges(optimizer_.flat_size(), comm.world());
     optimizer_.shard(offsets_[comm.rank()], offsets_[comm.rank() + 1]);
@@ -74,6 +74,15 @@ class TrainModelCuda : public TrainModel {
     const double norm = optimizer_.step(adam_, step, grad_scale);
     if (zero_comm_) {
       mark(StepPhase::kCommunication);
+#ifdef NSA_HAVE_NCCL
+      if (!host_allreduce()) {
+        ModelParamsCuda& params = model_.params();
+        nccl(*zero_comm_).allgather_ranges(params.weights_flat(), offsets_, model_.stream());
+        params.refresh_bf16();
+        model_.phase_timer().stop(model_.stream());  // the step ends here
+        return norm;
+      }
+#endif
       optimizer_.download_weight_slice(flat_);
       zero_comm_->allgather_ranges(flat_.data(), offsets_);
       model_.params().upload_weights_flat(flat_);
@@ -117,6 +126,12 @@ class TrainModelCuda : public TrainModel {
   void mark(StepPhase phase) {
     model_.phase_timer().mark(phase, model_.stream());
   }
+#ifdef NSA_HAVE_NCCL
+  NcclReducer& nccl(Communicator& comm) {  // made at first use, on every rank at the same step
+    if (!nccl_) nccl_ = std::make_unique<NcclReducer>(comm);
+    return *nccl_;
+  }
+#endif
 
   ModelConfig cfg_;
   AdamWConfig adam_;
