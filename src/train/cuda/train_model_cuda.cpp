@@ -74,18 +74,7 @@ class TrainModelCuda : public TrainModel {
     const double norm = optimizer_.step(adam_, step, grad_scale);
     if (zero_comm_) {
       mark(StepPhase::kCommunication);
-#ifdef NSA_HAVE_NCCL
-      if (!host_allreduce()) {
-        ModelParamsCuda& params = model_.params();
-        nccl(*zero_comm_).allgather_ranges(params.weights_flat(), offsets_, model_.stream());
-        params.refresh_bf16();
-        model_.phase_timer().stop(model_.stream());  // the step ends here
-        return norm;
-      }
-#endif
-      optimizer_.download_weight_slice(flat_);
-      zero_comm_->allgather_ranges(flat_.data(), offsets_);
-      model_.params().upload_weights_flat(flat_);
+      gather_weight_slices();
     }
     model_.phase_timer().stop(model_.stream());  // the step ends here
     return norm;
@@ -125,6 +114,20 @@ class TrainModelCuda : public TrainModel {
  private:
   void mark(StepPhase phase) {
     model_.phase_timer().mark(phase, model_.stream());
+  }
+  // ZeRO-1: every rank's updated slice of the weights onto every rank, the bf16 copies made again.
+  void gather_weight_slices() {
+#ifdef NSA_HAVE_NCCL
+    if (!host_allreduce()) {
+      ModelParamsCuda& params = model_.params();
+      nccl(*zero_comm_).allgather_ranges(params.weights_flat(), offsets_, model_.stream());
+      params.refresh_bf16();
+      return;
+    }
+#endif
+    optimizer_.download_weight_slice(flat_);
+    zero_comm_->allgather_ranges(flat_.data(), offsets_);
+    model_.params().upload_weights_flat(flat_);
   }
 #ifdef NSA_HAVE_NCCL
   NcclReducer& nccl(Communicator& comm) {  // made at first use, on every rank at the same step
