@@ -4,7 +4,8 @@
 #   1. tiny on synthetic data, 12 steps: 2 ranks on 2 GPUs with NCCL against the same 2 ranks
 #      summing through host memory (NSA_GPU_ALLREDUCE=host) – the checkpoints must be byte-
 #      identical (two fp32 addends: the same sum either way) – and against 1 rank with 2B;
-#   2. the CUDA trainer tests that start ranks (ZeRO-1 over two ranks through host memory, now on
+#   2. a rank that exits, and one that stalls, over NCCL: the job must end non-zero within the
+#      timeout, naming rank 1; the CUDA trainer tests that start ranks (ZeRO-1 over two ranks through host memory, now on
 #      two GPUs, and over NCCL – which skips on one GPU) and the NCCL reducer's;
 #   3. m7c_125m on the byte corpus (data/corpus_bytes, carried in), 1 rank against 2 ranks at the
 #      same batch per rank, at S = 8192 (the two-rank run 200 steps) and 65,536: step times from
@@ -42,6 +43,24 @@ for f in model.safetensors optimizer.safetensors; do
   fi
 done
 for r in nccl host one; do echo "$r: $(grep '"step":12' "$runs/$r/metrics.jsonl" | head -1 | cut -c1-200)"; done
+# Failures over NCCL end the job in bounded time and name the rank (docs/training.md): rank 1
+# exits at step 3, or stalls there while rank 0 waits in the all-reduce until its watchdog.
+fault() {  # name, flags, the text the output must hold
+  local t0=$SECONDS
+  timeout 180 env NSA_LAUNCHER=tcp ./build/nsa train --device cuda --config configs/tiny.yaml \
+    --seq-len 256 --data synthetic --steps 12 --val-every 0 --ckpt-every 100 --batch 2 --nproc 2 \
+    --fault-rank 1 --fault-step 3 $2 --out "$runs/fault_$1" >"$out/fault_$1.log" 2>&1
+  local rc=$? took=$((SECONDS - t0))
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "$3" "$out/fault_$1.log"; then
+    echo "fault $1: exit $rc after ${took} s, names the rank ('$3')"
+  else
+    echo "fault $1: rc=$rc after ${took} s, expected a non-zero exit (not the timeout) and '$3'"
+    grep -vE "NCCL INFO" "$out/fault_$1.log" | tail -5
+    status=1
+  fi
+}
+fault dead "--fault exit" "rank 1 exited with status 17"
+fault stall "--fault stall --watchdog 10" "rank 1 at step/phase '3 forward+backward'"
 ./build/tests/nsa_cuda_tests --gtest_filter='CudaTrain.Zero1*:NcclReducer.*' >"$out/tests.log" 2>&1
 rc=$?
 echo "trainer tests on two GPUs rc=$rc"; [ "$rc" -eq 0 ] || status=1
