@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # On a machine with two GPUs: data parallelism over NCCL, checked and timed (docs/training.md,
 # "Several processes"). Builds nsa, then
-#   1. tiny on synthetic data, 12 steps: 2 ranks on 2 GPUs with NCCL against the same 2 ranks
-#      summing through host memory (NSA_GPU_ALLREDUCE=host) – the checkpoints must be byte-
-#      identical (two fp32 addends: the same sum either way) – and against 1 rank with 2B;
+#   1. tiny on synthetic data, 12 steps: 2 ranks on 2 GPUs with NCCL (one all-reduce after the
+#      backward) against the same 2 ranks summing during it (NSA_GPU_ALLREDUCE=overlap) and through
+#      host memory (=host) – the checkpoints must be byte-identical (two fp32 addends: the same
+#      sum either way) – and against 1 rank with 2B;
 #   2. a rank that exits, and one that stalls, over NCCL: the job must end non-zero within the
 #      timeout, naming rank 1; the CUDA trainer tests that start ranks (ZeRO-1 over two ranks through host memory, now on
 #      two GPUs, and over NCCL – which skips on one GPU) and the NCCL reducer's;
 #   3. m7c_125m on the byte corpus (data/corpus_bytes, carried in), 1 rank against 2 ranks at the
-#      same batch per rank, at S = 8192 (the two-rank run 200 steps) and 65,536: step times from
-#      metrics.jsonl (weak scaling); then ZeRO-1 on two ranks with its weight slices gathered over
-#      NCCL and through host memory (NSA_GPU_ALLREDUCE=host).
+#      same batch per rank, at S = 8192 (the two-rank run 200 steps) and 65,536, the gradients
+#      summed after the backward and during it: step times from metrics.jsonl (weak scaling); then
+#      ZeRO-1 on two ranks with its weight slices gathered over NCCL (and with Z1_HOST=1 through
+#      host memory).
 # Logs to $OUT (default out/). Exits non-zero if a run fails, the checkpoints differ or a test
 # fails (the timings are reported, not checked).
 set -uo pipefail
@@ -32,17 +34,20 @@ tiny() {  # name, nproc, batch, extra environment
   [ "$rc" -eq 0 ] || status=1
 }
 tiny nccl 2 2 ""
+tiny overlap 2 2 "NSA_GPU_ALLREDUCE=overlap"
 tiny host 2 2 "NSA_GPU_ALLREDUCE=host"
 tiny one 1 4 ""
 grep -E "NCCL INFO (comm|Init COMPLETE|Channel 00/0 : 0\[)" "$out/tiny_nccl.log" | head -6
-for f in model.safetensors optimizer.safetensors; do
-  if cmp "$runs/nccl/ckpt_00000012/$f" "$runs/host/ckpt_00000012/$f"; then
-    echo "nccl vs host $f: byte-identical"
-  else
-    status=1
-  fi
+for other in overlap host; do
+  for f in model.safetensors optimizer.safetensors; do
+    if cmp "$runs/nccl/ckpt_00000012/$f" "$runs/$other/ckpt_00000012/$f"; then
+      echo "nccl vs $other $f: byte-identical"
+    else
+      status=1
+    fi
+  done
 done
-for r in nccl host one; do echo "$r: $(grep '"step":12' "$runs/$r/metrics.jsonl" | head -1 | cut -c1-200)"; done
+for r in nccl overlap host one; do echo "$r: $(grep '"step":12' "$runs/$r/metrics.jsonl" | head -1 | cut -c1-200)"; done
 # Failures over NCCL end the job in bounded time and name the rank (docs/training.md): rank 1
 # exits at step 3, or stalls there while rank 0 waits in the all-reduce until its watchdog.
 fault() {  # name, flags, the text the output must hold
@@ -87,12 +92,15 @@ PY
   }
   # Weak scaling at S = 8192 (4 sequences a rank) and 65,536 (1); the two-rank 8k run is the clean
   # 200-step run.
+  # The two-rank runs sum after the backward (the default) and during it (overlap).
   m7c s8k_1 1 8192 4 30 "" ""
   m7c s8k_2 2 8192 4 200 "" ""
+  m7c s8k_2overlap 2 8192 4 30 "NSA_GPU_ALLREDUCE=overlap" ""
   m7c s64k_1 1 65536 1 30 "" ""
   m7c s64k_2 2 65536 1 30 "" ""
-  # ZeRO-1 on two GPUs: the weight slices gathered over NCCL against through host memory.
+  m7c s64k_2overlap 2 65536 1 30 "NSA_GPU_ALLREDUCE=overlap" ""
+  # ZeRO-1 on two GPUs, its weight slices gathered over NCCL (through host memory: Z1_HOST=1).
   m7c z8k_nccl 2 8192 4 30 "" "--zero1"
-  m7c z8k_host 2 8192 4 30 "NSA_GPU_ALLREDUCE=host" "--zero1"
+  [ "${Z1_HOST:-0}" = 1 ] && m7c z8k_host 2 8192 4 30 "NSA_GPU_ALLREDUCE=host" "--zero1"
 fi
 exit "$status"

@@ -26,6 +26,10 @@ class TrainModel {
   virtual double forward_backward(const Batch& batch, bool backward, ModelStats* stats) = 0;
   // Sums the accumulated gradients over the ranks of `comm` (every parameter, in one fixed order).
   virtual void allreduce_grads(Communicator& comm) = 0;
+  // Called before the step's last forward_backward on every rank: a backend may start summing the
+  // gradients over `comm` during that backward, part by part as they become final; allreduce_grads
+  // then completes the sum. Does nothing by default.
+  virtual void begin_gradient_sum(Communicator& comm) {}
   // ZeRO-1: from now on this rank keeps AdamW moments for its 1/world slice of the parameters
   // only, updates that slice and all-gathers the weights after each step. Call after a resume.
   virtual void shard_optimizer_state(Communicator& comm) = 0;

@@ -21,6 +21,7 @@ StepResult run_step(const TrainOptions& o, TrainRun& run, RunMonitor& monitor, i
     monitor.progress("data");
     const Batch global = run.loader->next(o.batch * run.world, S);
     monitor.progress("forward+backward");
+    if (run.world > 1 && micro == o.grad_accum - 1) run.model->begin_gradient_sum(*run.comm);
     s.loss += run.model->forward_backward(
         run.world > 1 ? rank_slice(global, run.rank, o.batch * S) : global, true, &s.stats);
   }

@@ -508,6 +508,7 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
                             final_norm_rstd_.get(), norm_out_grad_.get(), residual_grad_.get(),
                             false, residual_grad_bf_.get(), params_.grad(params_.norm_slot()),
                             norm_partial_.get(), T, D, st);
+    if (grads_ready_) grads_ready_(params_.layer_begin(L), params_.flat_size());
     for (int64_t li = L; li-- > 0;) {
       Workspace& ws = workspace(li);
       // With recompute = layers the workspace still holds the last layer's forward; refill it for
@@ -517,6 +518,7 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
         layer_forward(li, ws, layer_inputs_[li].get(), layer_inputs_[li + 1].get(), true);
       layer_backward(li, ws, layer_inputs_[li].get(), residual_grad_.get());
       NSA_CUDA_CHECK(cudaEventRecord(bwd_events_[2 * li + 1], st));
+      if (grads_ready_) grads_ready_(params_.layer_begin(li), params_.layer_begin(li + 1));
       check_finite(residual_grad_.get(), {T, D},
                    "the gradient of layer " + std::to_string(li) + "'s input");
     }
@@ -543,6 +545,7 @@ double ModelCuda::forward_backward(const std::vector<int32_t>& tokens,
     launch_embedding_backward(emb_order_.get(), emb_seg_token_.get(), emb_seg_start_.get(),
                               static_cast<int64_t>(seg_token.size()), residual_grad_.get(),
                               params_.grad(params_.tok_emb_slot()), D, st);
+    if (grads_ready_) grads_ready_(0, params_.layer_begin(0));
     if (checking_) {  // every parameter gradient, in named order: the first bad element's slot
       launch_find_nonfinite(params_.grads_flat(), params_.flat_size(), nonfinite_.get(), st);
       NonFiniteHit hit{};

@@ -88,6 +88,12 @@ class ModelCuda {
   void set_logit_chunk_rows(int64_t rows) { logit_chunk_rows_ = std::max<int64_t>(1, rows); }
   // Each token's loss of the last forward_backward, [T] (fp32; their mean is its loss).
   void download_token_losses(std::vector<float>& out);
+  // Called during a backward (on the host, in stream order) each time a part of the gradient
+  // buffer, flat elements [lo, hi), is final: the LM head's and final norm's (the buffer's end),
+  // each layer's (last to first), the token embedding's (its start) – so that the trainer can sum
+  // it across ranks while the backward goes on. Empty: not called.
+  using GradsReady = std::function<void(int64_t lo, int64_t hi)>;
+  void set_grads_ready(GradsReady ready) { grads_ready_ = std::move(ready); }
   // Σ g² over the whole gradient buffer (fixed-order reduction; synchronises), for the gradient
   // norm of clipping.
   float grad_sum_of_squares();
@@ -148,6 +154,7 @@ class ModelCuda {
   // the last pass did.
   int64_t logit_chunk_rows_ = 0;
   bool keep_logits_ = false, logits_whole_ = false;
+  GradsReady grads_ready_;            // set_grads_ready
   DeviceBuffer<float> step_scalars_;  // [kNumScalars], see Scalar
   // bf16 [T, ·]: the final norm's output, the logits' gradient, dx, the MLP activation
   // silu(u1)·u3 and its gradient, the gradients of u1 and u3.

@@ -111,6 +111,15 @@ void ModelParamsCuda::upload_weights_flat(const std::vector<float>& flat) {
   NSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+int64_t ModelParamsCuda::layer_begin(int64_t li) const {
+  NSA_CHECK(li >= 0 && li <= static_cast<int64_t>(layer_slots_.size()), "layer ", li,
+            " is outside [0, ", layer_slots_.size(), "]");
+  // Each layer's parameters start with its attention norm; the final norm follows the last.
+  const int slot =
+      li < static_cast<int64_t>(layer_slots_.size()) ? layer_slots_[li].attn_norm : norm_slot_;
+  return slots_[slot].offset;
+}
+
 void ModelParamsCuda::refresh_bf16() {
   launch_f32_to_bf16(weights_.get(), weights_bf16_.get(), weights_.size(), stream_);
 }

@@ -45,6 +45,9 @@ class ModelParamsCuda {
   float* grad(int slot) { return grads_.get() + slots_[slot].offset; }
   const std::vector<Slot>& slots() const { return slots_; }
   const LayerSlots& layer(int64_t li) const { return layer_slots_[li]; }
+  // Where layer li's parameters start in the flat buffers (named order: the token embedding,
+  // the layers, the final norm and LM head); layer_begin(n_layers) is where the layers end.
+  int64_t layer_begin(int64_t li) const;
   int tok_emb_slot() const { return tok_emb_slot_; }
   int norm_slot() const { return norm_slot_; }
   int output_slot() const { return output_slot_; }

@@ -15,13 +15,21 @@
 namespace nsa::cuda {
 namespace {
 
-// NSA_GPU_ALLREDUCE=host reduces through host memory even where NCCL is built in.
-bool host_allreduce() {
+// NSA_GPU_ALLREDUCE: how a GPU rank sums gradients where NCCL is built in – `nccl` (the default)
+// in one all-reduce after the backward; `overlap` during the backward, a part as soon as it is
+// final (on two H200s over NVLink 1 % slower than `nccl`: the sums' kernels take SMs from the
+// backward's, and the whole sum costs only 2 % of a step – docs/training.md; for links where the
+// sum costs more); `host` through host memory and the host communicator.
+std::string allreduce_mode() {
   const char* v = std::getenv("NSA_GPU_ALLREDUCE");
   const std::string mode = v ? v : "";
-  NSA_CHECK(mode.empty() || mode == "host" || mode == "nccl", "NSA_GPU_ALLREDUCE='", mode,
-            "': use 'host' or 'nccl' (the default where built)");
-  return mode == "host";
+  NSA_CHECK(mode.empty() || mode == "host" || mode == "nccl" || mode == "overlap",
+            "NSA_GPU_ALLREDUCE='", mode,
+            "': use 'nccl' (the default where built), 'overlap' or 'host'");
+  return mode.empty() ? "nccl" : mode;
+}
+bool host_allreduce() {
+  return allreduce_mode() == "host";
 }
 
 class TrainModelCuda : public TrainModel {
@@ -39,6 +47,16 @@ class TrainModelCuda : public TrainModel {
     }
     model_.set_params(params_);  // the same seeded initialisation as the CPU backend
   }
+  ~TrainModelCuda() override {
+#ifdef NSA_HAVE_NCCL
+    // Neither waits: after a failure the sums may never end (a rank gone), and the process must.
+    for (cudaEvent_t e : part_done_) cudaEventDestroy(e);
+    if (sums_done_) cudaEventDestroy(sums_done_);
+    if (sum_stream_) cudaStreamDestroy(sum_stream_);
+#endif
+  }
+  TrainModelCuda(const TrainModelCuda&) = delete;
+  TrainModelCuda& operator=(const TrainModelCuda&) = delete;
 
   void zero_grads() override {
     mark(StepPhase::kOther);  // a step starts here (phase timing)
@@ -47,11 +65,48 @@ class TrainModelCuda : public TrainModel {
   double forward_backward(const Batch& b, bool backward, ModelStats* stats) override {
     return model_.forward_backward(b.inputs, b.targets, backward, stats);
   }
-  // GPU to GPU with NCCL when the build has it (NSA_GPU_ALLREDUCE=host forces the other way);
-  // otherwise through host memory and the host communicator.
+#ifdef NSA_HAVE_NCCL
+  // NSA_GPU_ALLREDUCE=overlap: each part of the gradient buffer is summed on a stream of its own
+  // as soon as the backward has made it final (ModelCuda::set_grads_ready), so that the sums
+  // overlap the rest of the backward; allreduce_grads waits for them. The parts cover the buffer
+  // once; with two ranks every element is the same sum as the one all-reduce's, bit for bit.
+  void begin_gradient_sum(Communicator& comm) override {
+    if (allreduce_mode() != "overlap") return;
+    NcclReducer& reducer = nccl(comm);
+    if (!sum_stream_) {
+      NSA_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_stream_, cudaStreamNonBlocking));
+      NSA_CUDA_CHECK(cudaEventCreateWithFlags(&sums_done_, cudaEventDisableTiming));
+    }
+    summed_ = 0;
+    parts_ = 0;
+    model_.set_grads_ready([this, &reducer](int64_t lo, int64_t hi) {
+      if (static_cast<size_t>(parts_) == part_done_.size()) {
+        part_done_.emplace_back();
+        NSA_CUDA_CHECK(cudaEventCreateWithFlags(&part_done_.back(), cudaEventDisableTiming));
+      }
+      cudaEvent_t done = part_done_[static_cast<size_t>(parts_++)];
+      NSA_CUDA_CHECK(cudaEventRecord(done, model_.stream()));
+      NSA_CUDA_CHECK(cudaStreamWaitEvent(sum_stream_, done, 0));
+      reducer.allreduce_sum(model_.grads_device() + lo, hi - lo, sum_stream_);
+      summed_ += hi - lo;
+    });
+  }
+#endif
+  // GPU to GPU with NCCL when the build has it – here in one all-reduce, or during the backward
+  // (NSA_GPU_ALLREDUCE=overlap, begin_gradient_sum); NSA_GPU_ALLREDUCE=host, or a build without
+  // NCCL: through host memory and the host communicator.
   void allreduce_grads(Communicator& comm) override {
     mark(StepPhase::kCommunication);
 #ifdef NSA_HAVE_NCCL
+    model_.set_grads_ready(nullptr);
+    if (parts_ > 0) {  // begun during the backward: the model's stream waits for its sums
+      NSA_CHECK(summed_ == model_.grads_size(), "gradient sum: the backward's parts cover ",
+                summed_, " of the ", model_.grads_size(), " elements");
+      parts_ = 0;
+      NSA_CUDA_CHECK(cudaEventRecord(sums_done_, sum_stream_));
+      NSA_CUDA_CHECK(cudaStreamWaitEvent(model_.stream(), sums_done_, 0));
+      return;
+    }
     if (!host_allreduce()) {
       nccl(comm).allreduce_sum(model_.grads_device(), model_.grads_size(), model_.stream());
       return;
@@ -147,6 +202,12 @@ class TrainModelCuda : public TrainModel {
   std::vector<int64_t> offsets_;       // ZeRO-1: rank r owns flat elements [offsets_[r], +1)
 #ifdef NSA_HAVE_NCCL
   std::unique_ptr<NcclReducer> nccl_;
+  // begin_gradient_sum: the stream of the sums, an event a part (reused step after step), the
+  // parts and elements summed this step, the sums' end.
+  cudaStream_t sum_stream_ = nullptr;
+  std::vector<cudaEvent_t> part_done_;
+  int64_t parts_ = 0, summed_ = 0;
+  cudaEvent_t sums_done_ = nullptr;
 #endif
 };
 
