@@ -638,6 +638,49 @@ TEST(CudaModel, ShardedOptimizerIsBitIdenticalToWhole) {
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
 }
 
+// NSA_GPU_ALLREDUCE=overlap sums each part of the gradient buffer that the backward reports
+// final (set_grads_ready): the parts must cover the buffer once, head first and embedding last,
+// and nothing later in the backward may write a part – a copy taken in stream order at its report
+// equals the final gradients.
+TEST(CudaModel, GradsReadyPartsCoverTheBufferOnceAndAreFinal) {
+  for (const char* tie : {"false", "true"}) {
+    const ModelConfig cfg = tiny({{"n_layers", "3"}, {"tie_embeddings", tie}});
+    const SeqLayout layout = SeqLayout::batch(2, 130);
+    ModelParams<float> params = init_model_params<float>(cfg);
+    cuda::ModelCuda model(cfg, layout, Recompute::kNone);
+    model.set_params(params);
+    std::vector<int32_t> tokens, targets;
+    random_tokens(layout.total_tokens(), cfg.vocab_size, 91, tokens, targets);
+    const int64_t n = model.grads_size();
+    std::vector<std::pair<int64_t, int64_t>> parts;
+    std::vector<float> at_report(static_cast<size_t>(n), std::nanf(""));
+    model.set_grads_ready([&](int64_t lo, int64_t hi) {
+      parts.emplace_back(lo, hi);
+      NSA_CUDA_CHECK(cudaMemcpyAsync(at_report.data() + lo, model.grads_device() + lo,
+                                     static_cast<size_t>(hi - lo) * sizeof(float),
+                                     cudaMemcpyDeviceToHost, model.stream()));
+    });
+    model.zero_grads();
+    model.forward_backward(tokens, targets, true);
+    NSA_CUDA_CHECK(cudaStreamSynchronize(model.stream()));
+    ASSERT_EQ(parts.size(), static_cast<size_t>(cfg.n_layers + 2)) << "tie " << tie;
+    EXPECT_EQ(parts.front().second, n);
+    EXPECT_EQ(parts.back().first, 0);
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {  // each part ends where the next began
+      EXPECT_EQ(parts[i + 1].second, parts[i].first) << "part " << i << ", tie " << tie;
+    }
+    std::vector<float> final_grads(static_cast<size_t>(n));
+    NSA_CUDA_CHECK(cudaMemcpy(final_grads.data(), model.grads_device(), n * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+    EXPECT_EQ(0, std::memcmp(at_report.data(), final_grads.data(), n * sizeof(float)))
+        << "a part changed after its report, tie " << tie;
+    const size_t calls = parts.size();
+    model.set_grads_ready(nullptr);
+    model.forward_backward(tokens, targets, true);
+    EXPECT_EQ(parts.size(), calls) << "reported without a callback";
+  }
+}
+
 TEST(CudaModel, RejectsOutOfVocabularyTokens) {
   const ModelConfig cfg = tiny({});
   const SeqLayout layout = SeqLayout::batch(1, 64);
