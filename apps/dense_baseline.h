@@ -66,8 +66,8 @@ ScriptRun run_script(const std::string& command);
 
 struct SdpaShape {
   int64_t heads = 12, groups = 2, head_dim = 64, layers = 12, steps = 50, warmup = 5;
-  bool distinct_layers =
-      false;  // a cache per layer (--distinct-layers), else one called `layers` times
+  // A cache per layer (--distinct-layers), else one layer's called `layers` times.
+  bool distinct_layers = false;
 };
 
 // The command line that runs `script` with `interpreter` (e.g. python3) for these contexts,
