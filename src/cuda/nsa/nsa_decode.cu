@@ -108,10 +108,18 @@ __device__ __forceinline__ PartRange part_range(const DecodeDims& m, bool dense,
   return r;
 }
 
-// The part maps' index of a kind's cache (NsaDecodeCuda::part_maps_: compressed, window,
-// selected – the dense parts read the selected cache).
-__device__ __forceinline__ int part_map(PartKind kind) {
-  return kind == PartKind::kCompressed ? 0 : kind == PartKind::kWindow ? 1 : 2;
+// A kind's caches: its key and value rows and the part maps' index of them
+// (NsaDecodeCuda::part_maps_: compressed, window, selected – the dense parts and block 0 read the
+// selected cache).
+struct PartCaches {
+  const bf16 *k, *v;
+  int map;
+};
+
+__device__ __forceinline__ PartCaches part_caches(const DecodeParams& p, PartKind kind) {
+  if (kind == PartKind::kCompressed) return PartCaches{p.k_cmp, p.v_cmp, 0};
+  if (kind == PartKind::kWindow) return PartCaches{p.k_win, p.v_win, 1};
+  return PartCaches{p.k_sel, p.v_sel, 2};
 }
 
 // Grid (B·G, parts): the parts whose rows do not depend on the position – NSA: compressed parts
@@ -140,19 +148,14 @@ __global__ void __launch_bounds__(kPartThreads, 6)
   const PartKind kind = pr.kind;
   const int first = pr.first, slot = pr.slot, avail = pr.avail;
   const int64_t rows = pr.rows;
-  const bf16* kc = kind == PartKind::kCompressed ? p.k_cmp
-                   : kind == PartKind::kWindow   ? p.k_win
-                                                 : p.k_sel;
-  const bf16* vc = kind == PartKind::kCompressed ? p.v_cmp
-                   : kind == PartKind::kWindow   ? p.v_win
-                                                 : p.v_sel;
+  const PartCaches caches = part_caches(p, kind);
   // The cache rows are copied before the wait: the rows this step writes (position t, the
   // compressed token completing at t) are replaced from the inputs below, and the others were
   // written by earlier steps, many kernels back (common/dependent_launch.cuh).
   trace_mark<kTrace>(p, kTraceParts, 5);  // rows addressed: the part's kind and range known
   if (maps.on) {
     if (threadIdx.x == 0) {
-      const int which = part_map(kind);
+      const int which = caches.map;
       const int32_t at = static_cast<int32_t>(cache_row(b, g, m.G, rows, first));
       mbarrier_init_one(&rows_landed);
       mbarrier_init_fence();
@@ -161,8 +164,8 @@ __global__ void __launch_bounds__(kPartThreads, 6)
     }
     __syncthreads();  // the barrier is initialised before any thread waits on it
   } else {
-    tile_issue_rows(m, tl, avail, row(kc, b, rows, first, g, m, m.dk),
-                    row(vc, b, rows, first, g, m, m.dv), m.dk, m.dv);
+    tile_issue_rows(m, tl, avail, row(caches.k, b, rows, first, g, m, m.dk),
+                    row(caches.v, b, rows, first, g, m, m.dv), m.dk, m.dv);
   }
   trace_mark<kTrace>(p, kTraceParts, 1);  // cache rows issued
   wait_for_previous_kernel();
