@@ -9,7 +9,12 @@ with fp32 weights and a fused AdamW. Full optimizer steps on random tokens, wall
 after warm-up; prints JSON lines
 {"bench":"dense_train", "S", "batch", "step_ms", "tokens_per_s", "peak_bytes"}.
 `nsa bench train` runs it in the same call for its dense column (apps/dense_train_baseline.h),
-passing the model's shape.
+passing the model's shape. Started by torchrun with more than one process, it is PyTorch's data
+parallelism (DistributedDataParallel over NCCL, one GPU a process, `--tokens-per-step` tokens a
+rank): the outside baseline for `nsa train --nproc` (scripts/two_gpu_check.sh); rank 0 prints,
+with "world" and the slowest rank's median step.
+
+  python3 -m torch.distributed.run --nproc_per_node 2 bench/dense_model_train.py --seq-lens 8192
 
   python3 bench/dense_model_train.py --seq-lens 2048,65536 [--tokens-per-step 65536]
       [--dim 768 --layers 12 --heads 12 --groups 2 --head-dim 64 --vocab 256 --hidden 2048
@@ -20,7 +25,10 @@ import json
 import statistics
 import time
 
+import os
+
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -103,12 +111,22 @@ def main():
     HIDDEN = args.hidden or ((8 * DIM + 2) // 3 + 63) // 64 * 64
     if HEADS % GROUPS:
         ap.error("--heads %d is not a multiple of --groups %d" % (HEADS, GROUPS))
-    dev = torch.device("cuda")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:  # torchrun: one GPU a process, the gradients averaged over NCCL by DDP
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl")
+    dev = torch.device("cuda", torch.cuda.current_device())
     for S in (int(s) for s in args.seq_lens.split(",")):
         B = max(1, args.tokens_per_step // S)
-        torch.manual_seed(0)
+        torch.manual_seed(0)  # the same weights on every rank, as DDP's broadcast leaves them
         model = Model().to(dev)
+        step_model = model
+        if world > 1:
+            step_model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[dev.index], gradient_as_bucket_view=True)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+        torch.manual_seed(1 + rank)  # each rank its own batch
         tokens = torch.randint(0, VOCAB, (B, S), device=dev)
         targets = torch.randint(0, VOCAB, (B, S), device=dev)
         torch.cuda.empty_cache()
@@ -118,7 +136,7 @@ def main():
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(tokens, targets)
+                loss = step_model(tokens, targets)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -126,10 +144,20 @@ def main():
             if step >= args.warmup:
                 times.append((time.perf_counter() - t0) * 1e3)
         ms = statistics.median(times)
-        print(json.dumps({"bench": "dense_train", "S": S, "batch": B, "step_ms": round(ms, 2),
-                          "tokens_per_s": round(B * S / (ms / 1e3)),
-                          "peak_bytes": torch.cuda.max_memory_allocated()}), flush=True)
-        del model, opt
+        peak = torch.cuda.max_memory_allocated()
+        if world > 1:  # the slowest rank's median, the largest peak
+            both = torch.tensor([ms, float(peak)], device=dev, dtype=torch.float64)
+            dist.all_reduce(both, op=dist.ReduceOp.MAX)
+            ms, peak = both[0].item(), int(both[1].item())
+        if rank == 0:
+            row = {"bench": "dense_train", "S": S, "batch": B, "step_ms": round(ms, 2),
+                   "tokens_per_s": round(world * B * S / (ms / 1e3)), "peak_bytes": peak}
+            if world > 1:
+                row["world"] = world
+            print(json.dumps(row), flush=True)
+        del step_model, model, opt
+    if world > 1:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

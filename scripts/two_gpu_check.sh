@@ -12,7 +12,11 @@
 #      same batch per rank, at S = 8192 (the two-rank run 200 steps) and 65,536, the gradients
 #      summed after the backward and during it: step times from metrics.jsonl (weak scaling); then
 #      ZeRO-1 on two ranks with its weight slices gathered over NCCL (and with Z1_HOST=1 through
-#      host memory).
+#      host memory);
+#   4. the outside baseline: the same model with dense attention in PyTorch (bench/
+#      dense_model_train.py, cuDNN SDPA) on 1 GPU and with DistributedDataParallel on 2 (torchrun),
+#      at the same shapes – whose weak scaling the table beside 3's is.
+# QUICK=1 runs 3 (30 steps each, neither the overlap nor ZeRO-1) and 4 only.
 # Logs to $OUT (default out/). Exits non-zero if a run fails, the checkpoints differ or a test
 # fails (the timings are reported, not checked).
 set -uo pipefail
@@ -25,6 +29,8 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &
   { tail -20 "$out/build.log"; exit 1; }
 runs=/tmp/two_gpu
 rm -rf "$runs"
+quick=${QUICK:-0}
+if [ "$quick" != 1 ]; then
 tiny() {  # name, nproc, batch, extra environment
   env NSA_LAUNCHER=tcp NCCL_DEBUG=INFO $4 ./build/nsa train --device cuda --config configs/tiny.yaml \
     --seq-len 256 --data synthetic --steps 12 --val-every 6 --val-batches 1 --ckpt-every 12 \
@@ -70,6 +76,7 @@ fault stall "--fault stall --watchdog 10" "rank 1 at step/phase '3 forward+backw
 rc=$?
 echo "trainer tests on two GPUs rc=$rc"; [ "$rc" -eq 0 ] || status=1
 grep -E "^\[  (PASSED|FAILED)" "$out/tests.log"
+fi
 if [ -d data/corpus_bytes ]; then
   m7c() {  # name, nproc, seq-len, batch per rank, steps, extra environment, extra flags
     env NSA_LAUNCHER=tcp $6 ./build/nsa train --device cuda --config configs/m7c_125m.yaml \
@@ -94,13 +101,27 @@ PY
   # 200-step run.
   # The two-rank runs sum after the backward (the default) and during it (overlap).
   m7c s8k_1 1 8192 4 30 "" ""
-  m7c s8k_2 2 8192 4 200 "" ""
-  m7c s8k_2overlap 2 8192 4 30 "NSA_GPU_ALLREDUCE=overlap" ""
+  m7c s8k_2 2 8192 4 "$([ "$quick" = 1 ] && echo 30 || echo 200)" "" ""
+  [ "$quick" = 1 ] || m7c s8k_2overlap 2 8192 4 30 "NSA_GPU_ALLREDUCE=overlap" ""
   m7c s64k_1 1 65536 1 30 "" ""
   m7c s64k_2 2 65536 1 30 "" ""
-  m7c s64k_2overlap 2 65536 1 30 "NSA_GPU_ALLREDUCE=overlap" ""
+  [ "$quick" = 1 ] || m7c s64k_2overlap 2 65536 1 30 "NSA_GPU_ALLREDUCE=overlap" ""
   # ZeRO-1 on two GPUs, its weight slices gathered over NCCL (through host memory: Z1_HOST=1).
-  m7c z8k_nccl 2 8192 4 30 "" "--zero1"
+  [ "$quick" = 1 ] || m7c z8k_nccl 2 8192 4 30 "" "--zero1"
   [ "${Z1_HOST:-0}" = 1 ] && m7c z8k_host 2 8192 4 30 "NSA_GPU_ALLREDUCE=host" "--zero1"
+fi
+# The outside baseline: dense attention in PyTorch, 1 GPU and DDP on 2, the same shapes and
+# batches a rank as 3 (32,768 tokens a rank at S = 8192, one sequence at 65,536).
+if python3 -c "import torch" 2>/dev/null; then
+  for S in 8192 65536; do
+    for n in 1 2; do
+      python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
+        bench/dense_model_train.py --seq-lens "$S" --tokens-per-step 32768 --steps 10 \
+        >"$out/ddp_${S}_$n.log" 2>&1
+      rc=$?
+      echo "pytorch dense S $S on $n GPU(s): rc=$rc $(grep '"bench"' "$out/ddp_${S}_$n.log")"
+      [ "$rc" -eq 0 ] || status=1
+    done
+  done
 fi
 exit "$status"
