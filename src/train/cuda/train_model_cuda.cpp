@@ -19,17 +19,17 @@ namespace {
 // in one all-reduce after the backward; `overlap` during the backward, a part as soon as it is
 // final (on two H200s over NVLink 1 % slower than `nccl`: the sums' kernels take SMs from the
 // backward's, and the whole sum costs only 2 % of a step – docs/training.md; for links where the
-// sum costs more); `host` through host memory and the host communicator.
-std::string allreduce_mode() {
+// sum costs more); `host` through host memory and the host communicator. Read once, when the
+// backend is made: a wrong value stops the run before its first step.
+enum class AllreduceMode { kNccl, kOverlap, kHost };
+AllreduceMode allreduce_mode() {
   const char* v = std::getenv("NSA_GPU_ALLREDUCE");
   const std::string mode = v ? v : "";
-  NSA_CHECK(mode.empty() || mode == "host" || mode == "nccl" || mode == "overlap",
-            "NSA_GPU_ALLREDUCE='", mode,
+  if (mode.empty() || mode == "nccl") return AllreduceMode::kNccl;
+  if (mode == "overlap") return AllreduceMode::kOverlap;
+  NSA_CHECK(mode == "host", "NSA_GPU_ALLREDUCE='", mode,
             "': use 'nccl' (the default where built), 'overlap' or 'host'");
-  return mode.empty() ? "nccl" : mode;
-}
-bool host_allreduce() {
-  return allreduce_mode() == "host";
+  return AllreduceMode::kHost;
 }
 
 class TrainModelCuda : public TrainModel {
@@ -40,7 +40,8 @@ class TrainModelCuda : public TrainModel {
         adam_(adam),
         model_(cfg, layout, recompute),
         optimizer_(model_),
-        params_(init_model_params<float>(cfg)) {
+        params_(init_model_params<float>(cfg)),
+        allreduce_(allreduce_mode()) {
     for (const auto& [name, t] : params_.named(cfg_)) {
       m_.emplace_back(t->shape);
       v_.emplace_back(t->shape);
@@ -71,7 +72,7 @@ class TrainModelCuda : public TrainModel {
   // overlap the rest of the backward; allreduce_grads waits for them. The parts cover the buffer
   // once; with two ranks every element is the same sum as the one all-reduce's, bit for bit.
   void begin_gradient_sum(Communicator& comm) override {
-    if (allreduce_mode() != "overlap") return;
+    if (allreduce_ != AllreduceMode::kOverlap) return;
     NcclReducer& reducer = nccl(comm);
     if (!sum_stream_) {
       NSA_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_stream_, cudaStreamNonBlocking));
@@ -107,7 +108,7 @@ class TrainModelCuda : public TrainModel {
       NSA_CUDA_CHECK(cudaStreamWaitEvent(model_.stream(), sums_done_, 0));
       return;
     }
-    if (!host_allreduce()) {
+    if (allreduce_ != AllreduceMode::kHost) {
       nccl(comm).allreduce_sum(model_.grads_device(), model_.grads_size(), model_.stream());
       return;
     }
@@ -173,7 +174,7 @@ class TrainModelCuda : public TrainModel {
   // ZeRO-1: every rank's updated slice of the weights onto every rank, the bf16 copies made again.
   void gather_weight_slices() {
 #ifdef NSA_HAVE_NCCL
-    if (!host_allreduce()) {
+    if (allreduce_ != AllreduceMode::kHost) {
       ModelParamsCuda& params = model_.params();
       nccl(*zero_comm_).allgather_ranges(params.weights_flat(), offsets_, model_.stream());
       params.refresh_bf16();
@@ -196,6 +197,7 @@ class TrainModelCuda : public TrainModel {
   ModelCuda model_;
   AdamWCuda optimizer_;
   ModelParams<float> params_;
+  [[maybe_unused]] AllreduceMode allreduce_;  // NSA_GPU_ALLREDUCE (unused in a build without NCCL)
   std::vector<Tensor<float>> m_, v_;
   std::vector<float> flat_;
   Communicator* zero_comm_ = nullptr;  // ZeRO-1
