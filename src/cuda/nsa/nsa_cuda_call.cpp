@@ -182,17 +182,24 @@ size_t nsa_cuda_workspace_bytes(const NsaConfig& cfg, int64_t T, int64_t N, bool
   return ws.used();
 }
 
-void nsa_cuda_forward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t* cu_seqlens,
-                      const NsaCudaIo& io, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream) {
+// What both entry points do first: the config checked, the call laid out in the workspace (which
+// must be there if the call needs any), φ's cuBLAS handle taken.
+void begin_call(Call& c, const NsaConfig& cfg, int64_t T, int64_t N, const NsaCudaIo& io,
+                bool backward, void* workspace, size_t workspace_bytes) {
   cfg.validate();
   nsa_cuda_check_supported(cfg);
   Workspace ws(workspace, workspace_bytes);
-  Call c;
-  lay_out(c, cfg, T, N, io, false, ws);
+  lay_out(c, cfg, T, N, io, backward, ws);
   NSA_CHECK(workspace || ws.used() == 0, "CUDA NSA attention: the workspace is NULL");
-  if (T == 0) return;
   if (cfg.phi == Phi::kMlp) c.scratch.blas = blas_handle();
+}
+
+void nsa_cuda_forward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t* cu_seqlens,
+                      const NsaCudaIo& io, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+  Call c;
+  begin_call(c, cfg, T, N, io, false, workspace, workspace_bytes);
+  if (T == 0) return;
   c.scratch.fork = stream_fork();
   launch_build_device_layout(cfg, c.layout, cu_seqlens, stream);
   launch_nsa_forward(c.p, c.tables, c.scratch, stream);
@@ -201,13 +208,8 @@ void nsa_cuda_forward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t*
 void nsa_cuda_backward(const NsaConfig& cfg, int64_t T, int64_t N, const int64_t* cu_seqlens,
                        const NsaCudaIo& io, void* workspace, size_t workspace_bytes,
                        cudaStream_t stream) {
-  cfg.validate();
-  nsa_cuda_check_supported(cfg);
-  Workspace ws(workspace, workspace_bytes);
   Call c;
-  lay_out(c, cfg, T, N, io, true, ws);
-  NSA_CHECK(workspace || ws.used() == 0, "CUDA NSA attention: the workspace is NULL");
-  if (cfg.phi == Phi::kMlp) c.scratch.blas = blas_handle();
+  begin_call(c, cfg, T, N, io, true, workspace, workspace_bytes);
   if (T == 0) {  // nothing to attend to: only the φ parameters have (zero) gradients
     if (cfg.phi == Phi::kMlp) {
       for (const CompressMlpArgs& a : c.mlp) {
