@@ -12,7 +12,7 @@ after warm-up; prints JSON lines
 passing the model's shape. Started by torchrun with more than one process, it is PyTorch's data
 parallelism (DistributedDataParallel over NCCL, one GPU a process, `--tokens-per-step` tokens a
 rank): the outside baseline for `nsa train --nproc` (scripts/two_gpu_check.sh); rank 0 prints,
-with "world" and the slowest rank's median step.
+with "world", the slowest rank's median step, "batch" a rank and "tokens_per_s" of all ranks.
 
   python3 -m torch.distributed.run --nproc_per_node 2 bench/dense_model_train.py --seq-lens 8192
 
@@ -22,10 +22,9 @@ with "world" and the slowest rank's median step.
 """
 import argparse
 import json
+import os
 import statistics
 import time
-
-import os
 
 import torch
 import torch.distributed as dist
